@@ -1,0 +1,37 @@
+# wanopt — build, test and lab targets. Run `make help` for the list.
+GO      ?= go
+BIN     := bin
+PKGS    := ./...
+OUT     ?= out
+
+.PHONY: help build test vet fmt-check unit check baseline baseline-quick clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+build: ## build wanopt and wanbench into ./bin
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+vet: ## go vet
+	$(GO) vet $(PKGS)
+
+fmt-check: ## fail if any file is not gofmt-clean
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+unit: ## race-enabled tests (end-to-end tests skip unless root)
+	$(GO) test -race -count=1 -timeout 40m $(PKGS)
+
+test: vet fmt-check unit ## the project's test command (what .ci/run runs)
+
+check: build ## emulator self-check: RTT and rate at 200 ms / 250 Mbit/s
+	$(BIN)/wanbench check --rtt 200ms --rate 250mbit
+
+baseline-quick: build ## plain-TCP baseline, quick (3 runs, 25MB) -> $(OUT)/baseline
+	$(BIN)/wanbench baseline --quick --out $(OUT)/baseline
+
+baseline: build ## plain-TCP baseline, full published experiment -> $(OUT)/baseline
+	$(BIN)/wanbench baseline --out $(OUT)/baseline
+
+clean: ## remove build outputs
+	rm -rf $(BIN) $(OUT)

@@ -1,0 +1,3 @@
+module github.com/wanopt/wanopt
+
+go 1.26.0
