@@ -1,0 +1,144 @@
+package cc
+
+import (
+	"math"
+	"math/bits"
+	"time"
+
+	"github.com/wanopt/wanopt/internal/monotime"
+)
+
+// creditPerByte is the pacer's credit unit: one byte is worth 8e9
+// rate-nanoseconds (bits/s × ns), so refilling is an exact integer
+// product rate×elapsed and no rounding error accumulates.
+const creditPerByte = 8 * uint64(time.Second)
+
+// maxPacerBurstBytes caps the burst at very high rates (1 ms at 10 Gbit/s
+// is 1.25 MB); it keeps credit arithmetic far from overflow.
+const maxPacerBurstBytes = 4 << 20
+
+// Pacer spreads packets at a rate set by the congestion controller. It is a
+// byte bucket: credit accrues at the rate, up to a burst of
+// max(2 packets, 1 ms at the rate), and each sent packet spends its size.
+// A packet may be sent when the credit is positive; the credit may then go
+// negative by less than one packet, which delays the next send by exactly
+// that much, so the long-run rate is exact (integer arithmetic, no drift).
+//
+// A rate of 0 means unpaced: Budget is unlimited and NextSendTime is now.
+// A Pacer is not safe for concurrent use.
+type Pacer struct {
+	mss        int
+	rateBps    uint64
+	credit     int64 // in creditPerByte units; may be negative
+	maxCredit  int64
+	lastUpdate monotime.Time
+	started    bool
+}
+
+// NewPacer returns a pacer for packets of at most mss bytes (DefaultMSS if
+// mss <= 0), unpaced until SetRate.
+func NewPacer(mss int) *Pacer {
+	if mss <= 0 {
+		mss = DefaultMSS
+	}
+	return &Pacer{mss: mss}
+}
+
+// RateBps returns the current rate in bits per second (0: unpaced).
+func (p *Pacer) RateBps() uint64 { return p.rateBps }
+
+// BurstBytes returns the largest number of bytes the pacer releases at
+// once after an idle period: max(2×mss, 1 ms at the rate).
+func (p *Pacer) BurstBytes() int { return int(p.maxCredit / int64(creditPerByte)) }
+
+// SetRate changes the rate at now. Credit earned before now is kept at the
+// old rate. Call it whenever the controller's PacingRateBps may have
+// changed (after OnAck); setting the same rate again is cheap.
+func (p *Pacer) SetRate(now monotime.Time, rateBps uint64) {
+	if rateBps == p.rateBps && p.started {
+		p.refill(now)
+		return
+	}
+	p.refill(now)
+	p.rateBps = rateBps
+	burst := uint64(2 * p.mss)
+	if rateBps > 0 {
+		burst = max(burst, bytesAtRate(rateBps, time.Millisecond))
+	}
+	burst = min(burst, maxPacerBurstBytes)
+	p.maxCredit = int64(burst * creditPerByte)
+	if !p.started {
+		p.started = true
+		p.credit = p.maxCredit
+	}
+	p.credit = min(p.credit, p.maxCredit)
+}
+
+// refill adds the credit earned since the last update.
+func (p *Pacer) refill(now monotime.Time) {
+	if !p.started {
+		p.lastUpdate = now
+		return
+	}
+	d := now.Sub(p.lastUpdate)
+	if d <= 0 {
+		return
+	}
+	p.lastUpdate = now
+	if p.rateBps == 0 {
+		p.credit = p.maxCredit
+		return
+	}
+	missing := uint64(p.maxCredit - p.credit) // > 0 unless full
+	hi, lo := bits.Mul64(p.rateBps, uint64(d))
+	if hi != 0 || lo >= missing {
+		p.credit = p.maxCredit
+		return
+	}
+	p.credit += int64(lo)
+}
+
+// Budget returns how many bytes may be sent at now without waiting: the
+// accumulated credit rounded down, or math.MaxInt when unpaced. A packet
+// may be sent whenever Budget > 0, even if it is larger than the budget.
+func (p *Pacer) Budget(now monotime.Time) int {
+	if p.rateBps == 0 {
+		return math.MaxInt
+	}
+	p.refill(now)
+	if p.credit <= 0 {
+		return 0
+	}
+	return int(uint64(p.credit) / creditPerByte)
+}
+
+// NextSendTime returns the earliest instant, not before now, at which a
+// packet may be sent (credit positive by at least one byte). It returns
+// now when a packet may go immediately or the pacer is unpaced.
+func (p *Pacer) NextSendTime(now monotime.Time) monotime.Time {
+	if p.rateBps == 0 {
+		return now
+	}
+	p.refill(now)
+	if p.credit >= int64(creditPerByte) {
+		return now
+	}
+	need := uint64(int64(creditPerByte) - p.credit) // ns×rate units
+	waitNs := (need + p.rateBps - 1) / p.rateBps
+	return now.Add(time.Duration(waitNs))
+}
+
+// OnSent spends bytes of credit for a packet sent at now. Sending is
+// allowed to overdraw the credit; the debt is repaid before the next send.
+func (p *Pacer) OnSent(now monotime.Time, bytes int) {
+	if p.rateBps == 0 {
+		return
+	}
+	p.refill(now)
+	p.credit -= int64(bytes) * int64(creditPerByte)
+	// Bound the debt so a caller ignoring the pacer cannot stall it for
+	// long: at most one burst of debt.
+	if p.credit < -p.maxCredit {
+		p.credit = -p.maxCredit
+	}
+}

@@ -1,0 +1,91 @@
+package cc
+
+import (
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/internal/monotime"
+)
+
+func TestPacerRateAndBurst(t *testing.T) {
+	tests := []struct {
+		name    string
+		rateBps uint64
+		mss     int
+	}{
+		{"1Mbit", 1e6, 1350},
+		{"250Mbit", 250e6, 1350},
+		{"10Gbit", 10e9, 1350},
+		{"333kbit-odd", 333_333, 1200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewPacer(tc.mss)
+			start := monotime.Time(time.Second)
+			p.SetRate(start, tc.rateBps)
+			burst := p.BurstBytes()
+			wantBurst := max(2*tc.mss, int(bytesAtRate(tc.rateBps, time.Millisecond)))
+			if burst != min(wantBurst, maxPacerBurstBytes) {
+				t.Fatalf("burst %d, want %d", burst, wantBurst)
+			}
+			// A greedy sender: send whenever allowed, else sleep until
+			// NextSendTime. Count bytes released over one second.
+			now := start
+			end := start.Add(time.Second)
+			var sent int64
+			maxRun := 0 // bytes sent at one instant
+			for now.Before(end) {
+				run := 0
+				for p.Budget(now) > 0 {
+					p.OnSent(now, tc.mss)
+					sent += int64(tc.mss)
+					run += tc.mss
+				}
+				maxRun = max(maxRun, run)
+				next := p.NextSendTime(now)
+				if !next.After(now) {
+					t.Fatalf("NextSendTime %v not after %v with no budget", next, now)
+				}
+				now = next
+			}
+			// Everything released: the initial burst plus rate × 1 s.
+			want := float64(tc.rateBps)/8 + float64(burst)
+			if got := float64(sent); got < want*0.999-float64(tc.mss) || got > want*1.001+float64(tc.mss) {
+				t.Fatalf("released %d bytes in 1 s, want %.0f ±0.1%%", sent, want)
+			}
+			if maxRun > burst+tc.mss {
+				t.Fatalf("burst of %d bytes, bound %d", maxRun, burst+tc.mss)
+			}
+		})
+	}
+}
+
+func TestPacerIdleCapsAndUnpaced(t *testing.T) {
+	p := NewPacer(1000)
+	now := monotime.Time(time.Second)
+	if p.Budget(now) <= 1<<40 || p.NextSendTime(now) != now {
+		t.Fatal("a pacer without rate must be unpaced")
+	}
+	p.SetRate(now, 100e6) // 12.5 kB per ms
+	for p.Budget(now) > 0 {
+		p.OnSent(now, 1000)
+	}
+	// After a long idle period the credit is capped at one burst.
+	now = now.Add(10 * time.Second)
+	if got := p.Budget(now); got != p.BurstBytes() {
+		t.Fatalf("budget after idle %d, want burst %d", got, p.BurstBytes())
+	}
+	// Rate change keeps the credit earned before it.
+	for p.Budget(now) > 0 {
+		p.OnSent(now, 1000)
+	}
+	debt := p.NextSendTime(now).Sub(now)
+	p.SetRate(now, 50e6)
+	if got := p.NextSendTime(now).Sub(now); got < 2*debt-time.Nanosecond || got > 2*debt+time.Nanosecond {
+		t.Fatalf("wait after halving the rate %v, want 2×%v", got, debt)
+	}
+	p.SetRate(now, 0)
+	if p.Budget(now) <= 1<<40 {
+		t.Fatal("rate 0 must unpace")
+	}
+}

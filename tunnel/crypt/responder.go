@@ -1,0 +1,144 @@
+package crypt
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/flynn/noise"
+	"github.com/wanopt/wanopt/internal/monotime"
+)
+
+// Responder answers handshakes addressed to one local static key. It keeps,
+// for each allowed peer key that completed a handshake, the last message 1
+// timestamp it accepted, so a replayed message 1 gets no answer. The map
+// grows only with authenticated, allowed keys, so its size is bounded by the
+// allow-list.
+//
+// The map lives in memory: after a responder restart an old message 1 can be
+// answered once more. The session that creates is useless to an attacker
+// (it lacks the initiator's ephemeral secret), but the caller should keep
+// using a peer's previous session for sending until the new one has opened a
+// packet from the peer (key confirmation), as WireGuard does.
+//
+// Respond is safe for concurrent use if the allow function and the random
+// source are (crypto/rand.Reader is).
+type Responder struct {
+	local    PrivateKey
+	localPub PublicKey
+	allow    func(PublicKey) bool
+	rand     io.Reader
+
+	mu   sync.Mutex
+	last map[PublicKey]Timestamp
+}
+
+// NewResponder returns a Responder for the local static key. allow is the
+// policy: it reports whether a peer's static key may connect (an
+// allow-list). rand supplies ephemeral keys (crypto/rand.Reader in
+// production).
+func NewResponder(local PrivateKey, allow func(PublicKey) bool, rand io.Reader) (*Responder, error) {
+	if allow == nil {
+		return nil, errors.New("new responder: nil allow policy; pass a function that checks the allow-list")
+	}
+	if rand == nil {
+		return nil, errors.New("new responder: nil random source; pass crypto/rand.Reader")
+	}
+	return &Responder{
+		local:    local,
+		localPub: local.PublicKey(),
+		allow:    allow,
+		rand:     rand,
+		last:     make(map[PublicKey]Timestamp),
+	}, nil
+}
+
+// PublicKey returns the responder's static public key.
+func (r *Responder) PublicKey() PublicKey { return r.localPub }
+
+// LastTimestamp returns the last message 1 timestamp accepted from peer, and
+// whether one was.
+func (r *Responder) LastTimestamp(peer PublicKey) (Timestamp, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.last[peer]
+	return t, ok
+}
+
+// Respond processes handshake message 1 (the bytes after the type byte).
+// On success it appends message 2 (Message2Size bytes) to dst and returns
+// it with the new Session, whose local index is index (this side's sender
+// index, chosen by the caller) and created time now.
+//
+// Error contract: on any error the Responder's state is unchanged, nothing
+// is appended and nothing must be sent back. The errors are ErrMalformed
+// (wrong length, no cryptography done), ErrAuth (does not authenticate:
+// forged, corrupted, or for another responder key), ErrUnknownPeer (the
+// allow policy rejects the initiator's key) and ErrReplay (timestamp not
+// newer than the last accepted from that key). State advances (the key's
+// timestamp is recorded) only when Respond returns a nil error.
+//
+// Bad bytes never panic.
+func (r *Responder) Respond(dst, msg1 []byte, index uint32, now monotime.Time) ([]byte, *Session, error) {
+	if len(msg1) != Message1Size {
+		return nil, nil, fmt.Errorf("handshake message 1: %d bytes, want %d: %w", len(msg1), Message1Size, ErrMalformed)
+	}
+	cfg := handshakeConfig(r.local, r.localPub, false)
+	cfg.Random = r.rand
+	hs, err := noise.NewHandshakeState(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("handshake: %w", err)
+	}
+	payload, _, _, err := hs.ReadMessage(nil, msg1)
+	if err != nil || len(payload) != msg1PayloadSize || len(hs.PeerStatic()) != KeySize {
+		return nil, nil, fmt.Errorf("handshake message 1: %w", ErrAuth)
+	}
+	peer := PublicKey(hs.PeerStatic())
+	if !r.allow(peer) {
+		return nil, nil, fmt.Errorf("handshake message 1 from %v: %w", peer, ErrUnknownPeer)
+	}
+	stamp, remoteIndex := parseMsg1Payload(payload)
+	if !r.fresh(peer, stamp) {
+		return nil, nil, fmt.Errorf("handshake message 1 from %v: %w", peer, ErrReplay)
+	}
+
+	start := len(dst)
+	out := binary.BigEndian.AppendUint32(dst, remoteIndex)
+	var reply [msg2PayloadSize]byte
+	binary.BigEndian.PutUint32(reply[:], index)
+	out, cs1, cs2, err := hs.WriteMessage(out, reply[:])
+	if err != nil {
+		return nil, nil, fmt.Errorf("handshake: writing message 2: %w", err)
+	}
+	if len(out)-start != Message2Size || cs1 == nil {
+		return nil, nil, fmt.Errorf("handshake: message 2 is %d bytes, want %d", len(out)-start, Message2Size)
+	}
+
+	// Commit last, re-checking: a concurrent Respond may have accepted
+	// the same or a newer message 1 meanwhile.
+	r.mu.Lock()
+	if last, ok := r.last[peer]; ok && stamp <= last {
+		r.mu.Unlock()
+		return nil, nil, fmt.Errorf("handshake message 1 from %v: %w", peer, ErrReplay)
+	}
+	r.last[peer] = stamp
+	r.mu.Unlock()
+
+	// Split: cs1 protects initiator to responder, cs2 the reverse.
+	s := newSession(cs2.UnsafeKey(), cs1.UnsafeKey())
+	s.peer = peer
+	s.localIndex = index
+	s.remoteIndex = remoteIndex
+	s.created = now
+	return out, s, nil
+}
+
+// fresh reports whether stamp is newer than the last accepted from peer.
+func (r *Responder) fresh(peer PublicKey, stamp Timestamp) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.last[peer]
+	return !ok || stamp > last
+}
