@@ -1,0 +1,192 @@
+package wanem
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"time"
+)
+
+// Limits and defaults of a Config.
+const (
+	// MaxPacketBytes is the largest packet a Pipe accepts (the largest IP
+	// packet). Larger and empty packets are counted in Counters.Invalid and
+	// dropped.
+	MaxPacketBytes = 65535
+
+	// DefaultQueueBytes is the drop-tail queue in front of the rate limiter
+	// when RateBps is set and neither QueueBytes nor QueueDelay is: 2 MiB,
+	// about 67 ms at 250 Mbit/s and 17 ms at 1 Gbit/s. Lab runs that care
+	// about the queue (bufferbloat, BDP-sized buffers) set it explicitly.
+	DefaultQueueBytes = 2 << 20
+
+	// MinQueueBytes is the smallest queue limit accepted: one full-size
+	// Ethernet-MTU packet, so that a 1500-byte packet fits an empty queue.
+	MinQueueBytes = 1500
+
+	// DefaultReorderDelay is how long a reordered packet is held back when
+	// ReorderPct is set and ReorderDelay is zero.
+	DefaultReorderDelay = 2 * time.Millisecond
+
+	// maxRateBps bounds RateBps so that the exact transmit-time arithmetic
+	// cannot overflow 64 bits.
+	maxRateBps = 1 << 60
+)
+
+// ErrInvalidConfig is wrapped by every error NewPipe and NewLink return for a
+// Config that cannot be emulated; the message names the field and what to do.
+var ErrInvalidConfig = errors.New("wanem: invalid link config")
+
+// Config is the impairment of one direction of a link. The zero Config is a
+// perfect link: no delay, no loss, unlimited rate.
+//
+// A packet entering the direction at time now goes through, in order:
+//  1. random loss with probability LossPct/100;
+//  2. burst loss by the Gilbert–Elliott model in BurstLoss, if set;
+//  3. the drop-tail queue: with RateBps set, the packet is dropped if the
+//     bytes queued at now (bytes whose departure time is after now, the
+//     packet on the wire included) plus its size exceed the queue limit;
+//  4. the rate limiter: it departs at max(now, previous departure) +
+//     size*8/RateBps, computed in exact integer nanoseconds with the
+//     fraction carried to the next packet, so no error accumulates;
+//  5. release = departure + Delay + a uniform random jitter in [0, Jitter],
+//     raised if needed to the release time of the previous packet, so that
+//     jitter never reorders packets;
+//  6. with probability ReorderPct/100 the packet is held back another
+//     ReorderDelay, so that the packets after it overtake it (they are not
+//     held back by it);
+//  7. with probability DupPct/100 a copy is released right after it. The
+//     copy is made after the bottleneck: it uses neither queue nor rate.
+//
+// Each random step draws from its own generator seeded from Seed, so the
+// same Seed gives the same losses whether or not jitter or reordering is
+// enabled.
+type Config struct {
+	// Delay is the one-way propagation delay, at least 0.
+	Delay time.Duration `json:"delay,omitempty"`
+	// Jitter is the largest random extra delay, at least 0.
+	Jitter time.Duration `json:"jitter,omitempty"`
+	// LossPct is the random loss in percent, in [0, 100].
+	LossPct float64 `json:"loss_pct,omitempty"`
+	// BurstLoss, if not nil, adds Gilbert–Elliott burst loss.
+	BurstLoss *GilbertElliott `json:"burst_loss,omitempty"`
+	// ReorderPct is the percentage of packets held back, in [0, 100].
+	ReorderPct float64 `json:"reorder_pct,omitempty"`
+	// ReorderDelay is how long a reordered packet is held back; zero means
+	// DefaultReorderDelay.
+	ReorderDelay time.Duration `json:"reorder_delay,omitempty"`
+	// DupPct is the percentage of packets duplicated, in [0, 100].
+	DupPct float64 `json:"dup_pct,omitempty"`
+	// RateBps is the bottleneck rate in bits of IP packet per second;
+	// 0 means unlimited (then there is no queue either).
+	RateBps uint64 `json:"rate_bps,omitempty"`
+	// QueueBytes is the drop-tail queue limit in bytes. At most one of
+	// QueueBytes and QueueDelay may be set; with neither, the limit is
+	// DefaultQueueBytes. Either needs RateBps.
+	QueueBytes int `json:"queue_bytes,omitempty"`
+	// QueueDelay is the queue limit as time at RateBps, converted to bytes
+	// (rounded down).
+	QueueDelay time.Duration `json:"queue_delay,omitempty"`
+	// Seed seeds the random steps.
+	Seed int64 `json:"seed,omitempty"`
+}
+
+// GilbertElliott is the two-state burst-loss model: a Markov chain over
+// packets with a good and a bad state. For each packet the chain first
+// moves (good→bad with PGoodToBad, bad→good with PBadToGood), then the
+// packet is lost with the loss probability of the new state. All four
+// fields are probabilities in [0, 1], not percentages. With LossInBad 1 and
+// LossInGood 0 the mean loss-burst length is 1/PBadToGood packets and the
+// mean loss rate PGoodToBad/(PGoodToBad+PBadToGood).
+type GilbertElliott struct {
+	PGoodToBad float64 `json:"p_good_to_bad"`
+	PBadToGood float64 `json:"p_bad_to_good"`
+	LossInGood float64 `json:"loss_in_good"`
+	LossInBad  float64 `json:"loss_in_bad"`
+}
+
+// Validate reports whether c can be emulated. The error wraps
+// ErrInvalidConfig and names the offending field.
+func (c Config) Validate() error {
+	_, err := c.queueLimitBytes()
+	return err
+}
+
+// queueLimitBytes validates c and returns the drop-tail queue limit in bytes
+// (0 when the rate is unlimited).
+func (c Config) queueLimitBytes() (int64, error) {
+	bad := func(format string, args ...any) (int64, error) {
+		return 0, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.Delay < 0:
+		return bad("Delay %v is negative; use 0 or more", c.Delay)
+	case c.Jitter < 0:
+		return bad("Jitter %v is negative; use 0 or more", c.Jitter)
+	case c.ReorderDelay < 0:
+		return bad("ReorderDelay %v is negative; use 0 (default %v) or more", c.ReorderDelay, DefaultReorderDelay)
+	case c.QueueBytes < 0:
+		return bad("QueueBytes %d is negative; use 0 (default) or more", c.QueueBytes)
+	case c.QueueDelay < 0:
+		return bad("QueueDelay %v is negative; use 0 (default) or more", c.QueueDelay)
+	case c.RateBps > maxRateBps:
+		return bad("RateBps %d is above the supported %d", c.RateBps, uint64(maxRateBps))
+	}
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{{"LossPct", c.LossPct}, {"ReorderPct", c.ReorderPct}, {"DupPct", c.DupPct}} {
+		if !(p.v >= 0 && p.v <= 100) { // also rejects NaN
+			return bad("%s %v is outside [0, 100] (it is a percentage)", p.name, p.v)
+		}
+	}
+	if ge := c.BurstLoss; ge != nil {
+		for _, p := range []struct {
+			name string
+			v    float64
+		}{{"PGoodToBad", ge.PGoodToBad}, {"PBadToGood", ge.PBadToGood}, {"LossInGood", ge.LossInGood}, {"LossInBad", ge.LossInBad}} {
+			if !(p.v >= 0 && p.v <= 1) {
+				return bad("BurstLoss.%s %v is outside [0, 1] (it is a probability, not a percentage)", p.name, p.v)
+			}
+		}
+	}
+	if c.RateBps == 0 {
+		if c.QueueBytes != 0 || c.QueueDelay != 0 {
+			return bad("QueueBytes/QueueDelay need RateBps: an unlimited link has no queue; set RateBps or clear the queue")
+		}
+		return 0, nil
+	}
+	if c.QueueBytes != 0 && c.QueueDelay != 0 {
+		return bad("both QueueBytes (%d) and QueueDelay (%v) are set; set one", c.QueueBytes, c.QueueDelay)
+	}
+	limit := int64(DefaultQueueBytes)
+	switch {
+	case c.QueueBytes != 0:
+		limit = int64(c.QueueBytes)
+	case c.QueueDelay != 0:
+		// bytes = delay[ns] * rate[bit/s] / 8e9, in 128 bits.
+		hi, lo := bits.Mul64(uint64(c.QueueDelay), c.RateBps)
+		if hi >= 8e9 {
+			return bad("QueueDelay %v at %d bit/s is too large", c.QueueDelay, c.RateBps)
+		}
+		q, _ := bits.Div64(hi, lo, 8e9)
+		if q > math.MaxInt64 {
+			return bad("QueueDelay %v at %d bit/s is too large", c.QueueDelay, c.RateBps)
+		}
+		limit = int64(q)
+	}
+	if limit < MinQueueBytes {
+		return bad("queue limit %d bytes (QueueBytes %d, QueueDelay %v at %d bit/s) is below %d bytes, one full-size packet; raise it",
+			limit, c.QueueBytes, c.QueueDelay, c.RateBps, MinQueueBytes)
+	}
+	return limit, nil
+}
+
+// reorderDelay is ReorderDelay with its default applied.
+func (c Config) reorderDelay() time.Duration {
+	if c.ReorderDelay == 0 {
+		return DefaultReorderDelay
+	}
+	return c.ReorderDelay
+}

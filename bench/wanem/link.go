@@ -1,0 +1,274 @@
+package wanem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/wanopt/wanopt/internal/monotime"
+)
+
+// Device is one end of a link: a TUN device or a fake. Each Read returns
+// exactly one IP packet and each Write sends one. An *os.File TUN satisfies
+// it. Read and Write are called from different goroutines, never Read (or
+// Write) from two at once.
+//
+// If the device also has SetReadDeadline and SetWriteDeadline (an *os.File
+// in Go's poller does, as do non-blocking TUN fds), Link.Run interrupts
+// blocked calls itself when it stops; otherwise the caller must close the
+// devices after cancelling Run's context (see Run).
+type Device interface {
+	Read(pkt []byte) (int, error)
+	Write(pkt []byte) (int, error)
+}
+
+type readDeadliner interface{ SetReadDeadline(time.Time) error }
+type writeDeadliner interface{ SetWriteDeadline(time.Time) error }
+
+// Releaser sleep bounds: the releaser wakes at least every maxSleep to
+// notice cancellation, and every preemptSleep while only reordered packets
+// wait (then a new packet may be due before them; see Pipe.Preemptible).
+const (
+	maxSleep     = time.Millisecond
+	preemptSleep = 100 * time.Microsecond
+)
+
+// Link forwards packets between two Devices through one Pipe per
+// direction. Create it with NewLink and drive it with Run.
+type Link struct {
+	dirs    [2]*direction // A→B, B→A
+	running atomic.Bool
+}
+
+// direction is one Pipe with its input and output device.
+type direction struct {
+	inName, outName string
+	in, out         Device
+	wake            chan struct{} // capacity 1: "the pipe may have a packet due"
+
+	mu          sync.Mutex // guards pipe and writeErrors
+	pipe        *Pipe
+	writeErrors uint64
+}
+
+// NewLink returns a link that forwards packets read from a to b with the
+// impairments ab, and from b to a with ba. The error wraps
+// ErrInvalidConfig and says which direction is wrong.
+func NewLink(a, b Device, ab, ba Config) (*Link, error) {
+	if a == nil || b == nil {
+		return nil, errors.New("wanem: NewLink needs two devices, got nil")
+	}
+	pab, err := NewPipe(ab)
+	if err != nil {
+		return nil, fmt.Errorf("direction A→B: %w", err)
+	}
+	pba, err := NewPipe(ba)
+	if err != nil {
+		return nil, fmt.Errorf("direction B→A: %w", err)
+	}
+	return &Link{dirs: [2]*direction{
+		{inName: "A", outName: "B", in: a, out: b, pipe: pab, wake: make(chan struct{}, 1)},
+		{inName: "B", outName: "A", in: b, out: a, pipe: pba, wake: make(chan struct{}, 1)},
+	}}, nil
+}
+
+// Stats returns a snapshot of the counters of both directions. It is safe
+// to call at any time, also while Run runs.
+func (l *Link) Stats() (ab, ba Counters) {
+	return l.dirs[0].counters(), l.dirs[1].counters()
+}
+
+func (d *direction) counters() Counters {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.pipe.Counters()
+	c.WriteErrors = d.writeErrors
+	return c
+}
+
+// Run forwards packets until ctx is done or a device fails, and returns
+// nil in the first case and the device error in the second. Every
+// goroutine it starts has exited when it returns. Packets still in the
+// pipes stay there; a later Run releases them.
+//
+// When ctx is done, Run interrupts blocked Reads and Writes of devices with
+// deadlines by setting a deadline in the past (a later Run clears it). A
+// device without deadlines cannot be interrupted: the caller must close it
+// after cancelling ctx (for example with context.AfterFunc), and Run
+// returns once its reader sees the close. Errors a device returns after
+// ctx is done are not reported.
+//
+// The releasers run on locked OS threads and sleep with an absolute
+// monotonic clock; give the process more threads than cores
+// (GOMAXPROCS) and a real-time priority for the best precision.
+func (l *Link) Run(ctx context.Context) error {
+	if !l.running.CompareAndSwap(false, true) {
+		return errors.New("wanem: Link.Run is already running; call it once at a time")
+	}
+	defer l.running.Store(false)
+
+	for _, d := range l.dirs {
+		setDeadlines(d.in, time.Time{})
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		once     sync.Once
+		firstErr error
+	)
+	fail := func(err error) {
+		once.Do(func() { firstErr = err })
+		cancel()
+	}
+	interrupted := make(chan struct{})
+	stopInterrupt := context.AfterFunc(ctx, func() {
+		defer close(interrupted)
+		for _, d := range l.dirs {
+			setDeadlines(d.in, time.Now().Add(-time.Second))
+		}
+	})
+	var wg sync.WaitGroup
+	for _, d := range l.dirs {
+		wg.Go(func() { d.readLoop(ctx, fail) })
+		wg.Go(func() { d.releaseLoop(ctx, fail) })
+	}
+	wg.Wait()
+	if !stopInterrupt() {
+		<-interrupted // a later Run must not see this interrupt land late
+	}
+	return firstErr
+}
+
+// setDeadlines sets the read and write deadlines of dev if it has them.
+func setDeadlines(dev Device, t time.Time) {
+	if r, ok := dev.(readDeadliner); ok {
+		_ = r.SetReadDeadline(t) // ErrNoDeadline: not interruptible, see Run
+	}
+	if w, ok := dev.(writeDeadliner); ok {
+		_ = w.SetWriteDeadline(t)
+	}
+}
+
+// readLoop reads packets from d.in into the pipe until ctx is done or the
+// device fails.
+func (d *direction) readLoop(ctx context.Context, fail func(error)) {
+	buf := make([]byte, MaxPacketBytes)
+	for {
+		n, err := d.in.Read(buf)
+		if err != nil {
+			if ctx.Err() == nil {
+				fail(fmt.Errorf("wanem: read from device %s: %w", d.inName, err))
+			}
+			return
+		}
+		if n == 0 {
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		now := clockNow()
+		d.mu.Lock()
+		d.pipe.Enqueue(now, buf[:n])
+		d.mu.Unlock()
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// releaseLoop writes packets to d.out at their release time until ctx is
+// done or the device fails. It takes one packet per lock so that the
+// lateness the pipe records is measured right before each write.
+func (d *direction) releaseLoop(ctx context.Context, fail func(error)) {
+	// The thread is never unlocked, so it exits with this goroutine and
+	// takes its tuning (prepareReleaserThread) with it.
+	runtime.LockOSThread()
+	prepareReleaserThread()
+	done := ctx.Done()
+	var written []byte // the last packet written, to hand back to the pool
+	var writeErrs uint64
+	defer func() {
+		d.mu.Lock()
+		d.pipe.Release(written)
+		d.writeErrors += writeErrs
+		d.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		d.mu.Lock()
+		if written != nil {
+			d.pipe.Release(written)
+			written = nil
+		}
+		d.writeErrors += writeErrs
+		writeErrs = 0
+		now := clockNow()
+		pkt, due := d.pipe.Dequeue(now)
+		var next monotime.Time
+		var pending, preempt bool
+		if !due {
+			next, pending = d.pipe.Next()
+			preempt = d.pipe.Preemptible()
+		}
+		d.mu.Unlock()
+
+		if due {
+			if _, err := d.out.Write(pkt); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				if fatalWriteError(err) {
+					fail(fmt.Errorf("wanem: write to device %s: %w", d.outName, err))
+					return
+				}
+				writeErrs++
+			}
+			written = pkt
+			continue
+		}
+		if !pending {
+			select {
+			case <-d.wake:
+			case <-done:
+				return
+			}
+			continue
+		}
+		// Sleep even if a wake is pending: a new packet can be due before
+		// next only in the preemptible case, which the short bound covers.
+		// (Looping on wakes instead would spin while the reader is busy,
+		// which under SCHED_FIFO can starve the reader itself.)
+		bound := maxSleep
+		if preempt {
+			bound = preemptSleep
+		}
+		sleepUntil(min(next, now.Add(bound)))
+	}
+}
+
+// fatalWriteError reports whether err means the device is gone, rather than
+// that it refused this one packet.
+func fatalWriteError(err error) bool {
+	return errors.Is(err, os.ErrClosed) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, io.ErrClosedPipe) || errors.Is(err, syscall.EBADF) ||
+		errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ENODEV) ||
+		errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// clockNow is the driver's clock: Go's monotonic clock (a vDSO read, about
+// 20 ns); sleepUntil translates it to the kernel's clock.
+func clockNow() monotime.Time { return monotime.Now() }

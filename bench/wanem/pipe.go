@@ -1,0 +1,250 @@
+package wanem
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/wanopt/wanopt/internal/monotime"
+)
+
+// departure is a packet's size and the time its last bit leaves the
+// bottleneck; the drop-tail queue is the departures still in the future.
+type departure struct {
+	at    monotime.Time
+	bytes int64
+}
+
+// Pipe is one direction of an emulated link (see Config for what it does to
+// packets). It is pure: it owns no goroutine and never reads the clock;
+// every call takes the current time, which must not go backwards (an
+// earlier now is treated as the latest now seen).
+//
+// A Pipe is not safe for concurrent use; the Link serializes calls with a
+// mutex. In steady state Enqueue and Dequeue allocate nothing: packet
+// buffers come from a pool inside the Pipe and go back to it by Release.
+type Pipe struct {
+	cfg          Config
+	queueLimit   int64 // bytes; 0 when the rate is unlimited
+	reorderDelay time.Duration
+
+	// Random generators, one per random step, so enabling one step does
+	// not shift the draws of another.
+	lossRng, geRng, jitterRng, reorderRng, dupRng *rand.Rand
+	geBad                                         bool
+
+	lastNow     monotime.Time
+	lastDepart  monotime.Time // departure of the last packet admitted
+	txRemainder uint64        // carried fraction of a ns, in units of 1/RateBps ns
+	queue       ring[departure]
+	queuedBytes int64
+
+	seq         uint64
+	lastRelease monotime.Time // release of the last in-order packet
+	inOrder     ring[entry]   // release times never decrease
+	held        entryHeap     // reordered packets
+
+	pool bufPool
+	c    Counters
+}
+
+// NewPipe returns an empty Pipe for cfg, or an error wrapping
+// ErrInvalidConfig that says which field is wrong.
+func NewPipe(cfg Config) (*Pipe, error) {
+	limit, err := cfg.queueLimitBytes()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.BurstLoss != nil {
+		ge := *cfg.BurstLoss // keep the caller's struct out of the Pipe
+		cfg.BurstLoss = &ge
+	}
+	s := uint64(cfg.Seed)
+	newRng := func(stream uint64) *rand.Rand {
+		return rand.New(rand.NewPCG(s, stream*0x9e3779b97f4a7c15+1))
+	}
+	return &Pipe{
+		cfg:          cfg,
+		queueLimit:   limit,
+		reorderDelay: cfg.reorderDelay(),
+		lossRng:      newRng(1),
+		geRng:        newRng(2),
+		jitterRng:    newRng(3),
+		reorderRng:   newRng(4),
+		dupRng:       newRng(5),
+	}, nil
+}
+
+// QueueLimitBytes returns the drop-tail queue limit in bytes: QueueBytes,
+// QueueDelay converted at RateBps, or DefaultQueueBytes; 0 when the rate is
+// unlimited.
+func (p *Pipe) QueueLimitBytes() int64 { return p.queueLimit }
+
+// Len returns the number of packets waiting for release.
+func (p *Pipe) Len() int { return p.inOrder.len() + len(p.held) }
+
+// Counters returns a snapshot of the counters.
+func (p *Pipe) Counters() Counters { return p.c }
+
+// chance reports true with probability pct/100.
+func chance(r *rand.Rand, pct float64) bool {
+	return pct > 0 && r.Float64()*100 < pct
+}
+
+// Enqueue offers pkt, which arrived at now, to the pipe. The pipe copies
+// pkt; the caller keeps ownership of it. The packet may be dropped (loss,
+// full queue, or invalid size), which shows only in the Counters.
+func (p *Pipe) Enqueue(now monotime.Time, pkt []byte) {
+	size := len(pkt)
+	if size == 0 || size > MaxPacketBytes {
+		p.c.Invalid++
+		return
+	}
+	now = max(now, p.lastNow)
+	p.lastNow = now
+
+	if chance(p.lossRng, p.cfg.LossPct) {
+		p.c.Lost++
+		return
+	}
+	if ge := p.cfg.BurstLoss; ge != nil {
+		if p.geBad {
+			p.geBad = p.geRng.Float64() >= ge.PBadToGood
+		} else {
+			p.geBad = p.geRng.Float64() < ge.PGoodToBad
+		}
+		loss := ge.LossInGood
+		if p.geBad {
+			loss = ge.LossInBad
+		}
+		if loss > 0 && p.geRng.Float64() < loss {
+			p.c.BurstLost++
+			return
+		}
+	}
+
+	depart := now
+	if p.cfg.RateBps > 0 {
+		var ok bool
+		if depart, ok = p.bottleneck(now, int64(size)); !ok {
+			p.c.QueueDrops++
+			p.c.QueueDropBytes += uint64(size)
+			return
+		}
+	}
+
+	release := depart.Add(p.cfg.Delay)
+	if j := p.cfg.Jitter; j > 0 {
+		release = release.Add(time.Duration(p.jitterRng.Int64N(int64(j) + 1)))
+	}
+	release = max(release, p.lastRelease)
+	reorder := chance(p.reorderRng, p.cfg.ReorderPct)
+	dup := chance(p.dupRng, p.cfg.DupPct)
+	if reorder {
+		p.c.Reordered++
+		release = release.Add(p.reorderDelay)
+	} else {
+		p.lastRelease = release
+	}
+	p.add(reorder, release, pkt)
+	if dup {
+		p.c.Duplicated++
+		p.add(reorder, release, pkt)
+	}
+}
+
+// add stores a copy of pkt for release at release.
+func (p *Pipe) add(reordered bool, release monotime.Time, pkt []byte) {
+	buf := p.pool.get(len(pkt))
+	copy(buf, pkt)
+	e := entry{release: release, seq: p.seq, buf: buf}
+	p.seq++
+	if reordered {
+		p.held.push(e)
+	} else {
+		p.inOrder.push(e)
+	}
+}
+
+// bottleneck admits a packet of size bytes arriving at now to the drop-tail
+// queue and returns its departure time, or ok false if the queue is full.
+func (p *Pipe) bottleneck(now monotime.Time, size int64) (depart monotime.Time, ok bool) {
+	for p.queue.len() > 0 && p.queue.front().at <= now {
+		p.queuedBytes -= p.queue.pop().bytes
+	}
+	if p.queuedBytes+size > p.queueLimit {
+		return 0, false
+	}
+	start := p.lastDepart
+	if now >= start {
+		// The link was idle: a new busy period starts now.
+		start = now
+		p.txRemainder = 0
+	}
+	// Transmit time in ns is size*8e9/RateBps; keep the remainder so the
+	// sum over a busy period is exact. size*8e9 < 2^49 and the remainder
+	// is below RateBps ≤ 2^60, so this cannot overflow.
+	num := uint64(size)*8e9 + p.txRemainder
+	tx := num / p.cfg.RateBps
+	p.txRemainder = num % p.cfg.RateBps
+	depart = start.Add(time.Duration(tx))
+	p.lastDepart = depart
+	p.queue.push(departure{at: depart, bytes: size})
+	p.queuedBytes += size
+	p.c.QueueHighWaterBytes = max(p.c.QueueHighWaterBytes, p.queuedBytes)
+	return depart, true
+}
+
+// first returns the entry released next, or nil if the pipe is empty.
+func (p *Pipe) first() *entry {
+	var e *entry
+	if p.inOrder.len() > 0 {
+		e = p.inOrder.front()
+	}
+	if len(p.held) > 0 && (e == nil || p.held[0].before(e)) {
+		e = &p.held[0]
+	}
+	return e
+}
+
+// Next returns the earliest release time of the packets in the pipe, or
+// ok false if it is empty. A later Enqueue can only make it earlier when
+// the earliest packet is a reordered one (see Preemptible).
+func (p *Pipe) Next() (release monotime.Time, ok bool) {
+	if e := p.first(); e != nil {
+		return e.release, true
+	}
+	return 0, false
+}
+
+// Preemptible reports whether a packet enqueued now could be due before
+// Next: true only while every waiting packet is a reordered one. A driver
+// sleeping until Next must wake to recheck at least that often.
+func (p *Pipe) Preemptible() bool { return p.inOrder.len() == 0 && len(p.held) > 0 }
+
+// Dequeue removes and returns the next packet if its release time is at or
+// before now, recording now minus its release time as lateness. Packets
+// come out in release order, ties in arrival order. The caller owns pkt
+// until it hands it back with Release (optional: a buffer never released
+// is left to the garbage collector, at the cost of an allocation later).
+func (p *Pipe) Dequeue(now monotime.Time) (pkt []byte, ok bool) {
+	e := p.first()
+	if e == nil || e.release > now {
+		return nil, false
+	}
+	var got entry
+	if p.inOrder.len() > 0 && e == p.inOrder.front() {
+		got = p.inOrder.pop()
+	} else {
+		got = p.held.pop()
+	}
+	p.c.Packets++
+	p.c.Bytes += uint64(len(got.buf))
+	p.c.Lateness.record(now.Sub(got.release))
+	return got.buf, true
+}
+
+// Release hands a buffer returned by Dequeue back to the pipe for reuse.
+// The caller must not touch buf afterwards. Releasing a buffer that did
+// not come from Dequeue is harmless: it is pooled if its capacity is a
+// pool size class and ignored otherwise.
+func (p *Pipe) Release(buf []byte) { p.pool.put(buf) }
