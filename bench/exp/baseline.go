@@ -1,0 +1,165 @@
+package exp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/bench/wanem"
+)
+
+// BaselineOptions configure Baseline. Zero values take the published test's
+// settings.
+type BaselineOptions struct {
+	RTTs           []time.Duration // default 0, 50, 100, 150, 200, 250 ms
+	CCs            []string        // kernel congestion controls; default cubic, bbr
+	Profiles       []Profile       // default Modern
+	Runs           int             // per point; default 5 (highest and lowest dropped)
+	BytesPerStream int64           // iperf -n; default 100 MiB
+	Streams        int             // iperf -P; default 4
+	RateBps        uint64          // link rate; default 250 Mbit/s
+	QueueBytes     int             // drop-tail queue; default 2 MB
+	LinkCommand    []string
+	Logger         *slog.Logger
+	// Progress, if set, is called after every run.
+	Progress func(done, total int, p Point, run IperfResult)
+}
+
+// Point names one setting of the experiment.
+type Point struct {
+	RTTms   float64 `json:"rtt_ms"`
+	CC      string  `json:"cc"`
+	Profile string  `json:"profile"`
+}
+
+// Row is one setting's result: the published reduction (drop the highest
+// and the lowest run, average the rest) and the runs behind it.
+type Row struct {
+	Point
+	Mbps    float64       `json:"mbps"`
+	Seconds float64       `json:"seconds"`
+	Runs    []IperfResult `json:"runs"`
+}
+
+// BaselineResult is the whole experiment.
+type BaselineResult struct {
+	RateMbps       float64 `json:"rate_mbps"`
+	QueueBytes     int     `json:"queue_bytes"`
+	BytesPerStream int64   `json:"bytes_per_stream"`
+	Streams        int     `json:"streams"`
+	Rows           []Row   `json:"rows"`
+}
+
+func (o *BaselineOptions) defaults() {
+	if len(o.RTTs) == 0 {
+		for _, ms := range []int{0, 50, 100, 150, 200, 250} {
+			o.RTTs = append(o.RTTs, time.Duration(ms)*time.Millisecond)
+		}
+	}
+	if len(o.CCs) == 0 {
+		o.CCs = []string{"cubic", "bbr"}
+	}
+	if len(o.Profiles) == 0 {
+		o.Profiles = []Profile{Modern}
+	}
+	if o.Runs == 0 {
+		o.Runs = 5
+	}
+	if o.BytesPerStream == 0 {
+		o.BytesPerStream = 100 << 20
+	}
+	if o.Streams == 0 {
+		o.Streams = 4
+	}
+	if o.RateBps == 0 {
+		o.RateBps = 250e6
+	}
+	if o.QueueBytes == 0 {
+		o.QueueBytes = 2_000_000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Baseline runs the published experiment with plain kernel TCP on the
+// direct lab: for each RTT, congestion control and profile, Runs iperf 2
+// transfers 'iperf -c SERVER -n N -P 4 -R'.
+func Baseline(ctx context.Context, o BaselineOptions) (BaselineResult, error) {
+	o.defaults()
+	res := BaselineResult{RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, BytesPerStream: o.BytesPerStream, Streams: o.Streams}
+	restore, err := allowCongestionControl(o.CCs...)
+	if err != nil {
+		return res, err
+	}
+	defer restore()
+	l, err := lab.Build(ctx, lab.Options{Kind: lab.Direct, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger})
+	if err != nil {
+		return res, err
+	}
+	defer l.Close()
+	srv, err := startIperfServer(ctx, l, l.Server)
+	if err != nil {
+		return res, err
+	}
+	total := len(o.RTTs) * len(o.CCs) * len(o.Profiles) * o.Runs
+	done := 0
+	for _, rtt := range o.RTTs {
+		cfg := wanem.Config{Delay: rtt / 2, RateBps: o.RateBps, QueueBytes: o.QueueBytes}
+		if err := l.StartLink(ctx, cfg, cfg); err != nil {
+			return res, err
+		}
+		for _, prof := range o.Profiles {
+			for _, cc := range o.CCs {
+				row := Row{Point: Point{RTTms: ms(rtt), CC: cc, Profile: prof.Name}}
+				for run := 0; run < o.Runs; run++ {
+					if err := applyTCP(ctx, l, cc, prof); err != nil {
+						return res, err
+					}
+					timeout := 60*time.Second + time.Duration(float64(o.BytesPerStream*int64(o.Streams))*8/5e6)*time.Second
+					r, err := runIperf(ctx, l, l.Client, srv, o.BytesPerStream, o.Streams, timeout)
+					if err != nil {
+						return res, fmt.Errorf("rtt %v cc %s profile %s run %d: %w", rtt, cc, prof.Name, run+1, err)
+					}
+					row.Runs = append(row.Runs, r)
+					done++
+					if o.Progress != nil {
+						o.Progress(done, total, row.Point, r)
+					}
+				}
+				row.Mbps, row.Seconds = trimmedMean(row.Runs)
+				res.Rows = append(res.Rows, row)
+			}
+		}
+		st := l.StopLink()
+		o.Logger.Debug("link counters", "rtt", rtt, "ab", st.AB, "ba", st.BA)
+	}
+	return res, nil
+}
+
+// trimmedMean drops the fastest and the slowest run (when there are at
+// least three) and averages the rest, as the published test did.
+func trimmedMean(runs []IperfResult) (mbps, seconds float64) {
+	s := slices.Clone(runs)
+	slices.SortFunc(s, func(a, b IperfResult) int {
+		switch {
+		case a.Mbps < b.Mbps:
+			return -1
+		case a.Mbps > b.Mbps:
+			return 1
+		}
+		return 0
+	})
+	if len(s) >= 3 {
+		s = s[1 : len(s)-1]
+	}
+	for _, r := range s {
+		mbps += r.Mbps
+		seconds += r.Seconds
+	}
+	n := float64(len(s))
+	return mbps / n, seconds / n
+}

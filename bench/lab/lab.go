@@ -1,0 +1,334 @@
+// Package lab builds the wanopt test labs: network namespaces joined by the
+// userspace WAN emulator (bench/wanem), addressed only from the benchmarking
+// range 198.18.0.0/15. Every namespace, device and process a lab creates is
+// removed by Close, and a new lab first removes leftovers of earlier labs
+// whose owning process has died (recognised by the lab's own name prefix).
+//
+// Topologies:
+//
+//	direct: client[wan0 198.18.0.1] ══link══ server[wan0 198.18.0.2]
+//	edges:  client[198.18.1.2] ── edgeA ══link══ edgeB ── server[198.18.2.2]
+//	        edgeA: lan0 198.18.1.1, wan0 198.18.0.1; edgeB: wan0 198.18.0.2, lan0 198.18.2.1
+//
+// The link's two ends are persistent TUN devices named wan0; the link helper
+// process (see RunLink) attaches to both and forwards packets between them.
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Kind names a topology.
+type Kind string
+
+// The topologies a lab can build.
+const (
+	Direct Kind = "direct"
+	Edges  Kind = "edges"
+)
+
+// namePrefix marks every namespace a lab creates: "wob<pid>-<role>".
+const namePrefix = "wob"
+
+var nameRE = regexp.MustCompile(`^` + namePrefix + `([0-9]+)-[a-z]+$`)
+
+// Host is one network namespace of a lab.
+type Host struct {
+	Role string     // client, server, edgea, edgeb
+	NS   string     // network namespace name
+	Addr netip.Addr // the address other hosts reach it at
+}
+
+// Options configure Build.
+type Options struct {
+	Kind Kind
+	// LinkCommand is the argv that starts the link helper process, which
+	// must call RunLink with its standard input and output (for wanbench:
+	// its own executable and "link"). Required for StartLink.
+	LinkCommand []string
+	// Realtime runs the link helper under 'chrt -f 10' when possible:
+	// without it, release lateness under load reaches tens of milliseconds.
+	Realtime bool
+	// MTU of the WAN link's TUN devices; 0 means 1500.
+	MTU    int
+	Logger *slog.Logger
+}
+
+// Lab is a built topology. Close removes everything it made.
+type Lab struct {
+	Kind                         Kind
+	Client, Server, EdgeA, EdgeB *Host // EdgeA/EdgeB are nil for Direct
+
+	opts  Options
+	log   *slog.Logger
+	hosts []*Host
+
+	mu    sync.Mutex
+	link  *linkProc
+	procs []*exec.Cmd
+}
+
+// Build creates the topology opts.Kind. On error it removes whatever it had
+// made. It needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN).
+func Build(ctx context.Context, opts Options) (*Lab, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the lab creates network namespaces and TUN devices: run as root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil, errors.New("the lab needs the 'ip' command: apt-get install iproute2")
+	}
+	if opts.MTU == 0 {
+		opts.MTU = 1500
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	RemoveLeftovers(ctx, opts.Logger)
+	l := &Lab{Kind: opts.Kind, opts: opts, log: opts.Logger}
+	var err error
+	switch opts.Kind {
+	case Direct:
+		err = l.buildDirect(ctx)
+	case Edges:
+		err = l.buildEdges(ctx)
+	default:
+		err = fmt.Errorf("unknown lab topology %q: want %q or %q", opts.Kind, Direct, Edges)
+	}
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Lab) newHost(ctx context.Context, role, addr string) (*Host, error) {
+	h := &Host{Role: role, NS: fmt.Sprintf("%s%d-%s", namePrefix, os.Getpid(), role)}
+	if addr != "" {
+		h.Addr = netip.MustParseAddr(addr)
+	}
+	if err := ipCmd(ctx, "netns", "add", h.NS); err != nil {
+		return nil, err
+	}
+	l.hosts = append(l.hosts, h)
+	return h, ipCmd(ctx, "-n", h.NS, "link", "set", "lo", "up")
+}
+
+// addTUN creates the persistent TUN device wan0 in h with address cidr.
+func (l *Lab) addTUN(ctx context.Context, h *Host, cidr string) error {
+	mtu := strconv.Itoa(l.opts.MTU)
+	steps := [][]string{
+		{"-n", h.NS, "tuntap", "add", "dev", "wan0", "mode", "tun"},
+		{"-n", h.NS, "link", "set", "wan0", "mtu", mtu, "txqueuelen", "10000", "up"},
+		{"-n", h.NS, "addr", "add", cidr, "dev", "wan0"},
+	}
+	for _, s := range steps {
+		if err := ipCmd(ctx, s...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addVeth joins a and b with a veth pair named lan0 on both sides.
+func addVeth(ctx context.Context, a *Host, aCIDR string, b *Host, bCIDR string) error {
+	// Create with temporary names in a's namespace, then move and rename, so
+	// nothing ever appears in the host's namespace.
+	tmpA, tmpB := "tmpa"+strconv.Itoa(os.Getpid()), "tmpb"+strconv.Itoa(os.Getpid())
+	steps := [][]string{
+		{"-n", a.NS, "link", "add", tmpA, "type", "veth", "peer", "name", tmpB},
+		{"-n", a.NS, "link", "set", tmpB, "netns", b.NS},
+		{"-n", a.NS, "link", "set", tmpA, "name", "lan0"},
+		{"-n", b.NS, "link", "set", tmpB, "name", "lan0"},
+		{"-n", a.NS, "addr", "add", aCIDR, "dev", "lan0"},
+		{"-n", b.NS, "addr", "add", bCIDR, "dev", "lan0"},
+		{"-n", a.NS, "link", "set", "lan0", "up"},
+		{"-n", b.NS, "link", "set", "lan0", "up"},
+	}
+	for _, s := range steps {
+		if err := ipCmd(ctx, s...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Lab) buildDirect(ctx context.Context) error {
+	var err error
+	if l.Client, err = l.newHost(ctx, "client", "198.18.0.1"); err != nil {
+		return err
+	}
+	if l.Server, err = l.newHost(ctx, "server", "198.18.0.2"); err != nil {
+		return err
+	}
+	if err := l.addTUN(ctx, l.Client, "198.18.0.1/24"); err != nil {
+		return err
+	}
+	return l.addTUN(ctx, l.Server, "198.18.0.2/24")
+}
+
+func (l *Lab) buildEdges(ctx context.Context) error {
+	var err error
+	if l.Client, err = l.newHost(ctx, "client", "198.18.1.2"); err != nil {
+		return err
+	}
+	if l.EdgeA, err = l.newHost(ctx, "edgea", "198.18.0.1"); err != nil {
+		return err
+	}
+	if l.EdgeB, err = l.newHost(ctx, "edgeb", "198.18.0.2"); err != nil {
+		return err
+	}
+	if l.Server, err = l.newHost(ctx, "server", "198.18.2.2"); err != nil {
+		return err
+	}
+	if err := addVeth(ctx, l.Client, "198.18.1.2/24", l.EdgeA, "198.18.1.1/24"); err != nil {
+		return err
+	}
+	if err := addVeth(ctx, l.Server, "198.18.2.2/24", l.EdgeB, "198.18.2.1/24"); err != nil {
+		return err
+	}
+	if err := l.addTUN(ctx, l.EdgeA, "198.18.0.1/30"); err != nil {
+		return err
+	}
+	if err := l.addTUN(ctx, l.EdgeB, "198.18.0.2/30"); err != nil {
+		return err
+	}
+	steps := [][]string{
+		{"-n", l.Client.NS, "route", "add", "default", "via", "198.18.1.1"},
+		{"-n", l.Server.NS, "route", "add", "default", "via", "198.18.2.1"},
+		{"-n", l.EdgeA.NS, "route", "add", "198.18.2.0/24", "dev", "wan0"},
+		{"-n", l.EdgeB.NS, "route", "add", "198.18.1.0/24", "dev", "wan0"},
+	}
+	for _, s := range steps {
+		if err := ipCmd(ctx, s...); err != nil {
+			return err
+		}
+	}
+	for _, h := range []*Host{l.EdgeA, l.EdgeB} {
+		if err := l.Sysctl(ctx, h, "net.ipv4.ip_forward", "1"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Hosts lists the lab's namespaces in creation order.
+func (l *Lab) Hosts() []*Host { return l.hosts }
+
+// Sysctl sets key to value inside h's namespace.
+func (l *Lab) Sysctl(ctx context.Context, h *Host, key, value string) error {
+	path := "/proc/sys/" + strings.ReplaceAll(key, ".", "/")
+	return InNetns(h.NS, func() error {
+		// /proc/sys/net reflects the namespace of the thread that opens it.
+		if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
+			return fmt.Errorf("sysctl %s=%s in %s: %w", key, value, h.NS, err)
+		}
+		return nil
+	})
+}
+
+// Command returns a command that runs argv inside h's namespace. It dies
+// with this process (parent-death signal), and Close kills it if it is
+// still running. The caller starts and waits for it.
+func (l *Lab) Command(ctx context.Context, h *Host, argv ...string) *exec.Cmd {
+	args := append([]string{"netns", "exec", h.NS}, argv...)
+	cmd := exec.CommandContext(ctx, "ip", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	l.mu.Lock()
+	l.procs = append(l.procs, cmd)
+	l.mu.Unlock()
+	return cmd
+}
+
+// Close stops the link and every process started through the lab, then
+// deletes the lab's namespaces (which deletes their devices). It is safe to
+// call more than once.
+func (l *Lab) Close() error {
+	l.StopLink()
+	l.mu.Lock()
+	procs := l.procs
+	l.procs = nil
+	l.mu.Unlock()
+	for _, c := range procs {
+		if c.Process != nil && c.ProcessState == nil {
+			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		}
+	}
+	var errs []error
+	for i := len(l.hosts) - 1; i >= 0; i-- {
+		if err := deleteNetns(l.hosts[i].NS); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	l.hosts = nil
+	return errors.Join(errs...)
+}
+
+// deleteNetns kills whatever still runs in the namespace (only lab
+// processes can be there) and deletes it.
+func deleteNetns(ns string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "ip", "netns", "pids", ns).Output(); err == nil {
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	return ipCmd(ctx, "netns", "delete", ns)
+}
+
+// RemoveLeftovers deletes namespaces left by labs whose process has died
+// (a SIGKILLed run cannot clean up after itself). Namespaces of live
+// processes, including concurrent labs, are left alone.
+func RemoveLeftovers(ctx context.Context, log *slog.Logger) {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		m := nameRE.FindStringSubmatch(f[0])
+		if m == nil {
+			continue
+		}
+		pid, _ := strconv.Atoi(m[1])
+		if pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		if log != nil {
+			log.Info("removing leftover lab namespace", "netns", f[0])
+		}
+		_ = deleteNetns(f[0])
+	}
+}
+
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+func ipCmd(ctx context.Context, args ...string) error {
+	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// parseRate reads a link rate such as "250mbit", "1gbit", "800kbit" or a
+// plain number of bits per second.
+func parseRate(s string) (uint64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	mult := 1.0
+	for _, u := range []struct {
+		suffix string
+		mult   float64
+	}{{"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1}, {"g", 1e9}, {"m", 1e6}, {"k", 1e3}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("rate %q: want a number with kbit, mbit or gbit (e.g. 250mbit)", s)
+	}
+	return uint64(v * mult), nil
+}
+
+// parseBytes reads a size such as "100MB", "25MB", "64KB", "1GB" the way
+// iperf 2 does (binary multiples: 100MB is 100 MiB) or a plain byte count.
+func parseBytes(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(t, "G"):
+		mult, t = 1<<30, strings.TrimSuffix(t, "G")
+	case strings.HasSuffix(t, "M"):
+		mult, t = 1<<20, strings.TrimSuffix(t, "M")
+	case strings.HasSuffix(t, "K"):
+		mult, t = 1<<10, strings.TrimSuffix(t, "K")
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("size %q: want a positive number with KB, MB or GB (e.g. 100MB)", s)
+	}
+	return int64(v * float64(mult)), nil
+}
+
+// parsePercent reads "1%", "0.5%" or "1" as a percentage.
+func parsePercent(s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(s), "%"), 64)
+	if err != nil || v < 0 || v > 100 {
+		return 0, fmt.Errorf("percentage %q: want 0 to 100, e.g. 1%%", s)
+	}
+	return v, nil
+}
