@@ -1,0 +1,230 @@
+package recovery
+
+import (
+	"time"
+
+	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/tunnel/wire"
+)
+
+// Defaults of ReceiverConfig.
+const (
+	// DefaultMaxAckDelay is how long a Receiver delays an ACK at most. It
+	// is 5 ms rather than RFC 9000's 25 ms: the delay only matters when
+	// fewer than AckEveryPackets packets arrive (the tail of a burst, a
+	// slow flow, the last packet of a request), where it adds straight to
+	// the peer's RTT samples and its PTO (which includes the peer's view
+	// of this value); on a short LAN-like path 25 ms would dominate both.
+	// At full rate ACKs go every AckEveryPackets packets anyway, so the
+	// timer costs at most 200 extra ACKs a second on an otherwise idle
+	// link.
+	DefaultMaxAckDelay = 5 * time.Millisecond
+	// DefaultAckEveryPackets is the number of ack-eliciting packets that
+	// makes an ACK due (RFC 9000 §13.2.2).
+	DefaultAckEveryPackets = 2
+	// DefaultTrackedRanges is how many ranges of received packet numbers
+	// a Receiver keeps.
+	DefaultTrackedRanges = wire.MaxAckRanges
+	// DefaultAckRanges is how many ranges, newest first, an ACK frame
+	// reports. 32 ranges cost at most ~130 bytes on a lossy path and cover
+	// 32 losses per round trip between acknowledged ACKs.
+	DefaultAckRanges = 32
+)
+
+// ReceiverConfig configures NewReceiver. The zero value gives the defaults.
+type ReceiverConfig struct {
+	// MaxAckDelay bounds how long an ack-eliciting packet waits for its
+	// ACK (DefaultMaxAckDelay if <= 0). The peer's SenderConfig
+	// PeerMaxAckDelay should be at least this.
+	MaxAckDelay time.Duration
+	// AckEveryPackets is how many ack-eliciting packets make an ACK due
+	// at once (DefaultAckEveryPackets if <= 0); see SetAckEveryPackets.
+	AckEveryPackets int
+	// TrackedRanges bounds the ranges of received packet numbers kept;
+	// when a new gap needs more, the oldest range is dropped
+	// (DefaultTrackedRanges if <= 0).
+	TrackedRanges int
+	// AckRanges bounds the ranges per ACK frame, at most
+	// wire.MaxAckRanges (DefaultAckRanges if <= 0 or too large).
+	AckRanges int
+}
+
+// ReceiverStats is a snapshot of a Receiver's counters.
+type ReceiverStats struct {
+	PacketsReceived uint64 // new packets recorded
+	Duplicates      uint64 // packets already received or below the pruned floor
+	RangesDropped   uint64 // oldest ranges dropped for lack of room
+	AcksSent        uint64 // OnAckSent calls
+	Ranges          int    // ranges currently tracked
+}
+
+// Receiver records the packet numbers received and decides when an ACK
+// frame is due (RFC 9000 §13.2): at once after an out-of-order
+// ack-eliciting packet or AckEveryPackets ack-eliciting packets, otherwise
+// MaxAckDelay after the first ack-eliciting packet not yet acknowledged.
+// See the package documentation for the calling sequence. It is not safe
+// for concurrent use.
+type Receiver struct {
+	cfg  ReceiverConfig
+	set  rangeSet
+	ackN int
+
+	largest   uint64 // wire.NoPacketNumber until the first packet
+	largestAt monotime.Time
+
+	elicitingSinceAck int
+	firstUnackedAt    monotime.Time // first ack-eliciting packet since the last ACK
+	dueAt             monotime.Time // when the ACK became due at once; 0 if not
+	newSinceAck       bool          // any packet recorded since the last ACK
+
+	stats ReceiverStats
+}
+
+// NewReceiver returns a Receiver with nothing received.
+func NewReceiver(cfg ReceiverConfig) *Receiver {
+	if cfg.MaxAckDelay <= 0 {
+		cfg.MaxAckDelay = DefaultMaxAckDelay
+	}
+	if cfg.AckEveryPackets <= 0 {
+		cfg.AckEveryPackets = DefaultAckEveryPackets
+	}
+	if cfg.TrackedRanges <= 0 {
+		cfg.TrackedRanges = DefaultTrackedRanges
+	}
+	if cfg.AckRanges <= 0 || cfg.AckRanges > wire.MaxAckRanges {
+		cfg.AckRanges = DefaultAckRanges
+	}
+	return &Receiver{
+		cfg:     cfg,
+		set:     newRangeSet(cfg.TrackedRanges),
+		ackN:    cfg.AckEveryPackets,
+		largest: wire.NoPacketNumber,
+	}
+}
+
+// SetAckEveryPackets changes how many ack-eliciting packets make an ACK
+// due (at least 1). A connection may raise it at high packet rates to
+// save ACKs, at the cost of burstier feedback for the peer's controller.
+func (r *Receiver) SetAckEveryPackets(n int) { r.ackN = max(n, 1) }
+
+// LargestReceived returns the largest packet number received, or
+// wire.NoPacketNumber; it is what wire.DecodePacketNumber wants.
+func (r *Receiver) LargestReceived() uint64 { return r.largest }
+
+// OnPacketReceived records authenticated packet pn, received at now. It
+// returns true for a duplicate (already received, or older than what the
+// Receiver still tracks), which the connection should drop without
+// processing; a duplicate changes nothing but Stats.
+func (r *Receiver) OnPacketReceived(now monotime.Time, pn uint64, ackEliciting bool) (duplicate bool) {
+	dup, dropped := r.set.add(pn)
+	if dup {
+		r.stats.Duplicates++
+		return true
+	}
+	r.stats.PacketsReceived++
+	if dropped {
+		r.stats.RangesDropped++
+	}
+	// NoPacketNumber+1 wraps to 0: the first packet is in order if it is 0.
+	inOrder := pn == r.largest+1
+	if r.largest == wire.NoPacketNumber || pn > r.largest {
+		r.largest, r.largestAt = pn, now
+	}
+	r.newSinceAck = true
+	if !ackEliciting {
+		return false
+	}
+	r.elicitingSinceAck++
+	if r.firstUnackedAt == 0 {
+		r.firstUnackedAt = now
+	}
+	if r.dueAt == 0 && (!inOrder || r.elicitingSinceAck >= r.ackN) {
+		r.dueAt = now
+	}
+	return false
+}
+
+// AckDue reports whether an ACK frame should be sent at now, in an
+// ACK-only packet if no other packet is going out.
+func (r *Receiver) AckDue(now monotime.Time) bool {
+	if r.elicitingSinceAck == 0 {
+		return false
+	}
+	if r.dueAt != 0 || r.elicitingSinceAck >= r.ackN {
+		return true
+	}
+	return !now.Before(r.firstUnackedAt.Add(r.cfg.MaxAckDelay))
+}
+
+// AckPending reports whether any packet arrived since the last ACK sent,
+// so that an ACK frame is worth piggybacking on an outgoing packet.
+func (r *Receiver) AckPending() bool { return r.newSinceAck }
+
+// NextTimeout returns when an ACK becomes due: a time at or before now if
+// it is due already, the delayed-ACK deadline otherwise, or 0 when no
+// ack-eliciting packet awaits acknowledgment.
+func (r *Receiver) NextTimeout() monotime.Time {
+	if r.elicitingSinceAck == 0 {
+		return 0
+	}
+	if r.dueAt != 0 {
+		return r.dueAt
+	}
+	if r.elicitingSinceAck >= r.ackN { // the threshold was lowered since
+		return r.firstUnackedAt
+	}
+	return r.firstUnackedAt.Add(r.cfg.MaxAckDelay)
+}
+
+// BuildAck fills f with the ACK frame to send at now: up to AckRanges
+// ranges, largest first, and the delay since the largest packet arrived
+// in microseconds. It reuses f.Ranges' backing array (it allocates only if
+// that has less capacity than AckRanges), and returns false, leaving f
+// alone, if there is nothing to acknowledge. Call OnAckSent once the
+// frame is in a packet.
+func (r *Receiver) BuildAck(now monotime.Time, f *wire.AckFrame) bool {
+	rs := r.set.r
+	if len(rs) == 0 {
+		return false
+	}
+	f.Ranges = f.Ranges[:0]
+	for i := len(rs) - 1; i >= 0 && len(f.Ranges) < r.cfg.AckRanges; i-- {
+		f.Ranges = append(f.Ranges, rs[i])
+	}
+	f.AckDelay = 0
+	if rs[len(rs)-1].Largest == r.largest && now.After(r.largestAt) {
+		f.AckDelay = uint64(now.Sub(r.largestAt) / time.Microsecond)
+	}
+	f.ECN, f.ECT0, f.ECT1, f.CE = false, 0, 0, 0
+	return true
+}
+
+// OnAckSent tells the Receiver that an ACK frame built by BuildAck was
+// sent at now: the ACK is no longer due and the delayed-ACK timer stops.
+func (r *Receiver) OnAckSent(now monotime.Time) {
+	r.elicitingSinceAck = 0
+	r.firstUnackedAt = 0
+	r.dueAt = 0
+	r.newSinceAck = false
+	r.stats.AcksSent++
+}
+
+// OnAckOfAckReceived tells the Receiver that the peer acknowledged a
+// packet carrying an ACK frame whose largest acknowledged packet number
+// was largest: the peer knows about every packet up to it, so those
+// ranges are no longer reported (RFC 9000 §13.2.4). Packets at or below
+// largest that arrive later are reported as duplicates.
+func (r *Receiver) OnAckOfAckReceived(largest uint64) {
+	if r.largest == wire.NoPacketNumber || largest > r.largest {
+		// An ACK frame cannot cover a packet never received.
+		return
+	}
+	r.set.prune(largest)
+}
+
+// Stats returns a snapshot of the counters.
+func (r *Receiver) Stats() ReceiverStats {
+	st := r.stats
+	st.Ranges = len(r.set.r)
+	return st
+}

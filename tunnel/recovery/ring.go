@@ -1,0 +1,148 @@
+package recovery
+
+import (
+	"github.com/wanopt/wanopt/cc"
+	"github.com/wanopt/wanopt/internal/monotime"
+)
+
+// pktStatus is the life cycle of a sent packet record.
+type pktStatus uint8
+
+const (
+	statusOutstanding pktStatus = iota // sent, neither acked nor declared lost
+	statusAcked                        // acknowledged; token reported
+	statusLost                         // declared lost; token reported
+)
+
+// sentPacket is the Sender's record of one packet.
+type sentPacket struct {
+	cc       cc.PacketState // valid only when ackEliciting
+	sentTime monotime.Time
+	token    uint64
+	bytes    int
+	status   pktStatus
+	// ackEliciting packets count in bytes in flight and were reported to
+	// the controller.
+	ackEliciting bool
+}
+
+// sentRing holds the records of packet numbers [base, next), indexed by
+// packet number modulo a power-of-two capacity. The record of base is
+// always outstanding (resolved records at the head are popped), so the ring
+// spans from the oldest unresolved packet to the newest sent one. It grows
+// by doubling when full and never shrinks, so a connection in steady state
+// does not allocate.
+type sentRing struct {
+	buf  []sentPacket
+	mask uint64
+	base uint64 // lowest packet number held
+	next uint64 // next packet number to be sent
+}
+
+func newSentRing(capacity int) sentRing {
+	n := 16
+	for n < capacity {
+		n <<= 1
+	}
+	return sentRing{buf: make([]sentPacket, n), mask: uint64(n - 1)}
+}
+
+// len returns the number of records held.
+func (r *sentRing) len() int { return int(r.next - r.base) }
+
+// at returns the record of pn, which must be in [base, next).
+func (r *sentRing) at(pn uint64) *sentPacket { return &r.buf[pn&r.mask] }
+
+// push appends the record of packet number r.next and returns it, zeroed.
+func (r *sentRing) push() *sentPacket {
+	if r.len() == len(r.buf) {
+		r.grow()
+	}
+	p := &r.buf[r.next&r.mask]
+	*p = sentPacket{}
+	r.next++
+	return p
+}
+
+// grow doubles the capacity, keeping every record at pn&mask.
+func (r *sentRing) grow() {
+	nb := make([]sentPacket, 2*len(r.buf))
+	nmask := uint64(len(nb) - 1)
+	for pn := r.base; pn < r.next; pn++ {
+		nb[pn&nmask] = r.buf[pn&r.mask]
+	}
+	r.buf, r.mask = nb, nmask
+}
+
+// popResolved advances base past acked and lost records.
+func (r *sentRing) popResolved() {
+	for r.base < r.next && r.buf[r.base&r.mask].status != statusOutstanding {
+		r.base++
+	}
+}
+
+// lostRecord remembers a packet declared lost, to notice a later ACK of it.
+type lostRecord struct {
+	pn     uint64
+	lostAt monotime.Time
+	acked  bool // a spurious loss already counted
+}
+
+// lostRing is a fixed-size FIFO of recently lost packets in ascending
+// packet-number order (losses are always declared in ascending order). When
+// full, the oldest record is overwritten.
+type lostRing struct {
+	buf   []lostRecord
+	head  int // index of the oldest record
+	count int
+}
+
+func newLostRing(capacity int) lostRing {
+	return lostRing{buf: make([]lostRecord, max(capacity, 1))}
+}
+
+func (l *lostRing) get(i int) *lostRecord { return &l.buf[(l.head+i)%len(l.buf)] }
+
+func (l *lostRing) push(pn uint64, now monotime.Time) {
+	if l.count == len(l.buf) {
+		l.head = (l.head + 1) % len(l.buf)
+		l.count--
+	}
+	*l.get(l.count) = lostRecord{pn: pn, lostAt: now}
+	l.count++
+}
+
+// expire drops records lost before cutoff.
+func (l *lostRing) expire(cutoff monotime.Time) {
+	for l.count > 0 && l.buf[l.head].lostAt.Before(cutoff) {
+		l.head = (l.head + 1) % len(l.buf)
+		l.count--
+	}
+}
+
+// markAcked marks the records with packet numbers in [lo, hi] as acked and
+// returns how many were not marked before.
+func (l *lostRing) markAcked(lo, hi uint64) int {
+	// Binary search for the first record with pn >= lo.
+	i, j := 0, l.count
+	for i < j {
+		m := int(uint(i+j) >> 1)
+		if l.get(m).pn < lo {
+			i = m + 1
+		} else {
+			j = m
+		}
+	}
+	n := 0
+	for ; i < l.count; i++ {
+		rec := l.get(i)
+		if rec.pn > hi {
+			break
+		}
+		if !rec.acked {
+			rec.acked = true
+			n++
+		}
+	}
+	return n
+}
