@@ -1,0 +1,26 @@
+package exp
+
+import (
+	"testing"
+	"time"
+)
+
+// Plain TCP with 3 MiB buffers on 250 Mbit/s × 200 ms is window-limited to
+// about 3 MiB per RTT per connection; with 1 % loss at 100 ms it collapses.
+func TestSimTCPBaseline(t *testing.T) {
+	r, err := SimTCP(SimOptions{RateBps: 250e6, RTT: 200 * time.Millisecond, Streams: 1, BytesPerStream: 40 << 20, CC: "cubic"})
+	if err != nil || !r.Complete {
+		t.Fatalf("SimTCP: %+v, %v", r, err)
+	}
+	window := float64(3<<20) * 8 / 0.2 / 1e6 // Mbit/s the window allows
+	if r.GoodputMbps > window*1.02 || r.GoodputMbps < window*0.6 {
+		t.Errorf("one flow, 3 MiB window, 200 ms: %.1f Mbit/s, want at most the window's %.1f and not far below", r.GoodputMbps, window)
+	}
+	lossy, err := SimTCP(SimOptions{RateBps: 250e6, RTT: 100 * time.Millisecond, LossPct: 1, Streams: 4, BytesPerStream: 2 << 20, CC: "cubic"})
+	if err != nil || !lossy.Complete {
+		t.Fatalf("lossy SimTCP: %+v, %v", lossy, err)
+	}
+	if lossy.LinkRatio > 0.2 || lossy.RetransPct < 0.5 {
+		t.Errorf("1 %% loss at 100 ms: link_ratio %.3f retrans %.2f%%; plain TCP should collapse and retransmit", lossy.LinkRatio, lossy.RetransPct)
+	}
+}

@@ -1,0 +1,170 @@
+package stream
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/wanopt/wanopt/internal/monotime"
+)
+
+// Budget is the memory of one connection's stream buffers: every byte of
+// receive credit granted to a peer and not yet read, and every byte held in
+// a send buffer, is reserved from it. Only each stream's floor (the initial
+// receive window, Config.MinSendBufferBytes) is granted when the budget is
+// exhausted, so Used may exceed Limit by at most the floors of the open
+// streams.
+type Budget struct {
+	limitBytes uint64
+	usedBytes  uint64
+}
+
+// Limit returns the budget in bytes.
+func (b *Budget) Limit() uint64 { return b.limitBytes }
+
+// Used returns the bytes reserved.
+func (b *Budget) Used() uint64 { return b.usedBytes }
+
+// Available returns the bytes that may still be reserved beyond the floors.
+func (b *Budget) Available() uint64 {
+	if b.usedBytes >= b.limitBytes {
+		return 0
+	}
+	return b.limitBytes - b.usedBytes
+}
+
+// reserve reserves up to want bytes within the limit, but at least forced
+// bytes (capped at want) regardless of it, and returns the bytes granted.
+func (b *Budget) reserve(want, forced uint64) uint64 {
+	g := max(min(forced, want), min(want, b.Available()))
+	b.usedBytes += g
+	return g
+}
+
+// release returns n reserved bytes.
+func (b *Budget) release(n uint64) { b.usedBytes -= n }
+
+// ConnFlow is the connection-level state shared by all streams of one
+// connection: send credit from the peer's MAX_DATA, the auto-tuned receive
+// window we advertise with MAX_DATA, the memory Budget and the chunk Pool.
+// It is not safe for concurrent use; the connection serialises calls on it
+// and on its streams.
+type ConnFlow struct {
+	cfg    Config
+	pool   *Pool
+	budget Budget
+
+	// Send side: the peer lets us send sendLimit bytes in total.
+	sendLimit     uint64
+	sent          uint64 // new stream bytes sent, over all streams
+	sendWanted    bool   // a stream had new data but no connection credit at sendLimit
+	reported      bool   // Blocked reported reportedLimit
+	reportedLimit uint64 // last limit reported by Blocked
+
+	// Receive side: recv.consumed counts bytes read or discarded, received
+	// the sum of the highest offsets received per stream (what counts
+	// against our MAX_DATA).
+	recv     recvWindow
+	received uint64
+}
+
+// NewConnFlow returns the connection state for cfg (zero fields take their
+// defaults). peerInitialMaxData is the connection credit the peer grants
+// before its first MAX_DATA (its InitialConnWindow). It returns an error if
+// cfg is inconsistent.
+func NewConnFlow(cfg Config, peerInitialMaxData uint64) (*ConnFlow, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	maxFree := int(cfg.BudgetBytes / uint64(cfg.ChunkBytes))
+	return &ConnFlow{
+		cfg:       cfg,
+		pool:      newPool(cfg.ChunkBytes, maxFree),
+		budget:    Budget{limitBytes: cfg.BudgetBytes},
+		sendLimit: peerInitialMaxData,
+		recv:      newRecvWindow(cfg.InitialConnWindow, cfg.MaxConnWindow),
+	}, nil
+}
+
+// Config returns the configuration in use, with defaults filled in.
+func (c *ConnFlow) Config() Config { return c.cfg }
+
+// Budget returns the connection's memory budget (read-only view).
+func (c *ConnFlow) Budget() *Budget { return &c.budget }
+
+// Pool returns the connection's chunk pool (read-only view).
+func (c *ConnFlow) Pool() *Pool { return c.pool }
+
+// SendCredit returns how many new stream bytes the connection may still
+// send under the peer's MAX_DATA.
+func (c *ConnFlow) SendCredit() uint64 {
+	if c.sent >= c.sendLimit {
+		return 0
+	}
+	return c.sendLimit - c.sent
+}
+
+// OnMaxData applies a MAX_DATA frame from the peer. A smaller value than
+// the current limit is ignored (frames may be reordered). It returns whether
+// credit increased, in which case streams that were blocked on it can be
+// scheduled again.
+func (c *ConnFlow) OnMaxData(maxBytes uint64) bool {
+	if maxBytes <= c.sendLimit {
+		return false
+	}
+	c.sendLimit = maxBytes
+	c.sendWanted = false
+	return true
+}
+
+// consumeSend records n new bytes sent.
+func (c *ConnFlow) consumeSend(n uint64) { c.sent += n }
+
+// markSendBlocked records that a stream had new data and no connection
+// credit.
+func (c *ConnFlow) markSendBlocked() { c.sendWanted = true }
+
+// Blocked reports, once per limit, that a stream had new data to send but
+// the connection credit was used up: the connection sends DATA_BLOCKED with
+// the returned limit.
+func (c *ConnFlow) Blocked() (limit uint64, ok bool) {
+	if !c.sendWanted || c.SendCredit() > 0 || (c.reported && c.reportedLimit == c.sendLimit) {
+		return 0, false
+	}
+	c.reported, c.reportedLimit = true, c.sendLimit
+	return c.sendLimit, true
+}
+
+// onReceived accounts delta new bytes at the top of a stream (its highest
+// received offset grew by delta). It returns an error wrapping
+// ErrFlowControl if that exceeds our MAX_DATA; nothing changes then.
+func (c *ConnFlow) onReceived(streamID, delta uint64) error {
+	if delta > c.recv.limit-c.received {
+		return fmt.Errorf("stream %d: %d new bytes with %d of connection credit left: %w",
+			streamID, delta, c.recv.limit-c.received, ErrFlowControl)
+	}
+	c.received += delta
+	return nil
+}
+
+// onConsumed records n bytes read by an application or discarded.
+func (c *ConnFlow) onConsumed(n uint64) { c.recv.consumed += n }
+
+// RecvWindow returns the connection's current receive window and the limit
+// last advertised (MAX_DATA).
+func (c *ConnFlow) RecvWindow() (windowBytes, limit uint64) { return c.recv.windowBytes, c.recv.limit }
+
+// ShouldSendMaxData reports whether the connection should send MAX_DATA, and
+// with which value: when the applications consumed more than a quarter of
+// the window since the last update. It auto-tunes the window first (rtt is
+// the smoothed RTT; zero means unknown). When ok, the new limit is in force
+// as if sent: the connection must send it (and resend the latest value if
+// the frame is lost).
+func (c *ConnFlow) ShouldSendMaxData(now monotime.Time, rtt time.Duration) (maxBytes uint64, ok bool) {
+	if !c.recv.wantsUpdate() {
+		return 0, false
+	}
+	c.recv.autoTune(now, rtt)
+	c.recv.limit = c.recv.consumed + c.recv.windowBytes
+	return c.recv.limit, true
+}

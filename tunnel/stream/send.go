@@ -1,0 +1,348 @@
+package stream
+
+import "github.com/wanopt/wanopt/tunnel/wire"
+
+// SendStream is the sending half of a stream: a buffer of bytes written by
+// the application and not yet acknowledged, with the bookkeeping to send
+// them as STREAM frames, retransmit the lost ones and free the acknowledged
+// ones. Offsets are stream offsets; lengths are bytes.
+//
+// Calling contract (the connection serialises all calls, see ConnFlow):
+//
+//   - The driver calls Write and CloseWrite for the application.
+//   - To fill a packet the connection calls PopFrame while HasData, copies
+//     the returned data into the packet at once, and remembers (offset,
+//     length, fin) per frame in the packet's record.
+//   - When the packet is acknowledged or declared lost, the connection calls
+//     OnAcked or OnLost with each frame's (offset, length, fin), in any
+//     order and any number of times.
+//   - Peer frames: OnMaxStreamData (MAX_STREAM_DATA), OnStopSending
+//     (STOP_SENDING); the connection sends STREAM_DATA_BLOCKED when Blocked
+//     says so.
+//   - Reset abandons the stream; the connection sends RESET_STREAM with the
+//     returned final size until it is acknowledged, then calls OnResetAcked.
+//   - The stream is finished when Done.
+type SendStream struct {
+	id uint64
+	cf *ConnFlow
+
+	buf       chunkRing // bytes [ackedBase, writeEnd)
+	ackedBase uint64    // every byte below is acknowledged (and freed)
+	sentEnd   uint64    // bytes below were sent at least once
+	writeEnd  uint64    // bytes written by the application
+	reserved  uint64    // bytes reserved from the budget (the buffered bytes)
+
+	acked rangeSet // acknowledged ranges above ackedBase
+	lost  rangeSet // ranges to retransmit, within [ackedBase, sentEnd), none acked
+
+	maxStreamData   uint64 // the peer's credit: we may send bytes below it
+	blockedReported bool   // Blocked reported blockedLimit
+	blockedLimit    uint64
+
+	closed   bool // CloseWrite: the final size is writeEnd
+	finSent  bool
+	finLost  bool // the FIN must be sent again
+	finAcked bool
+
+	reset      bool
+	resetCode  wire.ErrorCode
+	resetAcked bool
+}
+
+// NewSendStream returns the sending half of stream id, sharing cf's credit,
+// budget and pool. peerInitialMaxStreamData is the credit the peer grants
+// before its first MAX_STREAM_DATA (its InitialStreamWindow).
+func NewSendStream(id uint64, cf *ConnFlow, peerInitialMaxStreamData uint64) *SendStream {
+	return &SendStream{id: id, cf: cf, maxStreamData: peerInitialMaxStreamData}
+}
+
+// ID returns the stream ID.
+func (s *SendStream) ID() uint64 { return s.id }
+
+// Buffered returns the bytes held: written and not yet acknowledged.
+func (s *SendStream) Buffered() int { return int(s.writeEnd - s.ackedBase) }
+
+// Writable returns how many bytes Write would accept now. It is 0 after
+// CloseWrite or Reset, or when the stream's buffer (Config.SendBufferBytes)
+// or the connection's Budget is full; space comes back when OnAcked frees
+// bytes, on this stream or (for the budget) on any stream.
+func (s *SendStream) Writable() int {
+	if s.closed || s.reset {
+		return 0
+	}
+	cfg := &s.cf.cfg
+	buffered := s.writeEnd - s.ackedBase
+	room := uint64(cfg.SendBufferBytes) - min(buffered, uint64(cfg.SendBufferBytes))
+	var floor uint64
+	if f := uint64(cfg.MinSendBufferBytes); buffered < f {
+		floor = f - buffered
+	}
+	return int(min(room, floor+s.cf.budget.Available()))
+}
+
+// Write copies as much of p as Writable allows into the stream's buffer and
+// returns the number of bytes taken; 0 means the buffer is full (or the
+// stream closed or reset), and the driver should wait for OnAcked. p is not
+// retained.
+func (s *SendStream) Write(p []byte) int {
+	want := min(uint64(len(p)), uint64(s.Writable()))
+	if want == 0 {
+		return 0
+	}
+	var floor uint64
+	if f, b := uint64(s.cf.cfg.MinSendBufferBytes), s.writeEnd-s.ackedBase; b < f {
+		floor = f - b
+	}
+	n := int(s.cf.budget.reserve(want, floor))
+	s.reserved += uint64(n)
+	p = p[:n]
+	chunk := uint64(s.cf.pool.chunkBytes)
+	for len(p) > 0 {
+		c := s.buf.chunkFor(s.cf.pool, s.ackedBase/chunk, s.writeEnd/chunk)
+		m := copy(c[s.writeEnd%chunk:], p)
+		s.writeEnd += uint64(m)
+		p = p[m:]
+	}
+	return n
+}
+
+// CloseWrite ends the stream after the bytes written so far: a FIN will be
+// sent after them. Later calls, and calls after Reset, do nothing.
+func (s *SendStream) CloseWrite() {
+	if !s.reset {
+		s.closed = true
+	}
+}
+
+// Closed reports whether CloseWrite or Reset was called.
+func (s *SendStream) Closed() bool { return s.closed || s.reset }
+
+// streamCredit returns the new bytes the peer's stream credit allows.
+func (s *SendStream) streamCredit() uint64 {
+	if s.sentEnd >= s.maxStreamData {
+		return 0
+	}
+	return s.maxStreamData - s.sentEnd
+}
+
+// finPending reports whether a FIN is due as a new frame (all data sent).
+func (s *SendStream) finPending() bool {
+	return s.closed && !s.finSent && s.sentEnd == s.writeEnd
+}
+
+// HasData reports whether PopFrame would return a frame given enough space:
+// lost data or a lost FIN to retransmit, new data within both credits, or a
+// FIN to send. It records when new data waits for connection credit (see
+// ConnFlow.Blocked).
+func (s *SendStream) HasData() bool {
+	if s.reset {
+		return false
+	}
+	if !s.lost.empty() || s.finLost || s.finPending() {
+		return true
+	}
+	if s.writeEnd == s.sentEnd || s.streamCredit() == 0 {
+		return false
+	}
+	if s.cf.SendCredit() == 0 {
+		s.cf.markSendBlocked()
+		return false
+	}
+	return true
+}
+
+// PopFrame returns the next STREAM frame to send, with at most maxPayload
+// data bytes: first lost ranges (lowest offset first), then a lost FIN, then
+// new data limited by the peer's stream credit and the connection credit
+// (which it consumes), then a FIN. A frame never spans two buffer chunks,
+// so data may be shorter than maxPayload while more remains: call again to
+// fill the rest of the packet. fin says the frame ends the stream; a
+// FIN-only frame has no data. ok is false when there is nothing to send
+// (then nothing changed). With maxPayload 0 only a FIN-only frame is
+// returned.
+//
+// data aliases the stream's buffer. It stays valid until the next call to
+// OnAcked, OnLost, Reset or OnStopSending on this stream; the connection
+// copies it into the packet immediately.
+func (s *SendStream) PopFrame(maxPayload int) (offset uint64, data []byte, fin bool, ok bool) {
+	if s.reset || maxPayload < 0 {
+		return 0, nil, false, false
+	}
+	chunk := uint64(s.cf.pool.chunkBytes)
+	if !s.lost.empty() && maxPayload > 0 {
+		r := s.lost.first()
+		n := min(r.end-r.start, uint64(maxPayload), chunk-r.start%chunk)
+		s.lost.remove(r.start, r.start+n)
+		if s.finLost && r.start+n == s.writeEnd {
+			fin, s.finLost = true, false
+		}
+		return r.start, s.bytesAt(r.start, n), fin, true
+	}
+	if s.finLost && s.lost.empty() {
+		s.finLost = false
+		return s.writeEnd, nil, true, true
+	}
+	if avail := s.writeEnd - s.sentEnd; avail > 0 && maxPayload > 0 {
+		credit := min(s.streamCredit(), s.cf.SendCredit())
+		if credit == 0 {
+			if s.streamCredit() > 0 {
+				s.cf.markSendBlocked()
+			}
+			return 0, nil, false, false
+		}
+		off := s.sentEnd
+		n := min(avail, credit, uint64(maxPayload), chunk-off%chunk)
+		s.sentEnd += n
+		s.cf.consumeSend(n)
+		if s.finPending() {
+			fin, s.finSent = true, true
+		}
+		return off, s.bytesAt(off, n), fin, true
+	}
+	if s.finPending() {
+		s.finSent = true
+		return s.sentEnd, nil, true, true
+	}
+	return 0, nil, false, false
+}
+
+// bytesAt returns the n buffered bytes at off, which lie in one chunk.
+func (s *SendStream) bytesAt(off, n uint64) []byte {
+	chunk := uint64(s.cf.pool.chunkBytes)
+	c := *s.buf.slot(off / chunk)
+	i := off % chunk
+	return c[i : i+n : i+n]
+}
+
+// OnAcked records that the frame (offset, length, fin) was acknowledged. Parts
+// already acknowledged are ignored, parts queued for retransmission are
+// dequeued, and the buffer is freed up to the lowest unacknowledged byte.
+// Calls after Reset do nothing.
+func (s *SendStream) OnAcked(offset uint64, length int, fin bool) {
+	if s.reset {
+		return
+	}
+	start, end := max(offset, s.ackedBase), min(offset+uint64(length), s.sentEnd)
+	if start < end {
+		s.acked.add(start, end)
+		s.lost.remove(start, end)
+	}
+	if fin && s.finSent {
+		s.finAcked, s.finLost = true, false
+	}
+	if s.acked.empty() || s.acked.first().start > s.ackedBase {
+		if s.Done() {
+			s.buf.releaseAll(s.cf.pool)
+		}
+		return
+	}
+	newBase := s.acked.first().end
+	s.acked.removeBelow(newBase)
+	freed := newBase - s.ackedBase
+	s.ackedBase = newBase
+	s.reserved -= freed
+	s.cf.budget.release(freed)
+	s.buf.releaseBelow(s.cf.pool, s.ackedBase, s.cf.pool.chunkBytes)
+	if s.Done() {
+		s.buf.releaseAll(s.cf.pool)
+	}
+}
+
+// OnLost records that the frame (offset, length, fin) was lost: the parts
+// not acknowledged yet are queued for retransmission (once, however often
+// they are reported), and so is the FIN if fin and it was not acknowledged.
+// Calls after Reset do nothing.
+func (s *SendStream) OnLost(offset uint64, length int, fin bool) {
+	if s.reset {
+		return
+	}
+	start, end := max(offset, s.ackedBase), min(offset+uint64(length), s.sentEnd)
+	cur := start
+	for _, r := range s.acked.r {
+		if cur >= end || r.start >= end {
+			break
+		}
+		if r.end <= cur {
+			continue
+		}
+		if r.start > cur {
+			s.lost.add(cur, r.start)
+		}
+		cur = r.end
+	}
+	if cur < end {
+		s.lost.add(cur, end)
+	}
+	if fin && s.finSent && !s.finAcked {
+		s.finLost = true
+	}
+}
+
+// OnMaxStreamData applies a MAX_STREAM_DATA frame from the peer; a value
+// below the current credit is ignored. It returns whether credit increased
+// (the stream may have become sendable).
+func (s *SendStream) OnMaxStreamData(maxBytes uint64) bool {
+	if maxBytes <= s.maxStreamData {
+		return false
+	}
+	s.maxStreamData = maxBytes
+	return true
+}
+
+// Blocked reports, once per limit, that the stream has new data but the
+// peer's stream credit is used up: the connection sends STREAM_DATA_BLOCKED
+// with the returned limit.
+func (s *SendStream) Blocked() (limit uint64, ok bool) {
+	if s.reset || s.writeEnd == s.sentEnd || s.streamCredit() > 0 ||
+		(s.blockedReported && s.blockedLimit == s.maxStreamData) {
+		return 0, false
+	}
+	s.blockedReported, s.blockedLimit = true, s.maxStreamData
+	return s.maxStreamData, true
+}
+
+// Reset abandons the stream with the application error code: buffered data
+// is dropped (its memory returned) and nothing more is sent or accepted.
+// The connection sends RESET_STREAM with code and finalSize (the bytes
+// sent, which already counted against connection credit) until it is
+// acknowledged, then calls OnResetAcked. ok is false if the stream was
+// already reset or Done (nothing to send).
+func (s *SendStream) Reset(code wire.ErrorCode) (finalSize uint64, ok bool) {
+	if s.reset || s.Done() {
+		return 0, false
+	}
+	s.reset, s.resetCode = true, code
+	s.buf.releaseAll(s.cf.pool)
+	s.cf.budget.release(s.reserved)
+	s.reserved = 0
+	s.acked.clear()
+	s.lost.clear()
+	s.finLost = false
+	return s.sentEnd, true
+}
+
+// OnStopSending handles a STOP_SENDING frame from the peer: the stream is
+// reset with the peer's code (RFC 9000 §3.5), as by Reset.
+func (s *SendStream) OnStopSending(code wire.ErrorCode) (finalSize uint64, ok bool) {
+	return s.Reset(code)
+}
+
+// ResetCode returns the code given to Reset, if the stream was reset.
+func (s *SendStream) ResetCode() (code wire.ErrorCode, ok bool) { return s.resetCode, s.reset }
+
+// OnResetAcked records that the peer acknowledged our RESET_STREAM.
+func (s *SendStream) OnResetAcked() {
+	if s.reset {
+		s.resetAcked = true
+	}
+}
+
+// Done reports whether the stream is finished: every byte and the FIN
+// acknowledged, or the reset acknowledged. The connection may then forget
+// it.
+func (s *SendStream) Done() bool {
+	if s.reset {
+		return s.resetAcked
+	}
+	return s.finAcked && s.ackedBase == s.writeEnd
+}

@@ -1,0 +1,350 @@
+package stream
+
+import (
+	"bytes"
+	"testing"
+)
+
+// checkFrame fails if f does not carry src[f.offset:] correctly.
+func checkFrame(t *testing.T, f frame, src []byte) {
+	t.Helper()
+	if !bytes.Equal(f.data, src[f.offset:f.offset+uint64(len(f.data))]) {
+		t.Fatalf("frame at %d (%d bytes): wrong data", f.offset, len(f.data))
+	}
+}
+
+func TestSendInOrder(t *testing.T) {
+	cf := newConn(t, Config{ChunkBytes: 4096}, 0)
+	s := NewSendStream(4, cf, 1<<20)
+	src := pattern(10000)
+	if n := s.Write(src); n != len(src) {
+		t.Fatalf("Write took %d of %d", n, len(src))
+	}
+	var next uint64
+	for _, f := range popAll(s, 1350) {
+		if f.offset != next || f.fin {
+			t.Fatalf("frame at %d fin=%v, want offset %d without fin", f.offset, f.fin, next)
+		}
+		if f.offset/4096 != (f.offset+uint64(len(f.data))-1)/4096 {
+			t.Fatalf("frame at %d (%d bytes) spans two chunks", f.offset, len(f.data))
+		}
+		checkFrame(t, f, src)
+		next += uint64(len(f.data))
+		s.OnAcked(f.offset, len(f.data), false)
+	}
+	if next != 10000 || s.Buffered() != 0 {
+		t.Fatalf("sent %d, buffered %d; want 10000 and 0", next, s.Buffered())
+	}
+	if cf.Budget().Used() != 0 || cf.Pool().InUse() != 1 { // the chunk holding offset 10000 stays until Done
+		t.Fatalf("after acking all: budget used %d, chunks in use %d", cf.Budget().Used(), cf.Pool().InUse())
+	}
+	if s.HasData() || s.Done() {
+		t.Fatal("HasData or Done before CloseWrite")
+	}
+	s.CloseWrite()
+	if n := s.Write([]byte{1}); n != 0 {
+		t.Fatalf("Write after CloseWrite took %d", n)
+	}
+	f, ok := pop(s, 1350)
+	if !ok || !f.fin || f.offset != 10000 || len(f.data) != 0 {
+		t.Fatalf("want FIN-only frame at 10000, got %+v ok=%v", f, ok)
+	}
+	if _, ok := pop(s, 1350); ok || s.Done() {
+		t.Fatal("a second FIN, or Done before the FIN was acked")
+	}
+	s.OnAcked(10000, 0, true)
+	if !s.Done() || cf.Pool().InUse() != 0 {
+		t.Fatalf("Done=%v, %d chunks in use after FIN acked", s.Done(), cf.Pool().InUse())
+	}
+}
+
+func TestSendLossAndAck(t *testing.T) {
+	const mtu = 1000
+	type ev struct {
+		lost  bool
+		frame int // index of a frame popped before
+		off   uint64
+		n     int // partial range (n>0) instead of the whole frame
+	}
+	tests := []struct {
+		name string
+		evs  []ev
+		// next frames popped after the events (offset, length), before new data at 5000
+		want [][2]uint64
+	}{
+		{"middle frames lost, requeued first", []ev{{lost: true, frame: 2}, {lost: true, frame: 3}}, [][2]uint64{{2000, 1000}, {3000, 1000}, {5000, 1000}}},
+		{"lost then acked: requeue cancelled", []ev{{lost: true, frame: 2}, {lost: true, frame: 3}, {frame: 2}}, [][2]uint64{{3000, 1000}, {5000, 1000}}},
+		{"acked then reported lost: ignored", []ev{{frame: 1}, {lost: true, frame: 1}}, [][2]uint64{{5000, 1000}}},
+		{"loss reported twice: once", []ev{{lost: true, frame: 4}, {lost: true, frame: 4}}, [][2]uint64{{4000, 1000}, {5000, 1000}}},
+		{"partial ack inside a lost range", []ev{{off: 1200, n: 300}, {lost: true, frame: 1}}, [][2]uint64{{1000, 200}, {1500, 500}, {5000, 1000}}},
+		{"partial ack after loss", []ev{{lost: true, frame: 1}, {off: 1200, n: 300}}, [][2]uint64{{1000, 200}, {1500, 500}, {5000, 1000}}},
+		{"lost ranges in offset order", []ev{{lost: true, frame: 3}, {lost: true, frame: 0}}, [][2]uint64{{0, 1000}, {3000, 1000}, {5000, 1000}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cf := newConn(t, Config{}, 0)
+			s := NewSendStream(0, cf, 1<<20)
+			src := pattern(8000)
+			s.Write(src)
+			var sent []frame
+			for range 5 {
+				f, _ := pop(s, mtu)
+				sent = append(sent, f)
+			}
+			for _, e := range tt.evs {
+				off, n := e.off, e.n
+				if n == 0 {
+					off, n = sent[e.frame].offset, len(sent[e.frame].data)
+				}
+				if e.lost {
+					s.OnLost(off, n, false)
+				} else {
+					s.OnAcked(off, n, false)
+				}
+			}
+			for i, w := range tt.want {
+				f, ok := pop(s, mtu)
+				if !ok || f.offset != w[0] || uint64(len(f.data)) != w[1] {
+					t.Fatalf("pop %d: got offset %d len %d ok=%v, want %d len %d", i, f.offset, len(f.data), ok, w[0], w[1])
+				}
+				checkFrame(t, f, src)
+			}
+		})
+	}
+}
+
+func TestSendDuplicateAcks(t *testing.T) {
+	cf := newConn(t, Config{}, 0)
+	s := NewSendStream(0, cf, 1<<20)
+	s.Write(pattern(5000))
+	fs := popAll(s, 1000)
+	for range 3 {
+		s.OnAcked(fs[2].offset, len(fs[2].data), false) // out of order, repeated
+	}
+	if s.Buffered() != 5000 || cf.Budget().Used() != 5000 {
+		t.Fatalf("ack above a hole freed bytes: buffered %d, budget %d", s.Buffered(), cf.Budget().Used())
+	}
+	for range 2 {
+		for _, f := range fs[:2] {
+			s.OnAcked(f.offset, len(f.data), false)
+		}
+	}
+	if s.Buffered() != 2000 || cf.Budget().Used() != 2000 {
+		t.Fatalf("buffered %d, budget %d; want 2000", s.Buffered(), cf.Budget().Used())
+	}
+	s.OnAcked(0, 5000, false)
+	s.OnAcked(0, 5000, false)
+	if s.Buffered() != 0 || cf.Budget().Used() != 0 {
+		t.Fatalf("buffered %d, budget %d after acking all twice", s.Buffered(), cf.Budget().Used())
+	}
+}
+
+func TestSendFin(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, s *SendStream)
+	}{
+		{"FIN rides on the last data frame", func(t *testing.T, s *SendStream) {
+			s.Write(pattern(1500))
+			s.CloseWrite()
+			fs := popAll(s, 1000)
+			if len(fs) != 2 || fs[0].fin || !fs[1].fin || fs[1].offset != 1000 {
+				t.Fatalf("frames %+v", fs)
+			}
+			s.OnAcked(1000, 500, true)
+			if s.Done() {
+				t.Fatal("Done with bytes 0-1000 unacked")
+			}
+			s.OnAcked(0, 1000, false)
+			if !s.Done() {
+				t.Fatal("not Done")
+			}
+		}},
+		{"empty stream: FIN-only at 0", func(t *testing.T, s *SendStream) {
+			s.CloseWrite()
+			if !s.HasData() {
+				t.Fatal("no HasData with a FIN due")
+			}
+			f, ok := pop(s, 0)
+			if !ok || !f.fin || f.offset != 0 {
+				t.Fatalf("got %+v ok=%v", f, ok)
+			}
+			s.OnAcked(0, 0, true)
+			if !s.Done() {
+				t.Fatal("not Done")
+			}
+		}},
+		{"lost FIN-only frame is resent", func(t *testing.T, s *SendStream) {
+			s.Write(pattern(100))
+			popAll(s, 1000)
+			s.CloseWrite()
+			f, _ := pop(s, 1000)
+			s.OnAcked(0, 100, false)
+			s.OnLost(f.offset, 0, true)
+			f, ok := pop(s, 1000)
+			if !ok || !f.fin || f.offset != 100 || len(f.data) != 0 {
+				t.Fatalf("got %+v ok=%v", f, ok)
+			}
+			s.OnLost(100, 0, true) // lost again, then acked late
+			s.OnAcked(100, 0, true)
+			if s.HasData() || !s.Done() {
+				t.Fatalf("HasData=%v Done=%v after FIN acked", s.HasData(), s.Done())
+			}
+		}},
+		{"lost data+FIN is resent with FIN", func(t *testing.T, s *SendStream) {
+			s.Write(pattern(1500))
+			s.CloseWrite()
+			fs := popAll(s, 1000)
+			s.OnLost(fs[1].offset, len(fs[1].data), true)
+			f, ok := pop(s, 1000)
+			if !ok || !f.fin || f.offset != 1000 || len(f.data) != 500 {
+				t.Fatalf("got %+v ok=%v", f, ok)
+			}
+		}},
+		{"FIN acked before data: not Done", func(t *testing.T, s *SendStream) {
+			s.Write(pattern(1500))
+			s.CloseWrite()
+			fs := popAll(s, 1000)
+			s.OnAcked(fs[1].offset, len(fs[1].data), true)
+			s.OnLost(fs[0].offset, len(fs[0].data), false)
+			if s.Done() || !s.HasData() {
+				t.Fatal("Done with data lost")
+			}
+			f, _ := pop(s, 1000)
+			if f.fin || f.offset != 0 {
+				t.Fatalf("resent %+v", f)
+			}
+			s.OnAcked(0, 1000, false)
+			if !s.Done() {
+				t.Fatal("not Done")
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.run(t, NewSendStream(0, newConn(t, Config{}, 0), 1<<20))
+		})
+	}
+}
+
+func TestSendFlowControl(t *testing.T) {
+	t.Run("stream credit", func(t *testing.T) {
+		cf := newConn(t, Config{}, 0)
+		s := NewSendStream(8, cf, 3000)
+		s.Write(pattern(10000))
+		var n int
+		for _, f := range popAll(s, 1350) {
+			n += len(f.data)
+		}
+		if n != 3000 || s.HasData() {
+			t.Fatalf("sent %d with credit 3000, HasData=%v", n, s.HasData())
+		}
+		if lim, ok := s.Blocked(); !ok || lim != 3000 {
+			t.Fatalf("Blocked = %d, %v; want 3000", lim, ok)
+		}
+		if _, ok := s.Blocked(); ok {
+			t.Fatal("Blocked reported twice for one limit")
+		}
+		s.OnLost(0, 1350, false) // retransmissions need no credit
+		if f, ok := pop(s, 1350); !ok || f.offset != 0 {
+			t.Fatalf("retransmission blocked by credit: %+v %v", f, ok)
+		}
+		if s.OnMaxStreamData(2000) || !s.OnMaxStreamData(5000) {
+			t.Fatal("OnMaxStreamData: lower value must be ignored, higher applied")
+		}
+		n = 0
+		for _, f := range popAll(s, 1350) {
+			n += len(f.data)
+		}
+		if n != 2000 {
+			t.Fatalf("sent %d more after credit 5000, want 2000", n)
+		}
+		if lim, ok := s.Blocked(); !ok || lim != 5000 {
+			t.Fatalf("Blocked = %d, %v; want 5000", lim, ok)
+		}
+	})
+	t.Run("connection credit", func(t *testing.T) {
+		cf := newConn(t, Config{}, 2500)
+		a, b := NewSendStream(0, cf, 1<<20), NewSendStream(4, cf, 1<<20)
+		a.Write(pattern(2000))
+		b.Write(pattern(2000))
+		na, nb := len(popAll(a, 3000)[0].data), len(popAll(b, 3000)[0].data)
+		if na != 2000 || nb != 500 || b.HasData() {
+			t.Fatalf("sent %d + %d with connection credit 2500", na, nb)
+		}
+		if lim, ok := cf.Blocked(); !ok || lim != 2500 {
+			t.Fatalf("ConnFlow.Blocked = %d, %v; want 2500", lim, ok)
+		}
+		if _, ok := cf.Blocked(); ok {
+			t.Fatal("reported twice")
+		}
+		if _, ok := b.Blocked(); ok {
+			t.Fatal("stream reports STREAM_DATA_BLOCKED while it has stream credit")
+		}
+		cf.OnMaxData(10000)
+		if _, ok := cf.Blocked(); ok || !b.HasData() {
+			t.Fatal("still blocked after MAX_DATA")
+		}
+	})
+}
+
+func TestSendBufferBound(t *testing.T) {
+	cf := newConn(t, Config{SendBufferBytes: 64 << 10, MinSendBufferBytes: 16 << 10, BudgetBytes: 100 << 10}, 0)
+	s := NewSendStream(0, cf, 1<<30)
+	big := pattern(1 << 20)
+	if n := s.Write(big); n != 64<<10 {
+		t.Fatalf("Write took %d, want the buffer size %d", n, 64<<10)
+	}
+	if n := s.Write(big); n != 0 {
+		t.Fatalf("Write on a full buffer took %d", n)
+	}
+	s.PopFrame(10000)
+	s.OnAcked(0, 10000, false)
+	if w := s.Writable(); w != 10000 {
+		t.Fatalf("Writable after acking 10000 = %d", w)
+	}
+	// A second stream meets the budget (100 KiB - 54 KiB used) but keeps its floor.
+	s2 := NewSendStream(4, cf, 1<<30)
+	if n := s2.Write(big); n != 100<<10-(64<<10-10000) {
+		t.Fatalf("second stream took %d, want the rest of the budget", n)
+	}
+	s3 := NewSendStream(8, cf, 1<<30)
+	if n := s3.Write(big); n != 16<<10 {
+		t.Fatalf("third stream took %d, want its floor %d", n, 16<<10)
+	}
+	if _, ok := s.Reset(7); !ok {
+		t.Fatal("Reset refused")
+	}
+	s2.Reset(7)
+	s3.Reset(7)
+	if cf.Budget().Used() != 0 || cf.Pool().InUse() != 0 {
+		t.Fatalf("after resets: budget %d, chunks %d", cf.Budget().Used(), cf.Pool().InUse())
+	}
+}
+
+func TestSendReset(t *testing.T) {
+	cf := newConn(t, Config{}, 0)
+	s := NewSendStream(0, cf, 1<<20)
+	s.Write(pattern(5000))
+	popAll(s, 1000)
+	s.Write(pattern(100))
+	size, ok := s.OnStopSending(9)
+	if !ok || size != 5000 {
+		t.Fatalf("OnStopSending = %d, %v; want final size 5000", size, ok)
+	}
+	if code, ok := s.ResetCode(); !ok || code != 9 {
+		t.Fatalf("ResetCode = %d, %v", code, ok)
+	}
+	if _, ok := s.Reset(1); ok {
+		t.Fatal("second reset accepted")
+	}
+	s.OnLost(0, 1000, false)
+	s.OnAcked(0, 1000, false)
+	if s.HasData() || s.Write([]byte{1}) != 0 || s.Done() {
+		t.Fatal("reset stream still sends, writes or is Done before the reset is acked")
+	}
+	s.OnResetAcked()
+	if !s.Done() || cf.Budget().Used() != 0 || cf.Pool().InUse() != 0 {
+		t.Fatalf("Done=%v budget %d chunks %d", s.Done(), cf.Budget().Used(), cf.Pool().InUse())
+	}
+}
