@@ -140,5 +140,5 @@ func cpuTime() float64 {
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
 	}
-	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()).Seconds()
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
