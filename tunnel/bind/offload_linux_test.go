@@ -1,0 +1,150 @@
+//go:build linux && !bindfallback
+
+package bind
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestGROSplitAcrossCalls sends one batch that GSO sends as two
+// super-datagrams (51 datagrams, the last shorter, then 13 more) and reads them through a caller batch of 7:
+// the datagrams that do not fit must wait in the ring for the next
+// ReadBatch, in order, without a system call per ReadBatch.
+func TestGROSplitAcrossCalls(t *testing.T) {
+	checkLeaks(t)
+	a := listen(t, "udp4", "127.0.0.1:0", Options{})
+	b := listen(t, "udp4", "127.0.0.1:0", Options{})
+	if !a.Stats().GSO || !b.Stats().GRO {
+		t.Skipf("kernel lacks UDP GSO or GRO: %+v %+v", a.Stats(), b.Stats())
+	}
+	watchdog(t, 10*time.Second, a, b)
+
+	var out [][]byte
+	for i := range 64 {
+		size := 1000
+		switch {
+		case i == 50:
+			size = 300
+		case i > 50:
+			size = 700
+		}
+		out = append(out, make([]byte, size))
+		fill(out[i], uint32(i))
+	}
+	if err := a.WriteBatch(out, b.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if s := a.Stats(); s.Segmented != 2 || s.WriteSyscalls != 1 {
+		t.Fatalf("sender: %d GSO messages in %d system calls, want 2 in 1", s.Segmented, s.WriteSyscalls)
+	}
+
+	bufs, sizes, eps := buffers(7, 1500)
+	calls, next := 0, 0
+	for next < len(out) {
+		n, err := b.ReadBatch(bufs, sizes, eps)
+		if err != nil {
+			t.Fatalf("after %d datagrams: %v", next, err)
+		}
+		calls++
+		if n > len(bufs) {
+			t.Fatalf("ReadBatch returned %d datagrams into %d buffers", n, len(bufs))
+		}
+		for i := range n {
+			seq, err := verify(bufs[i][:sizes[i]])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int(seq) != next || sizes[i] != len(out[seq]) || eps[i] != a.LocalAddr() {
+				t.Fatalf("datagram %d: got seq %d, %d bytes from %v", next, seq, sizes[i], eps[i])
+			}
+			next++
+		}
+	}
+	s := b.Stats()
+	t.Logf("%d ReadBatch calls, receiver %+v", calls, s)
+	if s.Coalesced != 2 {
+		t.Errorf("received %d GRO super-datagrams, want 2", s.Coalesced)
+	}
+	if s.ReadSyscalls >= uint64(calls) {
+		t.Errorf("%d system calls for %d ReadBatch calls: remainder not served from the ring", s.ReadSyscalls, calls)
+	}
+}
+
+// TestGSOFallback makes the kernel refuse GSO sends (it does when UDP
+// checksums are off: SO_NO_CHECK) and checks that WriteBatch turns GSO
+// off, resends without it, and loses nothing.
+func TestGSOFallback(t *testing.T) {
+	checkLeaks(t)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	a := listen(t, "udp4", "127.0.0.1:0", Options{DisableGRO: true, Logger: log})
+	b := listen(t, "udp4", "127.0.0.1:0", Options{})
+	if !a.Stats().GSO {
+		t.Skip("kernel lacks UDP GSO")
+	}
+	watchdog(t, 10*time.Second, a, b)
+	var serr error
+	if err := a.(*linuxConn).raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_NO_CHECK, 1)
+	}); err != nil || serr != nil {
+		t.Fatalf("set SO_NO_CHECK: %v %v", err, serr)
+	}
+
+	out := make([][]byte, 0, 20)
+	for i := range 20 {
+		size := 1200
+		if i < 2 {
+			size = 100 + 100*i // two single datagrams before the first GSO run
+		}
+		out = append(out, make([]byte, size))
+		fill(out[i], uint32(i))
+	}
+	for round := range 2 {
+		if err := a.WriteBatch(out, b.LocalAddr()); err != nil {
+			t.Fatalf("round %d: WriteBatch: %v", round, err)
+		}
+		bufs, sizes, eps := buffers(64, 1500)
+		for next := 0; next < len(out); {
+			n, err := b.ReadBatch(bufs, sizes, eps)
+			if err != nil {
+				t.Fatalf("round %d, after %d datagrams: %v", round, next, err)
+			}
+			for i := range n {
+				if seq, err := verify(bufs[i][:sizes[i]]); err != nil || int(seq) != next {
+					t.Fatalf("round %d, datagram %d: seq %d, %v", round, next, seq, err)
+				}
+				next++
+			}
+		}
+	}
+	s := a.Stats()
+	if s.GSO || s.Segmented != 0 || s.DatagramsWritten != 40 {
+		t.Errorf("after fallback: GSO %v, %d GSO messages, %d datagrams written; want false, 0, 40", s.GSO, s.Segmented, s.DatagramsWritten)
+	}
+	if n := strings.Count(logs.String(), "GSO send failed"); n != 1 {
+		t.Errorf("logged the fallback %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+// TestGSOErrorSurfaces checks that an error GSO cannot explain (a datagram
+// too large for UDP) is returned, wrapped with the errno, and that GSO
+// stays on.
+func TestGSOErrorSurfaces(t *testing.T) {
+	checkLeaks(t)
+	a := listen(t, "udp4", "127.0.0.1:0", Options{})
+	err := a.WriteBatch([][]byte{make([]byte, 70000)}, a.LocalAddr())
+	if !errors.Is(err, unix.EMSGSIZE) {
+		t.Fatalf("WriteBatch of 70000 bytes: %v, want EMSGSIZE", err)
+	}
+	t.Logf("error: %v", err)
+	if !a.Stats().GSO {
+		t.Error("GSO turned off by an error unrelated to it")
+	}
+}
