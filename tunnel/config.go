@@ -1,0 +1,206 @@
+package tunnel
+
+import (
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/wanopt/wanopt/tunnel/crypt"
+	"github.com/wanopt/wanopt/tunnel/stream"
+)
+
+// Defaults for Config.
+const (
+	// DefaultMaxUDPPayloadBytes keeps IPv4 packets within a 1500-byte MTU:
+	// 1500 - 20 (IPv4) - 8 (UDP).
+	DefaultMaxUDPPayloadBytes = 1500 - 20 - 8
+	// MinUDPPayloadBytes is the smallest MaxUDPPayloadBytes accepted: a
+	// handshake initiation (113 bytes) and room for frames.
+	MinUDPPayloadBytes = 256
+	// DefaultIdleTimeout closes a connection that heard nothing from its
+	// peer for this long.
+	DefaultIdleTimeout = 30 * time.Second
+	// MaxKeepAliveInterval is the longest default keepalive interval; the
+	// default is min(MaxKeepAliveInterval, IdleTimeout/3).
+	MaxKeepAliveInterval = 10 * time.Second
+	// DefaultHandshakeRetransmit is the first handshake retransmission
+	// interval; it doubles per attempt up to MaxHandshakeRetransmit.
+	DefaultHandshakeRetransmit = time.Second
+	// MaxHandshakeRetransmit bounds the handshake retransmission interval.
+	MaxHandshakeRetransmit = 8 * time.Second
+	// DefaultMaxStreams is the default limit of open streams per direction
+	// (opened by us, and opened by the peer).
+	DefaultMaxStreams = 4096
+	// DefaultInitialStreamWindowBytes is the stream receive window at open
+	// when Config.Stream.InitialStreamWindow is 0: 1 MiB, a 250 Mbit/s x
+	// 32 ms bandwidth-delay product, so that a new flow on a warm
+	// connection is not held to the stream package's 256 KiB (20 Mbit/s on
+	// a 100 ms path) during its first round trips, before auto-tuning.
+	// It is a floor granted regardless of the memory budget, so with
+	// MaxStreams streams the worst case is MaxStreams MiB.
+	DefaultInitialStreamWindowBytes = 1 << 20
+	// DefaultMaxDatagramQueue is how many outgoing and incoming datagrams
+	// wait at most; more are dropped.
+	DefaultMaxDatagramQueue = 128
+)
+
+// CongestionControl selects the congestion controller.
+type CongestionControl uint8
+
+// Congestion controllers.
+const (
+	// CCBBR is BBR (the default): paced at the path's measured bandwidth.
+	CCBBR CongestionControl = iota
+	// CCCubic is CUBIC, for comparison.
+	CCCubic
+	// CCFixed sends at Config.FixedRateBps, for dedicated links.
+	CCFixed
+)
+
+// String returns "bbr", "cubic" or "fixed".
+func (c CongestionControl) String() string {
+	switch c {
+	case CCBBR:
+		return "bbr"
+	case CCCubic:
+		return "cubic"
+	case CCFixed:
+		return "fixed"
+	}
+	return fmt.Sprintf("CongestionControl(%d)", uint8(c))
+}
+
+// Config configures a Conn. Zero fields take the defaults noted.
+type Config struct {
+	// PrivateKey is this edge's static key. Required.
+	PrivateKey crypt.PrivateKey
+	// PeerPublicKey is the peer's static key. Required for a client; for a
+	// server it is the only key allowed when AllowPeer is nil.
+	PeerPublicKey crypt.PublicKey
+	// AllowPeer is the server's policy: it reports whether a peer key may
+	// connect. Nil allows exactly PeerPublicKey.
+	AllowPeer func(crypt.PublicKey) bool
+	// HandshakeTimestamp orders handshakes from one client key; the driver
+	// passes wall-clock Unix nanoseconds (time.Now().UnixNano()) so that it
+	// increases across restarts (see crypt.Timestamp). Tests pass any
+	// constant. Required for a client (nonzero).
+	HandshakeTimestamp crypt.Timestamp
+
+	// MaxUDPPayloadBytes is the largest datagram the connection emits
+	// (DefaultMaxUDPPayloadBytes if 0; at least MinUDPPayloadBytes).
+	MaxUDPPayloadBytes int
+	// Congestion selects the controller (CCBBR by default).
+	Congestion CongestionControl
+	// FixedRateBps is the sending rate of CCFixed, in bits per second.
+	FixedRateBps uint64
+	// IdleTimeout closes the connection after this long without an
+	// authenticated packet from the peer; it also bounds the handshake
+	// (DefaultIdleTimeout if 0).
+	IdleTimeout time.Duration
+	// KeepAliveInterval: when no ack-eliciting packet was sent for this
+	// long, a PING is sent, so an idle connection is not timed out by the
+	// peer and middlebox NAT state stays alive. 0 means
+	// min(MaxKeepAliveInterval, IdleTimeout/3); negative disables.
+	KeepAliveInterval time.Duration
+	// MaxStreams bounds the open streams per direction
+	// (DefaultMaxStreams if 0).
+	MaxStreams int
+	// MaxDatagramQueue bounds queued datagrams each way
+	// (DefaultMaxDatagramQueue if 0).
+	MaxDatagramQueue int
+	// Stream sizes the stream buffers, flow-control windows and the memory
+	// budget. Both edges must use the same InitialStreamWindow and
+	// InitialConnWindow.
+	Stream stream.Config
+
+	// Rand supplies handshake ephemeral keys, session indexes and the
+	// controller's randomness (crypto/rand.Reader if nil). Tests pass a
+	// seeded source for reproducible runs.
+	Rand io.Reader
+	// Logger receives connection-level events (never keys); nil discards.
+	Logger *slog.Logger
+}
+
+// withDefaults returns c with its zero fields set, or an error wrapping
+// ErrConfig.
+func (c Config) withDefaults(client bool) (Config, error) {
+	if c.PrivateKey.IsZero() {
+		return c, fmt.Errorf("%w: PrivateKey is not set", ErrConfig)
+	}
+	if client && c.PeerPublicKey.IsZero() {
+		return c, fmt.Errorf("%w: a client needs PeerPublicKey", ErrConfig)
+	}
+	if client && c.HandshakeTimestamp == 0 {
+		return c, fmt.Errorf("%w: a client needs HandshakeTimestamp (wall-clock Unix nanoseconds)", ErrConfig)
+	}
+	if !client && c.AllowPeer == nil {
+		if c.PeerPublicKey.IsZero() {
+			return c, fmt.Errorf("%w: a server needs AllowPeer or PeerPublicKey", ErrConfig)
+		}
+		peer := c.PeerPublicKey
+		c.AllowPeer = func(k crypt.PublicKey) bool { return k == peer }
+	}
+	if c.MaxUDPPayloadBytes == 0 {
+		c.MaxUDPPayloadBytes = DefaultMaxUDPPayloadBytes
+	}
+	if c.MaxUDPPayloadBytes < MinUDPPayloadBytes || c.MaxUDPPayloadBytes > 65527 {
+		return c, fmt.Errorf("%w: MaxUDPPayloadBytes %d outside [%d, 65527]", ErrConfig, c.MaxUDPPayloadBytes, MinUDPPayloadBytes)
+	}
+	switch c.Congestion {
+	case CCBBR, CCCubic:
+	case CCFixed:
+		if c.FixedRateBps == 0 {
+			return c, fmt.Errorf("%w: CCFixed needs FixedRateBps", ErrConfig)
+		}
+	default:
+		return c, fmt.Errorf("%w: unknown congestion controller %v", ErrConfig, c.Congestion)
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.IdleTimeout < 0 {
+		return c, fmt.Errorf("%w: negative IdleTimeout", ErrConfig)
+	}
+	if c.KeepAliveInterval == 0 {
+		c.KeepAliveInterval = min(MaxKeepAliveInterval, c.IdleTimeout/3)
+	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = DefaultMaxStreams
+	}
+	if c.MaxDatagramQueue <= 0 {
+		c.MaxDatagramQueue = DefaultMaxDatagramQueue
+	}
+	if c.Stream.InitialStreamWindow == 0 {
+		c.Stream.InitialStreamWindow = DefaultInitialStreamWindowBytes
+	}
+	if err := c.Stream.Validate(); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Reader
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// peerInitialConnWindow is the connection credit the peer grants before
+// its first MAX_DATA: both ends use the same stream.Config.
+func peerInitialConnWindow(c stream.Config) uint64 {
+	if c.InitialConnWindow == 0 {
+		return stream.DefaultInitialConnWindow
+	}
+	return c.InitialConnWindow
+}
+
+// peerInitialStreamWindow is the stream credit the peer grants before its
+// first MAX_STREAM_DATA.
+func peerInitialStreamWindow(c stream.Config) uint64 {
+	if c.InitialStreamWindow == 0 {
+		return stream.DefaultInitialStreamWindow
+	}
+	return c.InitialStreamWindow
+}

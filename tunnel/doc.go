@@ -1,0 +1,103 @@
+// Package tunnel is wanopt's WAN transport: one encrypted, congestion-
+// controlled connection per peer pair, carrying many reliable streams (one
+// per intercepted TCP flow) and unreliable datagrams.
+//
+// # Sans-IO
+//
+// Conn is a state machine in the style of quinn-proto: it owns no socket,
+// goroutine or clock. A driver feeds it datagrams (HandleDatagram) and the
+// time (HandleTimeout), pulls datagrams to send (PollTransmit) and events
+// (PollEvent), and arms one timer at NextTimeout. Every entry point that
+// depends on time takes now, a monotime.Time. The same code runs under the
+// UDP driver and under the deterministic simulator bench/netsim, which is
+// how the tests below measure it.
+//
+// # Handshake and packets
+//
+// The client (NewClientConn) knows the server's static key and sends a
+// Noise IK initiation (package crypt), retransmitted with exponential
+// backoff from 1 s to 8 s until answered or Config.IdleTimeout passes
+// (ErrHandshakeTimeout). The server (NewServerConn) answers only an
+// initiation that authenticates, comes from a key its policy allows and
+// carries a fresh timestamp; anything else costs no state and gets no
+// answer. Its response (65 bytes) is shorter than the initiation (113
+// bytes), and it sends nothing else until the client's first data packet
+// has authenticated (key confirmation), so the server cannot be used to
+// amplify traffic toward a spoofed address. The client sends that first
+// packet (a PING if it has nothing else) as soon as it holds the keys.
+//
+// Data packets follow package wire: a cleartext header with the peer's
+// session index and a truncated packet number, then frames sealed with
+// ChaCha20-Poly1305 under the packet number (16-byte tag). Packets are
+// built and sealed in place in the caller's buffer; received packets are
+// opened into a buffer owned by the Conn, so the caller's datagram is never
+// modified. A packet that does not parse, names another session, fails
+// authentication or repeats a packet number is counted in Stats and
+// dropped. A malformed frame inside an authenticated packet, an impossible
+// ACK or a flow-control violation is a protocol violation: the connection
+// closes with the matching CLOSE code (ErrProtocol).
+//
+// One packet-number space covers the connection. Loss detection, probe
+// timeouts, ACK generation (package recovery) and the congestion controller
+// (package cc: BBR by default, paced) are per connection, not per stream:
+// a new stream on a warm connection starts at the rate the controller has
+// already measured, with no slow start, and idle periods keep the model.
+// Each sent packet's frames are recorded in a ring (records.go); when the
+// packet is acknowledged or declared lost the records say what to release
+// or send again. Stream data is retransmitted by range in new packets;
+// control frames are re-queued with their latest value.
+//
+// # What a packet carries
+//
+// PollTransmit fills one datagram of at most Config.MaxUDPPayloadBytes
+// (1472 by default: 1500-byte IPv4 packets) in this order: an ACK if one is
+// due (a delayed-ACK policy; ACKs are not piggybacked on every packet, which
+// would cost about 10 bytes each), then control frames (MAX_DATA,
+// OPEN_RESULT, STREAM_OPEN, RESET_STREAM, STOP_SENDING, MAX_STREAM_DATA),
+// a PING when a keepalive or a probe needs one, queued datagrams, then
+// stream data, one frame per stream in round-robin order, the last frame
+// without a length field so the packet is filled exactly. A full bulk
+// packet carries 1443 bytes of stream data (29 bytes of overhead). ACK-only
+// packets bypass the congestion window and the pacer; everything else waits
+// for both. In steady state no call on the packet path allocates.
+//
+// # Streams
+//
+// Stream IDs are even for streams the client opens and odd for the server's.
+// OpenStream sends STREAM_OPEN with the flow's original source and
+// destination; the peer's application sees EventStreamOpened and answers
+// AcceptStream or RejectStream, which sends OPEN_RESULT. Data written on
+// our side before the answer is buffered and sent only after wire.OpenOK,
+// so a refused or unreachable destination never receives bytes (the local
+// TCP client's SYN is answered only then, see DESIGN.md decision 4); the
+// accepting side may write at once after AcceptStream, and the opener
+// accepts its data even if it overtakes OPEN_RESULT. FIN and reset pass
+// end to end and each direction closes on its own (half-close). A stream is
+// forgotten (EventStreamClosed) when both directions are finished: our FIN
+// or reset acknowledged, and the peer's FIN or reset seen by the
+// application (or reading stopped).
+//
+// Buffers and credit belong to package stream: per-stream send buffers and
+// receive windows that auto-tune from the RTT up to Config.Stream limits,
+// a connection window, and a memory budget. The connection announces new
+// credit (MAX_STREAM_DATA, MAX_DATA) after the application reads.
+//
+// # Liveness
+//
+// Any authenticated packet from the peer restarts the idle timer
+// (Config.IdleTimeout, 30 s by default); so does our first ack-eliciting
+// packet after it. When it expires the connection closes with
+// ErrIdleTimeout, silently, at both ends. While data is outstanding, probe
+// timeouts with exponential backoff keep retrying, so an outage shorter
+// than the idle timeout loses no stream. With nothing to send, a PING goes
+// out every Config.KeepAliveInterval (10 s by default). Close sends CLOSE
+// (repeated if the peer keeps sending, for three probe timeouts); the peer
+// reports ErrPeerClosed.
+//
+// # Not done yet
+//
+// Rekeying (a new handshake by age or packet count), reacting to REJECT
+// packets, sending DATA_BLOCKED and STREAM_DATA_BLOCKED, ECN, and a
+// server-side demultiplexer for many peers (one Conn per peer pair; the
+// driver routes by the receiver index in the header) are left for later.
+package tunnel

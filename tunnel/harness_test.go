@@ -1,0 +1,367 @@
+package tunnel
+
+import (
+	"crypto/sha256"
+	"hash"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/bench/netsim"
+	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+	"github.com/wanopt/wanopt/tunnel/wire"
+)
+
+// seededReader returns a deterministic randomness source.
+func seededReader(seed uint64) *rand.ChaCha8 {
+	var s [32]byte
+	for i := range 8 {
+		s[i] = byte(seed >> (8 * i))
+	}
+	return rand.NewChaCha8(s)
+}
+
+// testKeys returns a deterministic key pair for the client and server.
+func testKeys(t testing.TB, seed uint64) (client, server crypt.PrivateKey) {
+	t.Helper()
+	r := seededReader(seed ^ 0x6b657973)
+	var err error
+	if client, err = crypt.GenerateKey(r); err != nil {
+		t.Fatal(err)
+	}
+	if server, err = crypt.GenerateKey(r); err != nil {
+		t.Fatal(err)
+	}
+	return client, server
+}
+
+// pairConfigs returns matching client and server configs.
+func pairConfigs(t testing.TB, seed uint64) (Config, Config) {
+	ck, sk := testKeys(t, seed)
+	cc := Config{
+		PrivateKey:         ck,
+		PeerPublicKey:      sk.PublicKey(),
+		HandshakeTimestamp: 1_700_000_000_000_000_000,
+		Rand:               seededReader(seed ^ 0xc11e),
+	}
+	sc := Config{
+		PrivateKey:    sk,
+		PeerPublicKey: ck.PublicKey(),
+		Rand:          seededReader(seed ^ 0x5e7e),
+	}
+	return cc, sc
+}
+
+// simEnd adapts a Conn to netsim.Endpoint and runs the application's event
+// handler after every input.
+type simEnd struct {
+	c       *Conn
+	onEvent func(now monotime.Time, ev Event)
+	events  []Event // every event, for assertions (datagram data not kept)
+	noKeep  bool    // do not record events
+}
+
+var _ netsim.Endpoint = (*simEnd)(nil)
+
+func (e *simEnd) HandleDatagram(now monotime.Time, b []byte) {
+	e.c.HandleDatagram(now, b)
+	e.drain(now)
+}
+
+func (e *simEnd) PollTransmit(now monotime.Time, buf []byte) int { return e.c.PollTransmit(now, buf) }
+func (e *simEnd) NextTimeout() monotime.Time                     { return e.c.NextTimeout() }
+
+func (e *simEnd) HandleTimeout(now monotime.Time) {
+	e.c.HandleTimeout(now)
+	e.drain(now)
+}
+
+func (e *simEnd) drain(now monotime.Time) {
+	for {
+		ev, ok := e.c.PollEvent()
+		if !ok {
+			return
+		}
+		if !e.noKeep {
+			kept := ev
+			kept.Data = nil
+			e.events = append(e.events, kept)
+		}
+		if e.onEvent != nil {
+			e.onEvent(now, ev)
+		}
+	}
+}
+
+// closedErr returns the Err of the EventClosed seen, or nil.
+func (e *simEnd) closedErr() error {
+	for _, ev := range e.events {
+		if ev.Kind == EventClosed {
+			return ev.Err
+		}
+	}
+	return nil
+}
+
+func (e *simEnd) saw(k EventKind) bool {
+	for _, ev := range e.events {
+		if ev.Kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+// pathConfig describes a symmetric test path.
+type pathConfig struct {
+	rateBps    int64
+	rtt        time.Duration
+	queueBDPs  float64 // queue size in bandwidth-delay products (0: 2)
+	lossPct    float64
+	reorderPct float64
+	dupPct     float64
+	outages    []netsim.Outage
+}
+
+func (p pathConfig) link(sim *netsim.Sim) *netsim.Link {
+	bdp := float64(p.rateBps) / 8 * p.rtt.Seconds()
+	q := p.queueBDPs
+	if q == 0 {
+		q = 2
+	}
+	cfg := netsim.LinkConfig{
+		RateBps:          p.rateBps,
+		Delay:            p.rtt / 2,
+		QueueBytes:       int(q * bdp),
+		OverheadBytes:    28,
+		LossPercent:      p.lossPct,
+		DuplicatePercent: p.dupPct,
+		Outages:          p.outages,
+	}
+	if p.reorderPct > 0 {
+		cfg.ReorderPercent = p.reorderPct
+		cfg.ReorderDelay = p.rtt / 10
+	}
+	return sim.NewLink(cfg)
+}
+
+// testNet is a client and a server Conn joined by a simulated path.
+type testNet struct {
+	sim            *netsim.Sim
+	fwd, rev       *netsim.Link
+	client, server *simEnd
+	flow           netsim.FlowID
+	cliCfg, srvCfg Config
+}
+
+// newTestNet builds the simulator, the two Conns and the flow. mod may
+// adjust the configs before the Conns are made.
+func newTestNet(t testing.TB, seed uint64, path pathConfig, mod func(cli, srv *Config)) *testNet {
+	t.Helper()
+	sim := netsim.New(seed)
+	cc, sc := pairConfigs(t, seed)
+	if mod != nil {
+		mod(&cc, &sc)
+	}
+	cli, err := NewClientConn(cc, sim.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServerConn(sc, sim.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &testNet{sim: sim, client: &simEnd{c: cli}, server: &simEnd{c: srv}, cliCfg: cc, srvCfg: sc}
+	n.fwd, n.rev = path.link(sim), path.link(sim)
+	n.flow = sim.AddFlow(n.client, n.server, n.fwd, n.rev, netsim.FlowOptions{})
+	return n
+}
+
+// runUntil runs the simulation until done or the virtual deadline.
+func (n *testNet) runUntil(t testing.TB, d time.Duration, done func() bool) {
+	t.Helper()
+	if err := n.sim.RunUntil(done, n.sim.Now().Add(d)); err != nil {
+		t.Fatalf("seed %d: at %v: %v\nclient %+v\nserver %+v", n.sim.Seed(), n.sim.Elapsed(), err,
+			n.client.c.Stats(), n.server.c.Stats())
+	}
+}
+
+// --- application drivers ---
+
+// payload generates a stream's deterministic bytes and hashes them.
+type payload struct {
+	gen   *rand.ChaCha8
+	total int
+	done  int
+	buf   []byte
+	pend  []byte
+	sum   hash.Hash
+	hash  bool
+}
+
+func newPayload(seed uint64, total int, hashIt bool) *payload {
+	p := &payload{gen: seededReader(seed), total: total, buf: make([]byte, 64<<10), hash: hashIt}
+	if hashIt {
+		p.sum = sha256.New()
+	}
+	return p
+}
+
+// writer pumps a payload into a stream and closes it at the end.
+type writer struct {
+	c      *Conn
+	id     uint64
+	p      *payload
+	closed bool
+}
+
+func (w *writer) pump() {
+	for !w.closed {
+		if len(w.p.pend) == 0 {
+			if w.p.done == w.p.total {
+				if err := w.c.StreamCloseWrite(w.id); err == nil {
+					w.closed = true
+				}
+				return
+			}
+			n := min(len(w.p.buf), w.p.total-w.p.done)
+			b := w.p.buf[:n]
+			w.p.gen.Read(b)
+			if w.p.hash {
+				w.p.sum.Write(b)
+			}
+			w.p.pend = b
+		}
+		n, err := w.c.StreamWrite(w.id, w.p.pend)
+		if err != nil || n == 0 {
+			return
+		}
+		w.p.pend = w.p.pend[n:]
+		w.p.done += n
+	}
+}
+
+// reader drains a stream, hashing what it reads.
+type reader struct {
+	c      *Conn
+	id     uint64
+	n      int
+	fin    bool
+	finAt  monotime.Time
+	sum    hash.Hash
+	buf    []byte
+	doHash bool
+}
+
+func newReader(c *Conn, id uint64, hashIt bool) *reader {
+	r := &reader{c: c, id: id, buf: make([]byte, 64<<10), doHash: hashIt}
+	if hashIt {
+		r.sum = sha256.New()
+	}
+	return r
+}
+
+func (r *reader) read(now monotime.Time) {
+	for !r.fin {
+		n, fin, err := r.c.StreamRead(r.id, r.buf)
+		if err != nil {
+			return
+		}
+		if r.doHash {
+			r.sum.Write(r.buf[:n])
+		}
+		r.n += n
+		if fin {
+			r.fin, r.finAt = true, now
+		}
+		if n < len(r.buf) {
+			return
+		}
+	}
+}
+
+// bulkApp drives bidirectional bulk streams on one Conn: streams it opens
+// and streams the peer opens all get a writer of perStream bytes (if
+// perStream > 0 for that side) and a reader.
+type bulkApp struct {
+	c         *Conn
+	perStream int
+	hash      bool
+	seedBase  uint64
+	writers   map[uint64]*writer
+	readers   map[uint64]*reader
+	openOnEst int // streams to open when established
+	refused   int
+}
+
+func newBulkApp(c *Conn, perStream int, hashIt bool, seedBase uint64) *bulkApp {
+	return &bulkApp{c: c, perStream: perStream, hash: hashIt, seedBase: seedBase,
+		writers: map[uint64]*writer{}, readers: map[uint64]*reader{}}
+}
+
+var testSrc = netip.MustParseAddrPort("198.18.0.10:40000")
+var testDst = netip.MustParseAddrPort("198.19.0.20:5001")
+
+// open opens n streams now.
+func (a *bulkApp) open(now monotime.Time, n int) []uint64 {
+	var ids []uint64
+	for range n {
+		id, err := a.c.OpenStream(now, testSrc, testDst)
+		if err != nil {
+			panic(err)
+		}
+		a.readers[id] = newReader(a.c, id, a.hash)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func (a *bulkApp) startWriter(id uint64) {
+	if a.perStream <= 0 {
+		return
+	}
+	w := &writer{c: a.c, id: id, p: newPayload(a.seedBase^id*0x9e3779b97f4a7c15, a.perStream, a.hash)}
+	a.writers[id] = w
+	w.pump()
+}
+
+func (a *bulkApp) onEvent(now monotime.Time, ev Event) {
+	switch ev.Kind {
+	case EventEstablished:
+		if a.openOnEst > 0 {
+			a.open(now, a.openOnEst)
+		}
+	case EventStreamOpened:
+		if err := a.c.AcceptStream(ev.StreamID); err != nil {
+			panic(err)
+		}
+		a.readers[ev.StreamID] = newReader(a.c, ev.StreamID, a.hash)
+		a.startWriter(ev.StreamID)
+	case EventOpenResult:
+		if ev.OpenCode == wire.OpenOK {
+			a.startWriter(ev.StreamID)
+		} else {
+			a.refused++
+		}
+	case EventStreamWritable:
+		if w := a.writers[ev.StreamID]; w != nil {
+			w.pump()
+		}
+	case EventStreamReadable:
+		if r := a.readers[ev.StreamID]; r != nil {
+			r.read(now)
+		}
+	}
+}
+
+// received returns the bytes read and whether every reader saw its FIN.
+func (a *bulkApp) received() (n int, allFin bool) {
+	allFin = len(a.readers) > 0
+	for _, r := range a.readers {
+		n += r.n
+		allFin = allFin && r.fin
+	}
+	return n, allFin
+}

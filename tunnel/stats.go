@@ -1,0 +1,71 @@
+package tunnel
+
+import (
+	"time"
+
+	"github.com/wanopt/wanopt/cc"
+)
+
+// Stats is a snapshot of a connection's counters and path model. Byte
+// counts are UDP payload bytes unless the name says stream bytes.
+type Stats struct {
+	PacketsSent, PacketsReceived uint64
+	BytesSent, BytesReceived     uint64
+	HandshakesSent               uint64 // handshake initiations sent (client)
+
+	StreamBytesSent          uint64 // new stream bytes sent (first transmissions)
+	StreamBytesRetransmitted uint64 // stream bytes sent again after a loss
+	StreamBytesReceived      uint64 // stream bytes received, duplicates included
+	PacketsLost              uint64 // packets declared lost
+	SpuriousLosses           uint64 // declared lost, acknowledged later
+	PTOs                     uint64 // probe timeouts
+
+	// Dropped datagrams (from the network): DroppedPackets is the total;
+	// the others say why.
+	DroppedPackets         uint64
+	DroppedMalformed       uint64 // header did not parse
+	DroppedUnauthenticated uint64 // failed AEAD or handshake authentication
+	DroppedUnknownIndex    uint64 // data for no session of ours
+	DroppedDuplicates      uint64 // replayed or duplicated packet numbers
+	HandshakesRejected     uint64 // authenticated initiations from keys not allowed
+
+	StreamsOpened   uint64 // streams we opened
+	StreamsAccepted uint64 // streams the peer opened
+	StreamsRefused  uint64 // peer opens refused for the stream limit
+	StreamsOpen     int    // streams open now, both directions
+
+	DatagramsSent, DatagramsReceived, DatagramsDropped uint64
+
+	SmoothedRTT, MinRTT, LatestRTT time.Duration
+	CongestionWindow               int
+	BytesInFlight                  int
+	PacingRateBps                  uint64
+	Congestion                     string
+	// BandwidthBps is the controller's bottleneck bandwidth estimate (BBR
+	// only; 0 otherwise); BBR holds its whole model.
+	BandwidthBps uint64
+	BBR          cc.BBRState
+}
+
+// Stats returns a snapshot of the connection's counters.
+func (c *Conn) Stats() Stats {
+	s := c.stats
+	s.StreamsOpen = len(c.streams)
+	if c.sender == nil {
+		return s
+	}
+	ss := c.sender.Stats()
+	s.PacketsLost = ss.PacketsLost
+	s.SpuriousLosses = ss.SpuriousLosses
+	s.PTOs = ss.PTOs
+	s.SmoothedRTT, s.MinRTT, s.LatestRTT = ss.SmoothedRTT, ss.MinRTT, ss.LatestRTT
+	s.CongestionWindow = ss.CongestionWindow
+	s.BytesInFlight = ss.BytesInFlight
+	s.PacingRateBps = ss.PacingRateBps
+	s.Congestion = c.ctrl.Name()
+	if b, ok := c.ctrl.(*cc.BBR); ok {
+		s.BBR = b.State()
+		s.BandwidthBps = s.BBR.BwBps
+	}
+	return s
+}
