@@ -24,3 +24,26 @@ func TestSimTCPBaseline(t *testing.T) {
 		t.Errorf("1 %% loss at 100 ms: link_ratio %.3f retrans %.2f%%; plain TCP should collapse and retransmit", lossy.LinkRatio, lossy.RetransPct)
 	}
 }
+
+// The tunnel must deliver every stream's bytes and beat window-limited
+// plain TCP on a long path.
+func TestSimTunnelBeatsPlainTCP(t *testing.T) {
+	o := SimOptions{RateBps: 100e6, RTT: 200 * time.Millisecond, LossPct: 0.5, Streams: 2, BytesPerStream: 16 << 20}
+	tun, err := SimTunnel(o)
+	if err != nil || !tun.Complete {
+		t.Fatalf("SimTunnel: %+v, %v", tun, err)
+	}
+	o.CC = "cubic"
+	tcp, err := SimTCP(o)
+	if err != nil || !tcp.Complete {
+		t.Fatalf("SimTCP: %+v, %v", tcp, err)
+	}
+	t.Logf("tunnel with 0.5%% loss: %s", tun.Line())
+	t.Logf("plain TCP with 0.5%% loss: %s", tcp.Line())
+	if tun.LinkRatio < 0.5 {
+		t.Errorf("warm tunnel link ratio %.3f with 0.5%% loss, want >= 0.5 (the project bar is tested in package tunnel)", tun.LinkRatio)
+	}
+	if tcp.LinkRatio >= tun.LinkRatio {
+		t.Errorf("plain TCP (%.3f) matched the tunnel (%.3f) on a lossy long path", tcp.LinkRatio, tun.LinkRatio)
+	}
+}

@@ -18,6 +18,7 @@ Commands:
   check      build the direct lab, measure its RTT and rate against the setting
   baseline   the published experiment with plain kernel TCP (iperf 2)
   link       run the WAN link emulator between two TUN devices
+  sim        the tunnel against plain TCP in the deterministic simulator
   help       this text
 
 Run 'wanbench COMMAND --help' for a command's flags.
@@ -39,6 +40,8 @@ func main() {
 		err = runBaseline(ctx, log, args)
 	case "link":
 		err = runLink(ctx, args)
+	case "sim":
+		err = runSim(ctx, args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/wanopt/wanopt/bench/exp"
+)
+
+func runSim(ctx context.Context, args []string) error {
+	fs := pflag.NewFlagSet("sim", pflag.ContinueOnError)
+	rateS := fs.String("rate", "250mbit", "bottleneck rate")
+	rtt := fs.Duration("rtt", 200*time.Millisecond, "round-trip propagation delay")
+	lossS := fs.String("loss", "0", "random loss each way, e.g. 1%")
+	queueS := fs.String("queue", "", "bottleneck queue in bytes (default 2 x BDP)")
+	streams := fs.Int("streams", 4, "parallel streams (iperf -P)")
+	bytesS := fs.String("bytes", "100MB", "bytes per stream (iperf -n)")
+	ccName := fs.String("cc", "bbr", "tunnel congestion control: bbr, cubic, fixed")
+	cold := fs.Bool("cold", false, "measure a fresh connection instead of a warm one")
+	seed := fs.Uint64("seed", 1, "simulation seed")
+	noTCP := fs.Bool("no-tcp", false, "skip the simulated plain-TCP comparison")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o := exp.SimOptions{RTT: *rtt, Streams: *streams, CC: *ccName, Cold: *cold, Seed: *seed}
+	rate, err := parseRate(*rateS)
+	if err != nil {
+		return err
+	}
+	o.RateBps = int64(rate)
+	if o.LossPct, err = parsePercent(*lossS); err != nil {
+		return err
+	}
+	if o.BytesPerStream, err = parseBytes(*bytesS); err != nil {
+		return err
+	}
+	if *queueS != "" {
+		q, err := parseBytes(*queueS)
+		if err != nil {
+			return err
+		}
+		o.QueueBytes = int(q)
+	}
+	fmt.Printf("simulated path: %.0f Mbit/s, RTT %v, loss %.2f%% each way; %d streams x %s\n\n",
+		float64(o.RateBps)/1e6, o.RTT, o.LossPct, o.Streams, strings.ToUpper(*bytesS))
+	fmt.Println("| scenario | cc | goodput Mbit/s | link ratio | retrans % | queue p95 ms | seconds | CPU s |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
+	row := func(r exp.SimResult) {
+		done := ""
+		if !r.Complete {
+			done = " (incomplete)"
+		}
+		fmt.Printf("| %s%s | %s | %.1f | %.3f | %.2f | %.1f | %.2f | %.2f |\n",
+			r.Scenario, done, r.CC, r.GoodputMbps, r.LinkRatio, r.RetransPct, r.QueueP95Ms, r.Seconds, r.CPUSeconds)
+	}
+	if !*noTCP {
+		tcp := o
+		tcp.CC = "cubic"
+		r, err := exp.SimTCP(tcp)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "plain TCP: %v\n", err)
+		}
+		row(r)
+	}
+	r, err := exp.SimTunnel(o)
+	row(r)
+	if err != nil {
+		return fmt.Errorf("tunnel: %w", err)
+	}
+	fmt.Println()
+	fmt.Println(r.Line())
+	return ctx.Err()
+}
