@@ -38,6 +38,10 @@ type SimResult struct {
 	Seconds     float64 `json:"seconds"`      // simulated completion time
 	CPUSeconds  float64 `json:"cpu_s"`        // process CPU spent simulating
 	Complete    bool    `json:"complete"`     // every stream delivered all its bytes
+	// Tunnel only: the controller's state at the end.
+	BwEstimateMbps float64 `json:"bw_estimate_mbps,omitempty"`
+	ProbeRTTs      int     `json:"probe_rtts,omitempty"`
+	CwndBytes      int     `json:"cwnd_bytes,omitempty"`
 }
 
 // Line is the key=value summary of a result.

@@ -246,6 +246,9 @@ func SimTunnel(o SimOptions) (SimResult, error) {
 		res.RetransPct = float64(after.StreamBytesRetransmitted-before.StreamBytesRetransmitted) / float64(sent) * 100
 	}
 	res.QueueP95Ms = ms(fwd.QueueDelay().P95)
+	res.BwEstimateMbps = float64(after.BandwidthBps) / 1e6
+	res.ProbeRTTs = after.BBR.ProbeRTTCount - before.BBR.ProbeRTTCount
+	res.CwndBytes = after.CongestionWindow
 	res.CPUSeconds = cpuTime() - cpu0
 	return res, err
 }

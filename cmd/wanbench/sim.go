@@ -71,6 +71,10 @@ func runSim(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("tunnel: %w", err)
 	}
+	if r.BwEstimateMbps > 0 {
+		fmt.Printf("\ntunnel controller at the end: bandwidth estimate %.1f Mbit/s, cwnd %d B, %d ProbeRTT episodes during the transfer\n",
+			r.BwEstimateMbps, r.CwndBytes, r.ProbeRTTs)
+	}
 	fmt.Println()
 	fmt.Println(r.Line())
 	return ctx.Err()
