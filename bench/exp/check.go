@@ -79,10 +79,12 @@ func Check(ctx context.Context, o CheckOptions) (CheckResult, error) {
 		return CheckResult{}, err
 	}
 	defer l.Close()
-	// A deep queue (250 ms at the link rate) keeps the link busy through
-	// the sender's scheduling gaps on a loaded machine, so the rate
-	// measured is the emulator's, not the sender's.
-	oneWay := wanem.Config{Delay: o.RTT / 2, RateBps: o.RateBps, QueueDelay: 250 * time.Millisecond}
+	// The queue is deep enough to keep the link busy through the sender's
+	// scheduling gaps on a loaded machine, and shallow enough that the
+	// probe's 10 % excess overflows it halfway through the run: a queue
+	// that overflowed proves the link, not the sender, set the pace.
+	queue := min(max(o.RateSeconds/20, 50*time.Millisecond), 250*time.Millisecond)
+	oneWay := wanem.Config{Delay: o.RTT / 2, RateBps: o.RateBps, QueueDelay: queue}
 	if err := l.StartLink(ctx, oneWay, oneWay); err != nil {
 		return CheckResult{}, err
 	}
