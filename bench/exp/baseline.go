@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -24,6 +25,10 @@ type BaselineOptions struct {
 	QueueBytes     int             // drop-tail queue; default 2 MB
 	LinkCommand    []string
 	Logger         *slog.Logger
+	// CaptureDir, if set, receives a header capture (pcap) of the first run
+	// of every point, taken on the client's and the server's side of the
+	// link, for 'wanopt analyze'.
+	CaptureDir string
 	// Progress, if set, is called after every run.
 	Progress func(done, total int, p Point, run IperfResult)
 }
@@ -119,8 +124,24 @@ func Baseline(ctx context.Context, o BaselineOptions) (BaselineResult, error) {
 					if err := applyTCP(ctx, l, cc, prof); err != nil {
 						return res, err
 					}
+					var caps []*capture
+					if o.CaptureDir != "" && run == 0 {
+						for _, h := range []*lab.Host{l.Client, l.Server} {
+							name := fmt.Sprintf("rtt%.0fms-%s-%s-%s.pcap", ms(rtt), cc, prof.Name, h.Role)
+							c, err := startCapture(ctx, l, h, "wan0", filepath.Join(o.CaptureDir, name))
+							if err != nil {
+								return res, err
+							}
+							caps = append(caps, c)
+						}
+					}
 					timeout := 60*time.Second + time.Duration(float64(o.BytesPerStream*int64(o.Streams))*8/5e6)*time.Second
 					r, err := runIperf(ctx, l, l.Client, srv, o.BytesPerStream, o.Streams, timeout)
+					for _, c := range caps {
+						if cerr := c.stop(); cerr != nil && err == nil {
+							err = cerr
+						}
+					}
 					if err != nil {
 						return res, fmt.Errorf("rtt %v cc %s profile %s run %d: %w", rtt, cc, prof.Name, run+1, err)
 					}

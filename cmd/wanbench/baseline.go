@@ -22,6 +22,7 @@ func runBaseline(ctx context.Context, log *slog.Logger, args []string) error {
 	profiles := fs.StringSlice("profile", []string{"modern"}, "endpoint TCP profiles: modern, legacy")
 	rateS := fs.String("rate", "250mbit", "link rate")
 	out := fs.String("out", "out/baseline", "folder for baseline.json, .md and .png")
+	captureDir := fs.String("capture", "", "folder for header captures (pcap) of each point's first run, client and server side, for 'wanopt analyze'")
 	replot := fs.String("replot", "", "redraw the table and chart from a baseline.json into --out, without measuring")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -41,7 +42,7 @@ func runBaseline(ctx context.Context, log *slog.Logger, args []string) error {
 		fmt.Print(res.Markdown())
 		return nil
 	}
-	o := exp.BaselineOptions{RTTs: *rtts, CCs: *ccs, Runs: *runs, Logger: log}
+	o := exp.BaselineOptions{RTTs: *rtts, CCs: *ccs, Runs: *runs, Logger: log, CaptureDir: *captureDir}
 	var err error
 	if o.BytesPerStream, err = parseBytes(*bytesS); err != nil {
 		return err

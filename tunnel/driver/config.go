@@ -1,0 +1,108 @@
+package driver
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/bind"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+)
+
+// Defaults for Config.
+const (
+	// DefaultAcceptBacklog is how many streams opened by the peer wait
+	// for AcceptStream before more are refused (wire.OpenResourceLimit).
+	DefaultAcceptBacklog = 128
+	// DefaultRxBatches is how many receive batches (each BatchSize
+	// datagrams) the reader goroutine may fill ahead of the driver: 8 × 64
+	// × 1472 bytes = 750 KB, 6 ms at 1 Gbit/s.
+	DefaultRxBatches = 8
+)
+
+// Config configures Dial and Listen.
+type Config struct {
+	// Tunnel configures the connection: this edge's PrivateKey (required),
+	// the peer's PeerPublicKey (Dial: the server's key, required; Listen:
+	// the one client allowed unless Tunnel.AllowPeer is set), congestion
+	// control and limits. Dial sets HandshakeTimestamp from the wall clock
+	// when it is 0. Tunnel.Logger defaults to Logger. Both edges should use
+	// the same MaxUDPPayloadBytes: received datagrams longer than this
+	// edge's are dropped.
+	Tunnel tunnel.Config
+
+	// RemoteAddr is the server's UDP address (Dial only; required).
+	RemoteAddr netip.AddrPort
+
+	// Network is "udp", "udp4" or "udp6" for the socket opened when Bind
+	// is nil ("udp" if empty: dual-stack when LocalAddr is unspecified).
+	Network string
+	// LocalAddr is the address the socket binds to. Zero means any address
+	// and a free port (Tunnel.LocalAddr tells which).
+	LocalAddr netip.AddrPort
+	// BindOptions configure the socket (batch size, buffers, offloads).
+	BindOptions bind.Options
+	// Bind, when set, is used instead of opening a socket (tests pass a
+	// bindtest pair; LocalAddr, Network and BindOptions are then ignored).
+	// The Tunnel owns it from the call on and closes it, also on error.
+	Bind bind.Conn
+
+	// AcceptBacklog bounds the streams opened by the peer that wait for
+	// AcceptStream; beyond it they are refused with
+	// wire.OpenResourceLimit (DefaultAcceptBacklog if 0).
+	AcceptBacklog int
+	// RxBatches is how many receive batches the reader goroutine fills
+	// ahead of the driver; when all are full it drops what it reads, as a
+	// full socket buffer would (DefaultRxBatches if 0).
+	RxBatches int
+
+	// TimerOnly makes the driver wait for every deadline with its Go
+	// timer, also the sub-millisecond pacing waits that it otherwise
+	// hands to a sleeping thread on Linux (see the package doc). For
+	// comparison and for platforms where that thread is unwanted.
+	TimerOnly bool
+
+	// Logger receives the driver's events (never keys); nil discards.
+	Logger *slog.Logger
+}
+
+// resolve validates c and fills in defaults.
+func (c Config) resolve(client bool) (Config, error) {
+	if c.Tunnel.PrivateKey.IsZero() {
+		return c, fmt.Errorf("%w: Tunnel.PrivateKey is not set (generate one with crypt.GenerateKey)", ErrConfig)
+	}
+	if client {
+		if c.Tunnel.PeerPublicKey.IsZero() {
+			return c, fmt.Errorf("%w: Dial needs Tunnel.PeerPublicKey, the server's public key", ErrConfig)
+		}
+		if !c.RemoteAddr.IsValid() || c.RemoteAddr.Port() == 0 {
+			return c, fmt.Errorf("%w: Dial needs RemoteAddr, the server's UDP address and port (have %v)", ErrConfig, c.RemoteAddr)
+		}
+		if c.Tunnel.HandshakeTimestamp == 0 {
+			c.Tunnel.HandshakeTimestamp = crypt.Timestamp(time.Now().UnixNano())
+		}
+	} else if c.Tunnel.AllowPeer == nil && c.Tunnel.PeerPublicKey.IsZero() {
+		return c, fmt.Errorf("%w: Listen needs Tunnel.PeerPublicKey or Tunnel.AllowPeer to know which client may connect", ErrConfig)
+	}
+	if c.Network == "" {
+		c.Network = "udp"
+	}
+	if c.AcceptBacklog <= 0 {
+		c.AcceptBacklog = DefaultAcceptBacklog
+	}
+	if c.RxBatches <= 0 {
+		c.RxBatches = DefaultRxBatches
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Tunnel.Logger == nil {
+		c.Tunnel.Logger = c.Logger
+	}
+	if c.Tunnel.MaxUDPPayloadBytes == 0 {
+		c.Tunnel.MaxUDPPayloadBytes = tunnel.DefaultMaxUDPPayloadBytes
+	}
+	return c, nil
+}

@@ -1,0 +1,203 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
+	"github.com/wanopt/wanopt/tunnel/wire"
+)
+
+// TestCloseWithUnreadDataResets: closing a stream with unread data resets
+// it (as TCP sends RST): the peer's Read fails with a *StreamError, and
+// its Write fails once our STOP_SENDING arrives.
+func TestCloseWithUnreadDataResets(t *testing.T) {
+	checkLeaks(t)
+	cli, srv := memPair(t, 21, nil)
+	c, s := openAccepted(t, cli, srv)
+	if _, err := c.Write([]byte("unread")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return srv.Stats().Tunnel.StreamBytesReceived >= 6 })
+	s.Close()
+	var se *StreamError
+	buf := make([]byte, 10)
+	if _, err := c.Read(buf); !errors.As(err, &se) || se.StopSending || !errors.Is(err, ErrStreamReset) {
+		t.Fatalf("read after the peer closed with unread data: %v, want a reset *StreamError", err)
+	}
+	waitFor(t, func() bool {
+		_, err := c.Write([]byte("more"))
+		return errors.As(err, &se) && se.StopSending
+	})
+	c.Close()
+	waitFor(t, func() bool { return cli.Stats().Tunnel.StreamsOpen == 0 && srv.Stats().Tunnel.StreamsOpen == 0 })
+}
+
+// TestAcceptBacklog: streams beyond AcceptBacklog are refused.
+func TestAcceptBacklog(t *testing.T) {
+	checkLeaks(t)
+	cli, srv := memPair(t, 22, func(c, s *Config) { s.AcceptBacklog = 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() { _, err := cli.OpenStream(ctx, flowSrc, flowDst); first <- err }()
+	waitFor(t, func() bool { return srv.Stats().Tunnel.StreamsAccepted == 1 })
+	_, err := cli.OpenStream(context.Background(), flowSrc, flowDst)
+	if !errors.Is(err, ErrOpenResourceLimit) {
+		t.Fatalf("second open: %v, want ErrOpenResourceLimit", err)
+	}
+	if st := srv.Stats(); st.AcceptOverflow != 1 {
+		t.Fatalf("AcceptOverflow %d", st.AcceptOverflow)
+	}
+	if err := <-first; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first open: %v", err)
+	}
+	in, err := srv.AcceptStream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Reject(wire.OpenOK); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Reject(OpenOK): %v", err)
+	}
+	in.Reject(wire.OpenRefused)
+}
+
+// TestIdleTimeout: when the path goes dead, both ends close with
+// tunnel.ErrIdleTimeout and blocked calls return.
+func TestIdleTimeout(t *testing.T) {
+	checkLeaks(t)
+	var dead atomic.Bool
+	a, b := bindtest.NewPair(bindtest.Config{Drop: func(_, _ netip.AddrPort, _ []byte) bool { return dead.Load() }})
+	ccfg, scfg := pairConfigs(t, 23)
+	ccfg.Bind, ccfg.RemoteAddr, scfg.Bind = a, b.LocalAddr(), b
+	ccfg.Tunnel.IdleTimeout = 300 * time.Millisecond
+	scfg.Tunnel.IdleTimeout = 300 * time.Millisecond
+	cli, srv := connect(t, ccfg, scfg)
+	c, _ := openAccepted(t, cli, srv)
+	dead.Store(true)
+	start := time.Now()
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, ErrTunnelClosed) || !errors.Is(err, tunnel.ErrIdleTimeout) {
+		t.Fatalf("read on a dead path: %v, want ErrTunnelClosed wrapping tunnel.ErrIdleTimeout", err)
+	}
+	t.Logf("idle timeout noticed after %v", time.Since(start))
+	<-srv.Done()
+	if !errors.Is(srv.Err(), tunnel.ErrIdleTimeout) {
+		t.Fatalf("server: %v", srv.Err())
+	}
+}
+
+// TestListenRestarts: a server waiting longer than IdleTimeout for its
+// client still accepts it.
+func TestListenRestarts(t *testing.T) {
+	checkLeaks(t)
+	a, b := bindtest.NewPair(bindtest.Config{})
+	ccfg, scfg := pairConfigs(t, 24)
+	ccfg.Bind, ccfg.RemoteAddr, scfg.Bind = a, b.LocalAddr(), b
+	scfg.Tunnel.IdleTimeout = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch := make(chan *Tunnel, 1)
+	go func() {
+		s, err := Listen(ctx, scfg)
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- s
+	}()
+	time.Sleep(350 * time.Millisecond) // several server restarts
+	cli, err := Dial(ctx, ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	srv := <-ch
+	if srv == nil {
+		return
+	}
+	defer srv.Close()
+	c, s := openAccepted(t, cli, srv)
+	c.Write([]byte("late"))
+	mustRead(t, s, []byte("late"))
+	c.Close()
+	s.Close()
+}
+
+// TestStreamLimit: OpenStream beyond Tunnel.MaxStreams fails at once.
+func TestStreamLimit(t *testing.T) {
+	checkLeaks(t)
+	cli, srv := memPair(t, 25, func(c, s *Config) { c.Tunnel.MaxStreams = 1 })
+	c, s := openAccepted(t, cli, srv)
+	if _, err := cli.OpenStream(context.Background(), flowSrc, flowDst); !errors.Is(err, tunnel.ErrStreamLimit) {
+		t.Fatalf("open beyond the limit: %v, want tunnel.ErrStreamLimit", err)
+	}
+	c.Close()
+	s.Close()
+}
+
+// TestLossyManyStreams moves 8 streams of 2 MB each way at once over an
+// in-memory path that drops 1 % of datagrams (seeded), hash-checked.
+func TestLossyManyStreams(t *testing.T) {
+	checkLeaks(t)
+	const seed = 26
+	var mu sync.Mutex
+	r := seeded(seed)
+	a, b := bindtest.NewPair(bindtest.Config{Drop: func(_, _ netip.AddrPort, _ []byte) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return r.Uint64()%100 == 0
+	}})
+	ccfg, scfg := pairConfigs(t, seed)
+	ccfg.Bind, ccfg.RemoteAddr, scfg.Bind = a, b.LocalAddr(), b
+	cli, srv := connect(t, ccfg, scfg)
+	t.Logf("drop seed %d", seed)
+
+	const streams, size = 8, 2 << 20
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*streams)
+	for i := range streams {
+		c, s := openAccepted(t, cli, srv)
+		for j, pair := range [][2]*Stream{{c, s}, {s, c}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var got [32]byte
+				var n int64
+				var rerr error
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					n, got, rerr = recvAll(pair[1], 16<<10)
+				}()
+				sent, err := sendPattern(pair[0], uint64(100*i+j), size, 20<<10)
+				<-done
+				switch {
+				case err != nil:
+					errs <- fmt.Errorf("stream %d dir %d: send: %w", i, j, err)
+				case rerr != nil:
+					errs <- fmt.Errorf("stream %d dir %d: receive: %w", i, j, rerr)
+				case n != size || got != sent:
+					errs <- fmt.Errorf("stream %d dir %d: %d bytes, hash match %v", i, j, n, got == sent)
+				}
+			}()
+		}
+		defer c.Close()
+		defer s.Close()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st := cli.Stats()
+	t.Logf("client: lost %d packets, retransmitted %d B, PTOs %d", st.Tunnel.PacketsLost, st.Tunnel.StreamBytesRetransmitted, st.Tunnel.PTOs)
+	if st.Tunnel.PacketsLost == 0 {
+		t.Error("no loss detected on a lossy path")
+	}
+}

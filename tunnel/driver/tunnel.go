@@ -1,0 +1,312 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/bind"
+	"github.com/wanopt/wanopt/tunnel/wire"
+)
+
+// Tunnel is one tunnel connection to one peer, driven by its own
+// goroutines (see the package doc). All methods are safe for concurrent
+// use.
+type Tunnel struct {
+	cfg    Config
+	log    *slog.Logger
+	bc     bind.Conn
+	client bool
+
+	ctx    context.Context // cancelled by Close: stops the driver and the reader
+	cancel context.CancelFunc
+
+	reqs        chan request         // application → driver; unbuffered
+	rxq         chan *rxBatch        // reader → driver: filled batches
+	rxFree      chan *rxBatch        // driver → reader: empty batches
+	accept      chan *IncomingStream // driver → AcceptStream; bounded backlog
+	established chan struct{}        // closed at EventEstablished
+	readerDone  chan struct{}        // closed when the reader goroutine returns
+	sleeperDone chan struct{}        // closed when the sleeper goroutine returns (or never started)
+	done        chan struct{}        // closed when the driver goroutine returns
+
+	rxDropped atomic.Uint64 // datagrams the reader dropped (driver behind)
+
+	// Set by the driver goroutine before it closes done; read after done.
+	err        error // why the tunnel closed (wraps ErrTunnelClosed)
+	finalStats Stats
+
+	closeOnce sync.Once
+	closeErr  error
+
+	// Driver-owned: touched only by the driver goroutine (loop.go).
+	d driverState
+}
+
+// Dial opens a tunnel to the server at cfg.RemoteAddr whose key is
+// cfg.Tunnel.PeerPublicKey, and returns once the handshake completed. ctx
+// bounds the handshake only (as in net.Dialer): cancelling it later does
+// not close the tunnel; Close does. Without an answer the handshake fails
+// after cfg.Tunnel.IdleTimeout with an error wrapping
+// tunnel.ErrHandshakeTimeout. Errors also wrap ErrConfig, ctx.Err() or the
+// socket's error.
+func Dial(ctx context.Context, cfg Config) (*Tunnel, error) {
+	return start(ctx, cfg, true)
+}
+
+// Listen serves one tunnel for one client: it opens a UDP socket on
+// cfg.LocalAddr (or uses cfg.Bind), answers the first handshake from a
+// key that cfg.Tunnel.AllowPeer (or cfg.Tunnel.PeerPublicKey) allows, and
+// returns once that client has confirmed the session. The peer's address
+// is learned from its packets and follows it when it changes (NAT
+// rebinding), as in WireGuard. Until a client comes, the server state
+// restarts after every cfg.Tunnel.IdleTimeout; ctx bounds the wait, and
+// the socket is closed when Listen fails.
+//
+// One Listen serves one peer and one connection: when that tunnel closes,
+// call Listen again (with the same LocalAddr) to serve the next. A
+// demultiplexer for many peers on one socket is not done yet.
+func Listen(ctx context.Context, cfg Config) (*Tunnel, error) {
+	return start(ctx, cfg, false)
+}
+
+func start(ctx context.Context, cfg Config, client bool) (*Tunnel, error) {
+	what := "listen"
+	if client {
+		what = "dial"
+	}
+	cfg, err := cfg.resolve(client)
+	if err != nil {
+		if cfg.Bind != nil {
+			cfg.Bind.Close()
+		}
+		return nil, err
+	}
+	bc := cfg.Bind
+	if bc == nil {
+		opts := cfg.BindOptions
+		if opts.Logger == nil {
+			opts.Logger = cfg.Logger
+		}
+		bc, err = bind.Listen(cfg.Network, cfg.LocalAddr, opts)
+		if err != nil {
+			return nil, fmt.Errorf("driver: %s: opening the UDP socket: %w", what, err)
+		}
+	}
+	var conn *tunnel.Conn
+	now := monotime.Now()
+	if client {
+		conn, err = tunnel.NewClientConn(cfg.Tunnel, now)
+	} else {
+		conn, err = tunnel.NewServerConn(cfg.Tunnel, now)
+	}
+	if err != nil {
+		bc.Close()
+		return nil, fmt.Errorf("driver: %s: %w", what, err)
+	}
+	t := newTunnel(cfg, bc, conn, client)
+	t.log.Info("driver: tunnel starting", "local", bc.LocalAddr(), "remote", cfg.RemoteAddr, "client", client,
+		"batch", bc.BatchSize())
+	go t.readLoop()
+	if t.d.sleepReq != nil {
+		go t.sleepLoop()
+	} else {
+		close(t.sleeperDone)
+	}
+	go t.run()
+
+	select {
+	case <-t.established:
+		return t, nil
+	case <-t.done:
+		return nil, fmt.Errorf("driver: %s: handshake failed: %w", what, t.err)
+	case <-ctx.Done():
+		t.Close()
+		return nil, fmt.Errorf("driver: %s: waiting for the handshake: %w", what, ctx.Err())
+	}
+}
+
+// newTunnel builds a Tunnel around an open socket and Conn.
+func newTunnel(cfg Config, bc bind.Conn, conn *tunnel.Conn, client bool) *Tunnel {
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &Tunnel{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		bc:          bc,
+		client:      client,
+		ctx:         ctx,
+		cancel:      cancel,
+		reqs:        make(chan request),
+		rxq:         make(chan *rxBatch, cfg.RxBatches),
+		rxFree:      make(chan *rxBatch, cfg.RxBatches),
+		accept:      make(chan *IncomingStream, cfg.AcceptBacklog),
+		established: make(chan struct{}),
+		readerDone:  make(chan struct{}),
+		sleeperDone: make(chan struct{}),
+		done:        make(chan struct{}),
+	}
+	bufLen := cfg.Tunnel.MaxUDPPayloadBytes
+	for range cfg.RxBatches {
+		t.rxFree <- newRxBatch(bc.BatchSize(), bufLen)
+	}
+	t.d.init(t, conn, cfg)
+	return t
+}
+
+// Close closes the tunnel: it sends the peer a CLOSE frame (the peer's
+// streams fail with ErrTunnelClosed wrapping tunnel.ErrPeerClosed), wakes
+// every blocked call on the tunnel and its streams (they return errors
+// wrapping ErrTunnelClosed), stops the goroutines and closes the socket.
+// It returns when all of that is done. Stream data not yet acknowledged
+// is abandoned: for a graceful end, CloseWrite the streams and read them
+// to io.EOF first. Closing twice returns nil.
+func (t *Tunnel) Close() error {
+	first := false
+	t.closeOnce.Do(func() {
+		first = true
+		t.cancel()
+		<-t.done
+		t.closeErr = t.d.sockErr
+	})
+	if !first {
+		<-t.done
+		return nil
+	}
+	return t.closeErr
+}
+
+// Done is closed when the tunnel has closed (Close, the peer's CLOSE, an
+// idle timeout) and its goroutines have stopped; Err then says why.
+func (t *Tunnel) Done() <-chan struct{} { return t.done }
+
+// Err returns nil while the tunnel runs, and afterwards why it closed (an
+// error wrapping ErrTunnelClosed and the reason from package tunnel).
+func (t *Tunnel) Err() error {
+	select {
+	case <-t.done:
+		return t.err
+	default:
+		return nil
+	}
+}
+
+// LocalAddr returns the socket's bound address.
+func (t *Tunnel) LocalAddr() netip.AddrPort { return t.bc.LocalAddr() }
+
+// closedErr returns the error for calls after the driver stopped.
+func (t *Tunnel) closedErr() error {
+	<-t.done
+	return t.err
+}
+
+// call hands req to the driver and waits for its answer on reply. The
+// driver answers every request it takes before taking another, so the
+// wait is short; if the driver has stopped, the tunnel's error returns.
+func (t *Tunnel) call(req request, reply chan result) result {
+	req.reply = reply
+	select {
+	case t.reqs <- req:
+		return <-reply
+	case <-t.done:
+		return result{err: t.err}
+	}
+}
+
+// Stats is a snapshot of a tunnel's counters.
+type Stats struct {
+	// Tunnel is the connection's snapshot (packets, bytes, RTT, BBR).
+	Tunnel tunnel.Stats
+	// Bind is the socket's (system calls, offloads, drops).
+	Bind bind.Stats
+
+	// DatagramsIn and DatagramsOut count datagrams handed to and taken
+	// from the Conn; RxBatches and TxBatches the ReadBatch results and
+	// WriteBatch calls that carried them.
+	DatagramsIn, DatagramsOut uint64
+	RxBatches, TxBatches      uint64
+	// TimerWakeups counts firings of the driver's Go timer, SleepWakeups
+	// those of the sleeper (deadlines under 2 ms, Linux); Loops counts
+	// iterations of the driver loop (wakeups for any reason).
+	TimerWakeups, SleepWakeups, Loops uint64
+	// RxDropped counts datagrams the reader dropped because the driver
+	// was RxBatches batches behind.
+	RxDropped uint64
+	// TxErrors counts WriteBatch calls that failed (datagrams lost).
+	TxErrors uint64
+	// AcceptOverflow counts peer streams refused because AcceptBacklog
+	// streams already waited.
+	AcceptOverflow uint64
+	// PeerAddr is where datagrams go (the server learns it).
+	PeerAddr netip.AddrPort
+}
+
+// Stats returns a snapshot of the tunnel's counters, also after it closed
+// (then the last one).
+func (t *Tunnel) Stats() Stats {
+	var s Stats
+	r := t.call(request{op: opStats, stats: &s}, make(chan result, 1))
+	if r.err != nil {
+		<-t.done
+		return t.finalStats
+	}
+	return s
+}
+
+// OpenStream opens a stream for a TCP flow from src to dst and waits for
+// the peer's answer: the far edge connects to dst first. It returns the
+// stream once the peer accepted; an *OpenError (wrapping ErrOpenRefused,
+// ErrOpenUnreachable, ErrOpenTimedOut, ErrOpenNotAllowed, ...) when it
+// answered otherwise; an error wrapping ctx.Err() when ctx ended first
+// (the stream is then reset); tunnel.ErrStreamLimit when too many streams
+// are open; ErrTunnelClosed when the tunnel closed.
+func (t *Tunnel) OpenStream(ctx context.Context, src, dst netip.AddrPort) (*Stream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("driver: open stream %v -> %v: %w", src, dst, err)
+	}
+	r := t.call(request{op: opOpen, src: src, dst: dst}, make(chan result, 1))
+	if r.err != nil {
+		return nil, fmt.Errorf("driver: open stream %v -> %v: %w", src, dst, r.err)
+	}
+	s := r.s
+	select {
+	case code := <-s.opened:
+		if code != wire.OpenOK {
+			s.stopTimers()
+			return nil, &OpenError{Code: code, Src: src, Dst: dst}
+		}
+		return s, nil
+	case <-ctx.Done():
+		s.abort()
+		return nil, fmt.Errorf("driver: open stream %v -> %v: waiting for the far edge's answer: %w", src, dst, ctx.Err())
+	case <-t.done:
+		s.stopTimers()
+		return nil, fmt.Errorf("driver: open stream %v -> %v: %w", src, dst, t.err)
+	}
+}
+
+// AcceptStream returns the next stream the peer opened, waiting for one
+// until ctx ends or the tunnel closes. Answer it with Accept or Reject
+// promptly: the peer's OpenStream waits for the answer. At most
+// Config.AcceptBacklog streams wait here; the peer's further opens are
+// refused with wire.OpenResourceLimit.
+func (t *Tunnel) AcceptStream(ctx context.Context) (*IncomingStream, error) {
+	select {
+	case in := <-t.accept:
+		return in, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("driver: accept stream: %w", ctx.Err())
+	case <-t.done:
+		return nil, fmt.Errorf("driver: accept stream: %w", t.err)
+	}
+}
+
+// isClosedConnErr reports whether err is the Conn's "not usable" error.
+func isClosedConnErr(err error) bool {
+	return errors.Is(err, tunnel.ErrClosed) || errors.Is(err, tunnel.ErrNotEstablished)
+}
