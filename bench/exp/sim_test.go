@@ -47,3 +47,28 @@ func TestSimTunnelBeatsPlainTCP(t *testing.T) {
 		t.Errorf("plain TCP (%.3f) matched the tunnel (%.3f) on a lossy long path", tcp.LinkRatio, tun.LinkRatio)
 	}
 }
+
+func TestSimRampAndShare(t *testing.T) {
+	o := SimOptions{RateBps: 100e6, RTT: 100 * time.Millisecond}
+	rtts, err := SimRamp(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("new stream on a warm connection: 80%% of the link after %.2f RTTs", rtts)
+	if rtts > 2 {
+		t.Errorf("ramp took %.2f RTTs, want <= 2 (no per-flow slow start)", rtts)
+	}
+	a, b, err := SimShare(o, "tunnel", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("two tunnels: %.2f / %.2f", a, b)
+	if a < 0.3 || b < 0.3 {
+		t.Errorf("two tunnels share %.2f / %.2f; each should get a fair part", a, b)
+	}
+	a, b, err = SimShare(o, "cubic", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("tunnel vs plain CUBIC: %.2f / %.2f", a, b)
+}

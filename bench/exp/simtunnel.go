@@ -14,6 +14,10 @@ import (
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
 
+type tunnelEvent = tunnel.Event
+
+const eventEstablished = tunnel.EventEstablished
+
 // simConn adapts a tunnel.Conn to a netsim endpoint and runs the
 // application's handler after every input, as a driver would.
 type simConn struct {
@@ -167,6 +171,36 @@ func (b *bulk) onServer(now monotime.Time, ev tunnel.Event) {
 	}
 }
 
+// tunnelPair is a client and a server Conn joined by one simulated flow.
+type tunnelPair struct {
+	cli, srv *tunnel.Conn
+	ce, se   *simConn
+	flow     netsim.FlowID
+}
+
+// newTunnelPair makes a client and server with keys and randomness derived
+// from the seed and salt, and adds them to sim as a flow over fwd and rev.
+func newTunnelPair(sim *netsim.Sim, fwd, rev *netsim.Link, o SimOptions, cong tunnel.CongestionControl, salt uint64) (*tunnelPair, error) {
+	keys := seeded(o.Seed, 0x6b6579+salt)
+	ck, _ := crypt.GenerateKey(keys)
+	sk, _ := crypt.GenerateKey(keys)
+	cliCfg := tunnel.Config{PrivateKey: ck, PeerPublicKey: sk.PublicKey(), HandshakeTimestamp: 1,
+		Congestion: cong, FixedRateBps: uint64(o.RateBps), Rand: seeded(o.Seed, 0xc1+salt)}
+	srvCfg := tunnel.Config{PrivateKey: sk, PeerPublicKey: ck.PublicKey(),
+		Congestion: cong, FixedRateBps: uint64(o.RateBps), Rand: seeded(o.Seed, 0x5e+salt)}
+	cli, err := tunnel.NewClientConn(cliCfg, sim.Now())
+	if err != nil {
+		return nil, err
+	}
+	srv, err := tunnel.NewServerConn(srvCfg, sim.Now())
+	if err != nil {
+		return nil, err
+	}
+	tp := &tunnelPair{cli: cli, srv: srv, ce: &simConn{c: cli}, se: &simConn{c: srv}}
+	tp.flow = sim.AddFlow(tp.ce, tp.se, fwd, rev, netsim.FlowOptions{})
+	return tp, nil
+}
+
 // SimTunnel runs the scenario through wanopt's tunnel: one connection
 // carrying Streams streams. Unless Cold, the connection first carries a
 // warm-up transfer (20 BDPs), as a long-lived tunnel has, and the
@@ -184,23 +218,11 @@ func SimTunnel(o SimOptions) (SimResult, error) {
 	cpu0 := cpuTime()
 	sim := netsim.New(o.Seed)
 	fwd, rev := dumbbell(sim, o, 28) // IPv4 + UDP headers count on the wire
-	keys := seeded(o.Seed, 0x6b6579)
-	ck, _ := crypt.GenerateKey(keys)
-	sk, _ := crypt.GenerateKey(keys)
-	cliCfg := tunnel.Config{PrivateKey: ck, PeerPublicKey: sk.PublicKey(), HandshakeTimestamp: 1,
-		Congestion: cong, FixedRateBps: uint64(o.RateBps), Rand: seeded(o.Seed, 0xc1)}
-	srvCfg := tunnel.Config{PrivateKey: sk, PeerPublicKey: ck.PublicKey(),
-		Congestion: cong, FixedRateBps: uint64(o.RateBps), Rand: seeded(o.Seed, 0x5e)}
-	cli, err := tunnel.NewClientConn(cliCfg, sim.Now())
+	tp, err := newTunnelPair(sim, fwd, rev, o, cong, 0)
 	if err != nil {
 		return SimResult{}, err
 	}
-	srv, err := tunnel.NewServerConn(srvCfg, sim.Now())
-	if err != nil {
-		return SimResult{}, err
-	}
-	ce, se := &simConn{c: cli}, &simConn{c: srv}
-	flow := sim.AddFlow(ce, se, fwd, rev, netsim.FlowOptions{})
+	cli, srv, ce, se, flow := tp.cli, tp.srv, tp.ce, tp.se, tp.flow
 	deadline := sim.Now().Add(o.Limit)
 	if err := sim.RunUntil(cli.Established, deadline); err != nil {
 		return SimResult{}, fmt.Errorf("handshake: %w", err)

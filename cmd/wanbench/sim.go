@@ -23,8 +23,12 @@ func runSim(ctx context.Context, args []string) error {
 	cold := fs.Bool("cold", false, "measure a fresh connection instead of a warm one")
 	seed := fs.Uint64("seed", 1, "simulation seed")
 	noTCP := fs.Bool("no-tcp", false, "skip the simulated plain-TCP comparison")
+	bars := fs.Bool("bars", false, "measure the transport's bars (issue 3) for --cc instead of one scenario")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *bars {
+		return runBars(ctx, *ccName, *bytesS, *seed)
 	}
 	o := exp.SimOptions{RTT: *rtt, Streams: *streams, CC: *ccName, Cold: *cold, Seed: *seed}
 	rate, err := parseRate(*rateS)
@@ -77,5 +81,28 @@ func runSim(ctx context.Context, args []string) error {
 	}
 	fmt.Println()
 	fmt.Println(r.Line())
+	return ctx.Err()
+}
+
+func runBars(ctx context.Context, ccName, bytesS string, seed uint64) error {
+	n, err := parseBytes(bytesS)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	res, err := exp.Bars(exp.BarsOptions{CC: ccName, BytesPerStream: n, Seed: seed, Progress: func(b exp.Bar) {
+		fmt.Fprintf(os.Stderr, "[%4.0fs] bar %s %s: %s %.3f (%s)\n", time.Since(start).Seconds(), b.ID, b.Scenario, b.Metric, b.Value, b.Target)
+	}})
+	if err != nil {
+		return err
+	}
+	fmt.Print(exp.BarsMarkdown(ccName, res))
+	failed := 0
+	for _, b := range res {
+		if !b.Pass {
+			failed++
+		}
+	}
+	fmt.Printf("\nbars_passed=%d bars_failed=%d cc=%s\n", len(res)-failed, failed, ccName)
 	return ctx.Err()
 }

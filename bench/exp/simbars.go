@@ -1,0 +1,157 @@
+package exp
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/wanopt/wanopt/bench/netsim"
+	"github.com/wanopt/wanopt/bench/netsim/simtcp"
+	"github.com/wanopt/wanopt/internal/monotime"
+)
+
+// endless is a stream size no scenario finishes: the flow runs until the
+// simulation stops.
+const endless = 1 << 40
+
+// warmTunnel builds a tunnel pair on a fresh dumbbell, completes the
+// handshake and carries a warm-up transfer of 20 BDPs.
+func warmTunnel(o SimOptions) (*netsim.Sim, *netsim.Link, *tunnelPair, error) {
+	o.defaults()
+	cong, err := congestionByName(o.CC)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sim := netsim.New(o.Seed)
+	fwd, rev := dumbbell(sim, o, 28)
+	tp, err := newTunnelPair(sim, fwd, rev, o, cong, 0)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	deadline := sim.Now().Add(o.Limit)
+	if err := sim.RunUntil(tp.cli.Established, deadline); err != nil {
+		return nil, nil, nil, fmt.Errorf("handshake: %w", err)
+	}
+	bdp := int(float64(o.RateBps) / 8 * o.RTT.Seconds())
+	b := newBulk(tp.cli, tp.srv, 1, max(20*bdp, 1<<20))
+	tp.ce.onEvent, tp.se.onEvent = b.onClient, b.onServer
+	b.open(sim.Now())
+	sim.Wake(tp.flow)
+	if err := sim.RunUntil(b.done, deadline); err != nil || b.failed != nil {
+		return nil, nil, nil, fmt.Errorf("warm-up transfer: %v %v", err, b.failed)
+	}
+	return sim, fwd, tp, nil
+}
+
+// SimRamp measures how fast a new stream on a warm connection reaches the
+// link rate: the time, in RTTs, from the stream's open result (when the
+// application may send) until the rate the receiver sees over a quarter-RTT
+// window first reaches 80 % of the link.
+func SimRamp(o SimOptions) (rtts float64, err error) {
+	o.defaults()
+	sim, _, tp, err := warmTunnel(o)
+	if err != nil {
+		return 0, err
+	}
+	sim.RunFor(500 * time.Millisecond) // idle between transfers
+	b := newBulk(tp.cli, tp.srv, 1, endless)
+	tp.ce.onEvent, tp.se.onEvent = b.onClient, b.onServer
+	b.open(sim.Now())
+	sim.Wake(tp.flow)
+	window := o.RTT / 4
+	step := window / 8
+	// Link rate in stream bytes: the payload share of each wire packet.
+	target := 0.8 * float64(o.RateBps) / 8 * window.Seconds() * 1400 / 1500
+	type sample struct {
+		at monotime.Time
+		n  int64
+	}
+	var hist []sample
+	var reached monotime.Time
+	var tick func()
+	tick = func() {
+		now := sim.Now()
+		hist = append(hist, sample{now, b.received})
+		for len(hist) > 1 && now.Sub(hist[0].at) > window {
+			hist = hist[1:]
+		}
+		if b.firstOpen != 0 && now.Sub(hist[0].at) >= window-step/2 && float64(b.received-hist[0].n) >= target {
+			reached = now
+			return
+		}
+		sim.At(now.Add(step), tick)
+	}
+	sim.At(sim.Now().Add(step), tick)
+	deadline := sim.Now().Add(30*o.RTT + 10*time.Second)
+	if err := sim.RunUntil(func() bool { return reached != 0 || b.failed != nil }, deadline); err != nil {
+		return 0, fmt.Errorf("the new stream never reached 80 %% of the link: %w", err)
+	}
+	if b.failed != nil {
+		return 0, b.failed
+	}
+	return float64(reached.Sub(b.firstOpen)) / float64(o.RTT), nil
+}
+
+// SimShare runs two flows through one bottleneck for d and returns each
+// one's share of the bytes delivered in the last two thirds of the run.
+// The first flow is a tunnel with o.CC; the second is another tunnel with
+// the same controller (competitor "tunnel") or a simulated plain-TCP CUBIC
+// flow (competitor "cubic"). Both start together on cold connections.
+func SimShare(o SimOptions, competitor string, d time.Duration) (first, second float64, err error) {
+	o.defaults()
+	cong, err := congestionByName(o.CC)
+	if err != nil {
+		return 0, 0, err
+	}
+	sim := netsim.New(o.Seed)
+	fwd, rev := dumbbell(sim, o, 28)
+	a, err := newTunnelPair(sim, fwd, rev, o, cong, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	ba := newBulk(a.cli, a.srv, 1, endless)
+	a.ce.onEvent = func(now monotime.Time, ev tunnelEvent) {
+		if ev.Kind == eventEstablished {
+			ba.open(now)
+		}
+		ba.onClient(now, ev)
+	}
+	a.se.onEvent = ba.onServer
+	var secondBytes func() int64
+	switch competitor {
+	case "tunnel":
+		b, err := newTunnelPair(sim, fwd, rev, o, cong, 0x100)
+		if err != nil {
+			return 0, 0, err
+		}
+		bb := newBulk(b.cli, b.srv, 1, endless)
+		b.ce.onEvent = func(now monotime.Time, ev tunnelEvent) {
+			if ev.Kind == eventEstablished {
+				bb.open(now)
+			}
+			bb.onClient(now, ev)
+		}
+		b.se.onEvent = bb.onServer
+		secondBytes = func() int64 { return bb.received }
+	case "cubic":
+		s, r := simtcp.NewPair(simtcp.Config{TotalBytes: -1, Controller: simtcp.NewCubic(1448)})
+		sim.AddFlow(s, r, fwd, rev, netsim.FlowOptions{})
+		secondBytes = func() int64 { return r.Stats().DeliveredBytes }
+	default:
+		return 0, 0, fmt.Errorf("competitor %q: want tunnel or cubic", competitor)
+	}
+	if err := sim.RunFor(d / 3); err != nil {
+		return 0, 0, err
+	}
+	a0, b0 := ba.received, secondBytes()
+	if err := sim.RunFor(d - d/3); err != nil {
+		return 0, 0, err
+	}
+	if ba.failed != nil {
+		return 0, 0, ba.failed
+	}
+	da, db := float64(ba.received-a0), float64(secondBytes()-b0)
+	if da+db == 0 {
+		return 0, 0, fmt.Errorf("nothing was delivered")
+	}
+	return da / (da + db), db / (da + db), nil
+}
