@@ -1,6 +1,6 @@
-// Command wanopt is the wanopt edge and its operator tools. For now it has
-// one command, analyze, which explains from a packet capture why a TCP flow
-// is slow. Run 'wanopt help' for the commands.
+// Command wanopt is the wanopt edge and its operator tools: analyze explains
+// from a packet capture why a TCP flow is slow; keygen and pubkey make the
+// tunnel's keys. Run 'wanopt help' for the commands.
 package main
 
 import (
@@ -14,6 +14,8 @@ const usage = `wanopt — userspace split-TCP WAN accelerator
 
 Commands:
   analyze    explain why TCP flows in a pcap/pcapng capture are slow
+  keygen     print a new private key (its public key goes to standard error)
+  pubkey     print the public key of the private key on standard input
   help       this text
 
 Run 'wanopt COMMAND --help' for a command's flags.
@@ -27,6 +29,8 @@ type command func(args []string, stdout, stderr io.Writer) error
 // here as they are built.
 var commands = map[string]command{
 	"analyze": runAnalyze,
+	"keygen":  runKeygen,
+	"pubkey":  runPubkey,
 }
 
 // errUsage marks an error caused by a bad command line (exit status 2).
