@@ -135,6 +135,9 @@ type BBR struct {
 	lossEventsInRound  int
 	lostInRound        int
 	ackedInRound       int
+	prevLostInRound    int  // lostInRound of the previous loss round
+	prevAckedInRound   int  // ackedInRound of the previous loss round
+	appLimitedInRound  bool // a rate sample of this loss round was app-limited
 	cwndLimited        bool // cwnd-limited in this or the previous round
 	cwndLimitedNow     bool // cwnd-limited in this round
 
@@ -167,6 +170,8 @@ type BBR struct {
 	// Loss recovery (packet conservation).
 	inRecovery         bool
 	recoveryStart      monotime.Time
+	recoveryInRound    bool // recovery was active at some time in this round
+	recoveryRounds     int  // consecutive completed rounds with recovery active
 	packetConservation bool
 }
 

@@ -56,29 +56,59 @@ func (b *BBR) saveCwnd() {
 // restoreCwnd undoes a temporary cwnd reduction.
 func (b *BBR) restoreCwnd() { b.cwnd = max(b.cwnd, b.priorCwnd) }
 
-// updateRecovery enters recovery on the first loss of a new loss episode
-// (a lost packet sent after the previous episode began) and leaves it
-// when a packet sent after the episode began is acked. On entry cwnd drops
-// to what is in flight plus what this ACK delivered, and for the rest of
-// the round packet conservation holds (one packet out per packet acked).
+// updateRecovery enters recovery on the first congestive loss of a new
+// loss episode (a lost packet sent after the previous episode began) and
+// leaves it when a packet sent after the episode began is acked. On entry
+// cwnd drops to what is in flight plus what this ACK delivered, and for
+// the rest of the round packet conservation holds (one packet out per
+// packet acked).
+//
+// Deviation from the draft, on purpose: once the pipe is full, a loss
+// enters recovery only when it is congestive by the draft's own measure,
+// i.e. some lost packet saw more than bbrLossThresh of its tx_in_flight
+// lost since it was sent (IsInflightTooHigh). Random loss below that rate
+// (1 % on a radio or satellite hop) would otherwise open a new episode
+// every round, and each entry pins cwnd to the bytes in flight: after an
+// idle period or ProbeRTT, when inflight is below the BDP, cwnd then
+// regrows by only a few packets per round instead of returning to the
+// model's target. The draft's intent, that loss below the threshold does
+// not reduce the model, is kept; congestive loss still gets packet
+// conservation, and the loss-round bounds (bw_lo, inflight_lo) still
+// react to it. Startup keeps the draft's rule (any loss), which also
+// keeps its growth, and the window it reaches on a lossy path, moderate.
 func (b *BBR) updateRecovery(ev *AckEvent, rs *RateSample) {
 	if b.inRecovery && len(ev.Acked) > 0 && ev.Acked[len(ev.Acked)-1].SentTime.After(b.recoveryStart) {
 		b.inRecovery = false
 		b.packetConservation = false
 		b.restoreCwnd()
 	}
-	if len(ev.Lost) == 0 {
+	if len(ev.Lost) == 0 || b.filledPipe && !b.isLossCongestive(ev.Lost) {
 		return
 	}
 	lastLost := ev.Lost[len(ev.Lost)-1].SentTime
 	if b.inRecovery && !lastLost.After(b.recoveryStart) {
 		return
 	}
+	b.recoveryInRound = true
 	b.saveCwnd()
 	b.inRecovery = true
 	b.recoveryStart = ev.Now
 	b.packetConservation = true
 	b.cwnd = max(ev.BytesInFlight+max(rs.NewlyAcked, b.mss), b.minPipeCwnd())
+}
+
+// isLossCongestive reports whether any of the newly lost packets saw a
+// loss rate above bbrLossThresh of its tx_in_flight between its sending
+// and now. It is called after the rate sampler counted the losses.
+func (b *BBR) isLossCongestive(lost []PacketState) bool {
+	total := b.rs.LostBytes()
+	for i := range lost {
+		p := &lost[i]
+		if b.isInflightTooHigh(total-p.Lost, p.TxInFlight, 0, 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // setCwnd grows cwnd by what was acked, up to the model's max inflight,

@@ -25,6 +25,12 @@ func (b *BBR) updateRound(rs *RateSample) {
 		b.cwndLimited = b.cwndLimitedNow
 		b.cwndLimitedNow = false
 		b.packetConservation = false
+		if b.recoveryInRound {
+			b.recoveryRounds++
+		} else {
+			b.recoveryRounds = 0
+		}
+		b.recoveryInRound = b.inRecovery
 	} else {
 		b.roundStart = false
 	}
@@ -143,16 +149,24 @@ func (b *BBR) checkDrain(now monotime.Time) {
 }
 
 // updateMinRTT maintains min_rtt over a 10 s window and the 5 s ProbeRTT
-// timer. Deviation from the draft, on purpose: a sample equal to the
-// current ProbeRTT min (not only a lower one) refreshes the ProbeRTT
-// timer, so a path whose propagation delay is re-measured in the ordinary
-// ProbeBW_DOWN drain skips ProbeRTT; at 250 ms RTT each ProbeRTT costs
+// timer.
+//
+// Deviation from the draft, on purpose: a sample within minRTTTolerance
+// of the current ProbeRTT min (not only a lower one) refreshes the
+// ProbeRTT timer, keeping the lower value, so a path whose propagation
+// delay is re-measured in the ordinary ProbeBW_DOWN drain skips
+// ProbeRTT, which is the draft's intent ("skip ProbeRTT when the path's
+// min RTT was recently observed"). At 250 ms RTT each ProbeRTT costs
 // about 2 % of throughput.
 func (b *BBR) updateMinRTT(now monotime.Time, rs *RateSample) {
 	b.probeRTTExpired = now.After(b.probeRTTMinStamp.Add(bbrProbeRTTInterval))
-	if rs.RTT > 0 && (rs.RTT <= b.probeRTTMinDelay || b.probeRTTExpired) {
+	switch {
+	case rs.RTT <= 0:
+	case rs.RTT < b.probeRTTMinDelay || b.probeRTTExpired:
 		b.probeRTTMinDelay = rs.RTT
 		b.probeRTTMinStamp = now
+	case rs.RTT <= b.probeRTTMinDelay+b.minRTTTolerance():
+		b.probeRTTMinStamp = now // the propagation delay was seen again
 	}
 	minRTTExpired := now.After(b.minRTTStamp.Add(bbrMinRTTFilterLen))
 	if b.probeRTTMinDelay < b.minRTT || b.minRTT == 0 || minRTTExpired {
@@ -161,6 +175,22 @@ func (b *BBR) updateMinRTT(now monotime.Time, rs *RateSample) {
 			b.minRTTStamp = b.probeRTTMinStamp
 		}
 	}
+}
+
+// minRTTTolerance is how far above the ProbeRTT min an RTT sample may be
+// and still count as seeing the path's propagation delay again: the
+// serialisation time of one full-size packet at the bottleneck bandwidth
+// estimate. A packet's RTT includes its own serialisation at the
+// bottleneck, so a full-size packet crossing an empty queue measures up
+// to that much more than the small packet (an ACK-eliciting control
+// frame, a PING) that may have set the minimum; without the tolerance no
+// full-size sample ever matches such a minimum and ProbeRTT runs every
+// 5 s. The tolerance is 0 until the bandwidth is estimated.
+func (b *BBR) minRTTTolerance() time.Duration {
+	if b.bw == 0 {
+		return 0
+	}
+	return time.Duration(mulDiv(uint64(b.mss)*8, uint64(time.Second), b.bw))
 }
 
 // bdp returns the bandwidth-delay product at bw in bytes, or the initial

@@ -102,7 +102,21 @@ func (b *BBR) isTimeToCruise() bool {
 // isTimeToGoDown ends UP once the bandwidth stopped growing; while the
 // flow is held back by inflight_hi the plateau check restarts, since
 // inflight_hi rather than the path limits it.
-func (b *BBR) isTimeToGoDown(rs *RateSample) bool {
+//
+// UP also ends, as in draft-cardwell-iccrg-bbr-congestion-control-02
+// (§4.3.3.6, "estimated queue") and Linux's BBRv3, once it has lasted a
+// min RTT and inflight exceeds 1.25 × BDP at the max bandwidth: the
+// probe's extra 25 % is then in flight and its samples on their way, and
+// any further UP round only adds a quarter BDP of queue. Waiting for the
+// 3-round plateau alone builds close to a BDP of queue, which ProbeBW
+// DOWN at 0.9× needs about ten rounds to drain: at long RTTs that is
+// longer than the cycle, so the queue never empties, the propagation
+// delay is not re-measured and ProbeRTT has to run.
+func (b *BBR) isTimeToGoDown(now monotime.Time, rs *RateSample) bool {
+	if b.minRTT > 0 && now.Sub(b.lastProbeStart) >= b.minRTT &&
+		b.inflight > b.inflightAt(b.maxBw, bbrUpPacingGain) {
+		return true
+	}
 	if b.cwndLimited && b.cwnd >= b.inflightHi {
 		b.resetFullBw()
 		b.fullBw = b.maxBw
@@ -137,7 +151,7 @@ func (b *BBR) updateProbeBWCyclePhase(now monotime.Time, rs *RateSample) {
 			b.startProbeBWUp(now, rs)
 		}
 	case BBRProbeBWUp:
-		if b.isTimeToGoDown(rs) {
+		if b.isTimeToGoDown(now, rs) {
 			b.startProbeBWDown(now)
 		}
 	}

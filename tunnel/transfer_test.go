@@ -147,24 +147,17 @@ func TestThroughputWarmBBR(t *testing.T) {
 }
 
 // TestThroughputWarmBBRLoss measures the same transfer over 1 % random
-// loss each way. The project bar is a link ratio of 0.85; this test fails
-// only below 0.70 (a regression in this package) and logs when the bar is
-// missed: across seeds the figure ranges from about 0.2 to 0.88, and what
-// decides it is how BBR (package cc) reacts to random loss (premature
-// Startup exit, inflight_hi cuts from per-sample loss checks, packet
-// conservation pinning cwnd to inflight). See the package report.
+// loss each way: the project bar is a link ratio of 0.85. BBR must treat
+// random loss below its 2 % threshold as noise, not congestion (see cc's
+// loss handling).
 func TestThroughputWarmBBRLoss(t *testing.T) {
 	perStream := 50 << 20
 	if testing.Short() {
 		perStream = 12 << 20
 	}
 	path := pathConfig{rateBps: 250_000_000, rtt: 100 * time.Millisecond, lossPct: 1}
-	r := measureLinkRatio(t, 1, path, 4, perStream, nil)
-	if r < 0.85 {
-		t.Logf("link ratio %.3f with 1%% loss: below the project bar of 0.85", r)
-	}
-	if r < 0.70 {
-		t.Errorf("link ratio %.3f with 1%% loss, want >= 0.70 (project bar 0.85)", r)
+	if r := measureLinkRatio(t, 1, path, 4, perStream, nil); r < 0.85 {
+		t.Errorf("link ratio %.3f with 1%% loss, want >= 0.85", r)
 	}
 }
 
