@@ -16,6 +16,9 @@ Commands:
   analyze    explain why TCP flows in a pcap/pcapng capture are slow
   keygen     print a new private key (its public key goes to standard error)
   pubkey     print the public key of the private key on standard input
+  run        run an edge: intercept TCP on a TUN and/or connect the peer's flows
+  status     show a running edge's tunnel and counters (over its --control socket)
+  flows      list the flows through a running edge (over its --control socket)
   help       this text
 
 Run 'wanopt COMMAND --help' for a command's flags.
@@ -31,6 +34,9 @@ var commands = map[string]command{
 	"analyze": runAnalyze,
 	"keygen":  runKeygen,
 	"pubkey":  runPubkey,
+	"run":     runRun,
+	"status":  runStatus,
+	"flows":   runFlows,
 }
 
 // errUsage marks an error caused by a bad command line (exit status 2).

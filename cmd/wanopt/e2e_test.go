@@ -1,0 +1,428 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/bench/wanem"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+)
+
+// The test binary doubles as the lab's link helper: the lab starts it again
+// with this variable set, and TestMain runs the emulator instead of tests.
+const linkHelperEnv = "WANOPT_E2E_LINK_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(linkHelperEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := lab.RunLink(ctx, os.Stdin, os.Stdout); err != nil {
+			os.Stderr.WriteString("link helper: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// Lab ports on the server (198.18.2.2): an echo server the egress allows, a
+// listener it does not allow, an allowed port nobody listens on, and iperf.
+const (
+	echoPort      = 7000
+	forbiddenPort = 7001
+	closedPort    = 7002
+	iperfPort     = 5001
+)
+
+// TestEndToEnd runs two wanopt edges in the edges lab (100 Mbit/s, RTT
+// 100 ms or WANOPT_E2E_RTT): edgeA intercepts on TUN wo0 and dials edgeB,
+// which connects the flows to the server. It checks a hash-checked 20 MB
+// echo each way, a quick RST for a closed port, a refusal for a destination
+// outside the egress policy, wanopt status and flows, a clean stop on
+// SIGTERM, and compares iperf through wanopt with plain forwarding.
+func TestEndToEnd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the end-to-end test builds network namespaces and needs root (run 'sudo go test ./cmd/wanopt/')")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping: the lab needs the 'ip' command (apt-get install iproute2)")
+	}
+	if testing.Short() {
+		t.Skip("skipping the end-to-end lab test in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+
+	bin := filepath.Join(dir, "wanopt")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build wanopt: %v\n%s", err, out)
+	}
+	keyA, pubA := writeKey(t, dir, "a.key")
+	keyB, pubB := writeKey(t, dir, "b.key")
+
+	t.Setenv(linkHelperEnv, "1")
+	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: []string{os.Args[0]}, Realtime: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	rtt := 100 * time.Millisecond
+	if v := os.Getenv("WANOPT_E2E_RTT"); v != "" { // e.g. 200ms, for a measurement
+		if rtt, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("WANOPT_E2E_RTT=%q: %v", v, err)
+		}
+	}
+	link := wanem.Config{Delay: rtt / 2, RateBps: 100_000_000}
+	if err := l.StartLink(ctx, link, link); err != nil {
+		t.Fatal(err)
+	}
+
+	// Servers in the server namespace, in this process.
+	var forbiddenAccepts atomic.Int64
+	echo := listenIn(t, l.Server.NS, echoPort)
+	go serveEcho(echo)
+	forbidden := listenIn(t, l.Server.NS, forbiddenPort)
+	go func() {
+		for {
+			c, err := forbidden.Accept()
+			if err != nil {
+				return
+			}
+			forbiddenAccepts.Add(1)
+			c.Close()
+		}
+	}()
+	_, haveIperf := exec.LookPath("iperf")
+	if haveIperf == nil {
+		srv := l.Command(ctx, l.Server, "iperf", "-s", "-p", strconv.Itoa(iperfPort))
+		if err := srv.Start(); err != nil {
+			t.Fatalf("start iperf -s: %v", err)
+		}
+		defer func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }()
+	}
+
+	// Plain forwarding first: the forbidden port is reachable directly.
+	c, err := dialIn(ctx, l.Client.NS, forbiddenPort, 3*time.Second)
+	if err != nil {
+		t.Fatalf("direct connection to %d (before wanopt): %v", forbiddenPort, err)
+	}
+	c.Close()
+	for deadline := time.Now().Add(2 * time.Second); forbiddenAccepts.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	directAccepts := forbiddenAccepts.Load()
+	var plainMbps float64
+	if haveIperf == nil {
+		plainMbps = runIperf(t, ctx, l)
+		t.Logf("plain forwarding: iperf -c 198.18.2.2 -n 20M -P 4 -R: %.1f Mbit/s", plainMbps)
+	} else {
+		t.Log("iperf is not installed (apt-get install iperf): skipping the throughput comparison")
+	}
+
+	// The edges.
+	far := startEdge(t, ctx, l, l.EdgeB, dir, "edgeB",
+		"--key", keyB, "--peer-key", pubA, "--listen", "198.18.0.2:4500",
+		"--allow", fmt.Sprintf("198.18.2.2/32:%d,%d,%d", echoPort, closedPort, iperfPort), "--control", filepath.Join(dir, "far.sock"))
+	near := startEdge(t, ctx, l, l.EdgeA, dir, "edgeA",
+		"--key", keyA, "--peer-key", pubB, "--peer", "198.18.0.2:4500",
+		"--tun", "wo0", "--tun-setup", "--route", "198.18.2.0/24", "--control", filepath.Join(dir, "near.sock"))
+	near.waitLog(t, "tunnel up", 15*time.Second)
+	far.waitLog(t, "tunnel up", 5*time.Second)
+	if out, err := exec.CommandContext(ctx, "ip", "-n", l.EdgeA.NS, "route", "replace", "198.18.2.0/24", "dev", "wo0").CombinedOutput(); err != nil {
+		t.Fatalf("route 198.18.2.0/24 into wo0: %v: %s", err, out)
+	}
+
+	t.Run("echo 20MB each way", func(t *testing.T) {
+		const size = 20 << 20
+		data := make([]byte, size)
+		r := mrand.NewChaCha8([32]byte{42})
+		r.Read(data)
+		c, err := dialIn(ctx, l.Client.NS, echoPort, 5*time.Second)
+		if err != nil {
+			t.Fatalf("connect to the echo server through wanopt: %v", err)
+		}
+		defer c.Close()
+		start := time.Now()
+		werr := make(chan error, 1)
+		go func() {
+			_, err := c.Write(data)
+			if err == nil {
+				err = c.(*net.TCPConn).CloseWrite()
+			}
+			werr <- err
+		}()
+		h := sha256.New()
+		c.SetReadDeadline(time.Now().Add(90 * time.Second))
+		n, err := io.CopyN(h, c, 1<<20)
+		if err != nil {
+			t.Fatalf("echo: read %d of the first MB: %v", n, err)
+		}
+		for _, side := range []string{"near", "far"} {
+			code, out, errs := run("flows", "--control", filepath.Join(dir, side+".sock"))
+			if code != 0 || !strings.Contains(out, fmt.Sprintf("198.18.2.2:%d", echoPort)) {
+				t.Errorf("%s edge's flows during the echo: code %d, %q, %q", side, code, out, errs)
+			}
+			t.Logf("%s edge, wanopt flows:\n%s", side, out)
+		}
+		m, err := io.Copy(h, c)
+		n += m
+		if err != nil || n != size {
+			t.Fatalf("echo: read %d of %d bytes: %v", n, size, err)
+		}
+		if err := <-werr; err != nil {
+			t.Fatalf("echo: write: %v", err)
+		}
+		want := sha256.Sum256(data)
+		if !bytes.Equal(h.Sum(nil), want[:]) {
+			t.Fatal("echo: the bytes that came back differ from those sent")
+		}
+		el := time.Since(start)
+		t.Logf("20 MB up and 20 MB back, SHA-256 equal, in %v (%.1f Mbit/s each way)", el.Round(time.Millisecond), float64(size)*8/el.Seconds()/1e6)
+	})
+
+	t.Run("closed port gets RST", func(t *testing.T) {
+		start := time.Now()
+		c, err := dialIn(ctx, l.Client.NS, closedPort, 5*time.Second)
+		el := time.Since(start)
+		if err == nil {
+			c.Close()
+			t.Fatalf("connection to closed port %d succeeded", closedPort)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("closed port: %v after %v; want connection refused", err, el)
+		}
+		// one RTT to the far edge and back, plus the far edge's connect
+		if el > rtt+time.Second {
+			t.Errorf("closed port refused after %v; want within about one RTT (%v)", el, rtt)
+		}
+		t.Logf("closed port: connection refused after %v", el.Round(time.Millisecond))
+	})
+
+	t.Run("destination outside the policy is refused", func(t *testing.T) {
+		start := time.Now()
+		c, err := dialIn(ctx, l.Client.NS, forbiddenPort, 5*time.Second)
+		el := time.Since(start)
+		if err == nil {
+			c.Close()
+			t.Fatalf("connection to port %d, outside the egress policy, succeeded", forbiddenPort)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("port outside the policy: %v; want connection refused", err)
+		}
+		if n := forbiddenAccepts.Load() - directAccepts; n != 0 {
+			t.Errorf("the server accepted %d connections on the forbidden port", n)
+		}
+		t.Logf("port outside the policy: connection refused after %v, server saw nothing", el.Round(time.Millisecond))
+	})
+
+	if haveIperf == nil {
+		t.Run("iperf through wanopt", func(t *testing.T) {
+			mbps := runIperf(t, ctx, l)
+			t.Logf("RTT %v, 100 Mbit/s: plain forwarding %.1f Mbit/s, through wanopt %.1f Mbit/s", rtt, plainMbps, mbps)
+			fmt.Printf("e2e: rtt_ms=%d rate_mbps=100 plain_mbps=%.1f wanopt_mbps=%.1f\n", rtt.Milliseconds(), plainMbps, mbps)
+			code, out, errs := run("status", "--control", filepath.Join(dir, "near.sock"))
+			if code != 0 || !strings.Contains(out, "tunnel: up") {
+				t.Errorf("near edge's status: code %d, %q, %q", code, out, errs)
+			}
+			t.Logf("near edge, wanopt status:\n%s", out)
+			// Every stream of the finished flows is forgotten on both edges.
+			for _, side := range []string{"near", "far"} {
+				var r statusReport
+				sock := filepath.Join(dir, side+".sock")
+				for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+					if err := queryControl(sock, "status", &r); err != nil || r.Tunnel == nil || r.Tunnel.StreamsOpen == 0 {
+						break
+					}
+				}
+				if r.Tunnel == nil || r.Tunnel.StreamsOpen != 0 {
+					t.Errorf("%s edge: tunnel %+v 3 s after the flows ended; want up, 0 streams open", side, r.Tunnel)
+				}
+			}
+			if mbps < 50 {
+				t.Errorf("through wanopt %.1f Mbit/s on a 100 Mbit/s link; want at least 50", mbps)
+			}
+		})
+	}
+
+	// SIGTERM: both edges stop cleanly and the TUN disappears.
+	near.stop(t)
+	far.stop(t)
+	if out, err := exec.Command("ip", "-n", l.EdgeA.NS, "link", "show", "wo0").CombinedOutput(); err == nil {
+		t.Errorf("wo0 still exists after the near edge stopped: %s", out)
+	}
+}
+
+// edgeProc is a running 'wanopt run' with its log file.
+type edgeProc struct {
+	name, log string
+	cmd       *exec.Cmd
+	done      chan error
+}
+
+func startEdge(t *testing.T, ctx context.Context, l *lab.Lab, h *lab.Host, dir, name string, args ...string) *edgeProc {
+	t.Helper()
+	logPath := filepath.Join(dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append([]string{filepath.Join(dir, "wanopt"), "run", "--log-level", "debug"}, args...)
+	cmd := l.Command(ctx, h, argv...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		t.Fatalf("start %s: %v", name, err)
+	}
+	e := &edgeProc{name: name, log: logPath, cmd: cmd, done: make(chan error, 1)}
+	go func() { e.done <- cmd.Wait(); f.Close() }()
+	t.Cleanup(func() {
+		select {
+		case <-e.done:
+		default:
+			cmd.Process.Kill()
+			<-e.done
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			if len(b) > 6000 {
+				b = b[len(b)-6000:]
+			}
+			t.Logf("%s log (tail):\n%s", name, b)
+		}
+	})
+	return e
+}
+
+// waitLog waits until the edge's log contains s.
+func (e *edgeProc) waitLog(t *testing.T, s string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(e.log)
+		if bytes.Contains(b, []byte(s)) {
+			return
+		}
+		select {
+		case err := <-e.done:
+			e.done <- err
+			t.Fatalf("%s exited (%v) before logging %q", e.name, err, s)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s did not log %q within %v", e.name, s, d)
+}
+
+// stop sends SIGTERM and expects a clean exit within 5 s.
+func (e *edgeProc) stop(t *testing.T) {
+	t.Helper()
+	e.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-e.done:
+		e.done <- err
+		if err != nil {
+			t.Errorf("%s after SIGTERM: %v; want exit status 0", e.name, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("%s did not stop within 5 s of SIGTERM", e.name)
+	}
+	if b, _ := os.ReadFile(e.log); !bytes.Contains(b, []byte("edge stopped")) {
+		t.Errorf("%s did not log 'edge stopped'", e.name)
+	}
+}
+
+func writeKey(t *testing.T, dir, name string) (path, pub string) {
+	t.Helper()
+	k, err := crypt.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(k.Base64()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, k.PublicKey().Base64()
+}
+
+func listenIn(t *testing.T, ns string, port int) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	err := lab.InNetns(ns, func() error {
+		var err error
+		ln, err = net.Listen("tcp4", fmt.Sprintf("198.18.2.2:%d", port))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("listen on 198.18.2.2:%d in %s: %v", port, ns, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+func serveEcho(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			io.Copy(c, c)
+			c.(*net.TCPConn).CloseWrite()
+			io.Copy(io.Discard, c)
+		}()
+	}
+}
+
+// dialIn connects from the client namespace to 198.18.2.2:port.
+func dialIn(ctx context.Context, ns string, port int, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	err := lab.InNetns(ns, func() error {
+		d := net.Dialer{Timeout: timeout}
+		var err error
+		c, err = d.DialContext(ctx, "tcp4", fmt.Sprintf("198.18.2.2:%d", port))
+		return err
+	})
+	return c, err
+}
+
+var iperfSum = regexp.MustCompile(`\[SUM\].*?([0-9.]+) Mbits/sec`)
+
+// runIperf runs iperf 2 in the client namespace (the published test's
+// command, 20 MB) and returns the summed goodput.
+func runIperf(t *testing.T, ctx context.Context, l *lab.Lab) float64 {
+	t.Helper()
+	cmd := l.Command(ctx, l.Client, "iperf", "-c", "198.18.2.2", "-p", strconv.Itoa(iperfPort), "-n", "20M", "-P", "4", "-R", "-f", "m")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("iperf: %v\n%s", err, out)
+	}
+	m := iperfSum.FindAllSubmatch(out, -1)
+	if len(m) == 0 {
+		t.Fatalf("iperf printed no [SUM] line:\n%s", out)
+	}
+	v, _ := strconv.ParseFloat(string(m[len(m)-1][1]), 64)
+	if v <= 0 {
+		t.Fatalf("iperf: no throughput in %q", strings.TrimSpace(string(m[len(m)-1][0])))
+	}
+	return v
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+)
+
+func testKeys(t *testing.T) (keyFile, peerPub string) {
+	t.Helper()
+	dir := t.TempDir()
+	k, _ := crypt.GenerateKey(rand.Reader)
+	p, _ := crypt.GenerateKey(rand.Reader)
+	keyFile = filepath.Join(dir, "edge.key")
+	if err := os.WriteFile(keyFile, []byte(k.Base64()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return keyFile, p.PublicKey().Base64()
+}
+
+func TestRunConfigErrors(t *testing.T) {
+	key, peer := testKeys(t)
+	dir := t.TempDir()
+	badKey := filepath.Join(dir, "bad.key")
+	os.WriteFile(badKey, []byte("not a key\n"), 0o600)
+	k, _ := os.ReadFile(key)
+	own, _ := crypt.ParsePrivateKey(strings.TrimSpace(string(k)))
+	base := []string{"--key", key, "--peer-key", peer}
+	far := append(base[:4:4], "--listen", "198.18.0.2:4500")
+	for _, tc := range []struct {
+		args []string
+		want string // in the error
+	}{
+		{append(base[:4:4], "--allow", "198.18.2.0/24"), "--listen ADDR:PORT"},
+		{append(far[:6:6], "--peer", "198.18.0.2:4500", "--allow", "198.18.2.0/24"), "exclusive"},
+		{append(base[:4:4], "--listen", "nonsense", "--allow", "198.18.2.0/24"), "--listen"},
+		{append(base[:4:4], "--peer", "0.0.0.0:4500", "--tun", "wo0"), "--peer"},
+		{[]string{"--peer-key", peer, "--listen", ":4500", "--allow", "198.18.2.0/24"}, "--key FILE is required"},
+		{[]string{"--key", filepath.Join(dir, "missing"), "--peer-key", peer, "--listen", "0.0.0.0:4500", "--allow", "198.18.2.0/24"}, "no such file"},
+		{[]string{"--key", badKey, "--peer-key", peer, "--listen", "0.0.0.0:4500", "--allow", "198.18.2.0/24"}, "base64 key"},
+		{[]string{"--key", key, "--listen", "0.0.0.0:4500", "--allow", "198.18.2.0/24"}, "--peer-key BASE64 is required"},
+		{[]string{"--key", key, "--peer-key", "xyz", "--listen", "0.0.0.0:4500", "--allow", "198.18.2.0/24"}, "--peer-key"},
+		{[]string{"--key", key, "--peer-key", own.PublicKey().Base64(), "--listen", "0.0.0.0:4500", "--allow", "198.18.2.0/24"}, "own public key"},
+		{far, "would do nothing"},
+		{append(far[:6:6], "--allow", "198.18.2.0/24:99999"), "--allow"},
+		{append(far[:6:6], "--allow", "198.18.2.0/24", "--cc", "reno"), "--cc"},
+		{append(far[:6:6], "--allow", "198.18.2.0/24", "--log-level", "loud"), "--log-level"},
+		{append(far[:6:6], "--tun", "wo0", "--mtu", "100"), "--mtu"},
+		{append(far[:6:6], "--tun", "wo0", "--route", "198.18.2.0/24"), "need --tun-setup"},
+		{append(far[:6:6], "--tun", "wo0", "--tun-setup", "--route", "bogus"), "--route"},
+		{append(far[:6:6], "--allow", "10.0.0.0/8", "--tun-setup"), "--tun-setup needs --tun"},
+		{append(far[:6:6], "--tun", "a-very-long-interface-name"), "15 bytes"},
+		{append(far[:6:6], "--allow", "10.0.0.0/8", "--dial-timeout", "0s"), "--dial-timeout"},
+		{append(far[:6:6], "--allow", "10.0.0.0/8", "stray"), "unexpected arguments"},
+		{append(far[:6:6], "--bogus"), "unknown flag"},
+		{append(far[:6:6], "--config", filepath.Join(dir, "none.conf")), "config file"},
+	} {
+		var errb bytes.Buffer
+		_, err := parseRunConfig(tc.args, &errb)
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v; want a usage error mentioning %q", tc.args, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), string(k[:20])) {
+			t.Errorf("%q: the error shows the private key", tc.args)
+		}
+	}
+}
+
+func TestRunConfigFile(t *testing.T) {
+	key, peer := testKeys(t)
+	conf := filepath.Join(t.TempDir(), "edge.conf")
+	os.WriteFile(conf, []byte(`# far edge
+key = `+key+`
+peer-key = `+peer+`
+listen = 198.18.0.2:4500   # the WAN address
+allow = 198.18.2.0/24:80,443
+allow = [2001:db8::/32]
+cc = cubic
+log-level = debug
+`), 0o600)
+	cfg, err := parseRunConfig([]string{"--config", conf, "--cc", "bbr"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen.String() != "198.18.0.2:4500" || cfg.CC != tunnel.CCBBR || cfg.LogLevel != slog.LevelDebug ||
+		cfg.Policy.String() != "198.18.2.0/24:80,443 [2001:db8::/32]" || cfg.Ingress() || !cfg.Egress() || cfg.Role() != "responder" {
+		t.Errorf("config %+v (policy %s)", cfg, cfg.Policy)
+	}
+	for _, bad := range []struct{ text, want string }{
+		{"frobnicate = 1\n", `unknown setting "frobnicate"`},
+		{"check\n", "cannot be set"},
+		{"mtu = lots\n", "mtu"},
+	} {
+		os.WriteFile(conf, []byte(bad.text), 0o600)
+		_, err := parseRunConfig([]string{"--config", conf}, &bytes.Buffer{})
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "edge.conf:1") {
+			t.Errorf("config %q: %v; want a usage error at edge.conf:1 mentioning %q", bad.text, err, bad.want)
+		}
+	}
+}
+
+func TestRunCheck(t *testing.T) {
+	key, peer := testKeys(t)
+	code, out, errs := run("run", "--check", "--key", key, "--peer-key", peer, "--peer", "198.18.0.2:4500", "--tun", "wo0")
+	if code != 0 || !strings.Contains(out, "configuration OK: initiator to 198.18.0.2:4500") || !strings.Contains(out, "ingress on TUN wo0") {
+		t.Errorf("--check: code %d, out %q, err %q", code, out, errs)
+	}
+	k, _ := os.ReadFile(key)
+	if strings.Contains(out+errs, strings.TrimSpace(string(k))) {
+		t.Error("--check printed the private key")
+	}
+	if code, _, errs := run("run", "--check", "--key", key, "--peer-key", peer); code != 2 || !strings.Contains(errs, "--listen") {
+		t.Errorf("--check of a bad config: code %d, stderr %q; want 2 and the reason", code, errs)
+	}
+	if code, _, errs := run("run", "--help"); code != 0 || !strings.Contains(errs, "--allow") {
+		t.Errorf("run --help: code %d, stderr %q", code, errs)
+	}
+}
+
+// TestRunEdgeStops: a responder waiting for its peer stops promptly, and
+// cleanly, when its context ends (SIGINT/SIGTERM in main).
+func TestRunEdgeStops(t *testing.T) {
+	key, peer := testKeys(t)
+	sock := filepath.Join(t.TempDir(), "ctl.sock")
+	cfg, err := parseRunConfig([]string{"--key", key, "--peer-key", peer, "--listen", "127.0.0.1:0", "--allow", "127.0.0.1/32", "--control", sock}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logb bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logb, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runEdge(ctx, cfg, log) }()
+	var code int
+	var out, errs string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if code, out, errs = run("status", "--control", sock); code == 0 {
+			break
+		}
+	}
+	if code != 0 || !strings.Contains(out, "edge: responder on 127.0.0.1:0") || !strings.Contains(out, "tunnel: down") || !strings.Contains(out, "egress: 0 flows") {
+		t.Errorf("status: code %d, out %q, stderr %q", code, out, errs)
+	}
+	if code, out, errs := run("flows", "--control", sock); code != 0 || out != "no flows\n" {
+		t.Errorf("flows: code %d, out %q, stderr %q", code, out, errs)
+	}
+	if code, _, errs := run("flows"); code != 2 || !strings.Contains(errs, "--control PATH is required") {
+		t.Errorf("flows without --control: code %d, stderr %q", code, errs)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("runEdge: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("runEdge did not stop within 5 s of its context ending")
+	}
+	k, _ := os.ReadFile(key)
+	if strings.Contains(logb.String(), strings.TrimSpace(string(k))) {
+		t.Error("the log shows the private key")
+	}
+	if _, err := os.Stat(sock); err == nil {
+		t.Error("the control socket was left behind")
+	}
+	if code, _, errs := run("status", "--control", sock); code != 1 || !strings.Contains(errs, "is 'wanopt run --control") {
+		t.Errorf("status of a stopped edge: code %d, stderr %q", code, errs)
+	}
+}
+
+// TestRunEdgePair connects two edges in this process over UDP on loopback
+// (egress only: no TUN, no root), checks that both report the tunnel up,
+// then stops them and checks that no goroutine outlives them.
+func TestRunEdgePair(t *testing.T) {
+	base := runtime.NumGoroutine()
+	dir := t.TempDir()
+	ka, _ := crypt.GenerateKey(rand.Reader)
+	kb, _ := crypt.GenerateKey(rand.Reader)
+	os.WriteFile(filepath.Join(dir, "a.key"), []byte(ka.Base64()), 0o600)
+	os.WriteFile(filepath.Join(dir, "b.key"), []byte(kb.Base64()), 0o600)
+	port := freeUDPPort(t)
+	far, err := parseRunConfig([]string{"--key", filepath.Join(dir, "b.key"), "--peer-key", ka.PublicKey().Base64(),
+		"--listen", "127.0.0.1:" + port, "--allow", "127.0.0.1/32:9", "--control", filepath.Join(dir, "b.sock")}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near, err := parseRunConfig([]string{"--key", filepath.Join(dir, "a.key"), "--peer-key", kb.PublicKey().Base64(),
+		"--peer", "127.0.0.1:" + port, "--allow", "127.0.0.1/32:9", "--cc", "cubic", "--control", filepath.Join(dir, "a.sock")}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	for _, c := range []*runConfig{far, near} {
+		go func() { done <- runEdge(ctx, c, slog.New(slog.DiscardHandler)) }()
+	}
+	for _, side := range []string{"a", "b"} {
+		var r statusReport
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if queryControl(filepath.Join(dir, side+".sock"), "status", &r) == nil && r.Tunnel != nil {
+				break
+			}
+		}
+		if r.Tunnel == nil {
+			t.Errorf("edge %s: tunnel not up within 10 s", side)
+		} else if side == "a" && r.Tunnel.Congestion != "cubic" {
+			t.Errorf("edge a: congestion %q; want cubic", r.Tunnel.Congestion)
+		}
+	}
+	cancel()
+	for range 2 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("runEdge: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("an edge did not stop within 5 s")
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > base {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines outlive the edges:\n%s", n-base, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+func freeUDPPort(t *testing.T) string {
+	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, port, _ := net.SplitHostPort(c.LocalAddr().String())
+	return port
+}

@@ -1,0 +1,150 @@
+// Package bridge connects package stack to the WAN tunnel: a Dialer whose
+// DialFlow opens a tunnel stream carrying the intercepted flow's original
+// source and destination, waits for the far edge to connect to the server,
+// and hands the stream to the stack as the flow's far side.
+//
+// The far edge's answer decides what the client sees (DESIGN.md decision
+// 4), through package stack's errors:
+//
+//	far edge answer                    stack error      client sees
+//	OpenRefused (server sent RST)      ErrRefused       RST
+//	OpenNotAllowed (egress policy)     ErrNotAllowed    RST
+//	OpenUnreachable (no route, ICMP)   ErrUnreachable   nothing
+//	OpenTimedOut (server silent)       ErrTimeout       nothing
+//	OpenResourceLimit, stream limit    ErrUnreachable   nothing (the SYN is
+//	                                                    retried, as after loss)
+//	no tunnel up, tunnel closed        ErrUnreachable   nothing
+//	anything else                      ErrUnreachable   nothing
+//
+// Not allowed gives a RST, as a rejecting firewall does: the client learns
+// at once that this destination is not served, rather than retrying SYNs
+// for minutes. A policy that must stay invisible belongs on the near edge
+// (route only allowed prefixes into the TUN).
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/wanopt/wanopt/stack"
+	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/driver"
+)
+
+// ErrNoTunnel is returned (wrapped with stack.ErrUnreachable) by DialFlow
+// while no tunnel is up: the client's SYN goes unanswered and its retry
+// may find the tunnel back.
+var ErrNoTunnel = errors.New("bridge: no tunnel to the far edge is up")
+
+// Dialer implements stack.Dialer over the current tunnel. The tunnel may be
+// replaced (SetTunnel) when the connection to the far edge is re-established;
+// flows already open keep their stream on the old tunnel and end with it.
+// Its methods are safe for concurrent use.
+type Dialer struct {
+	cur atomic.Pointer[driver.Tunnel]
+	log *slog.Logger
+
+	opened, refused, notAllowed, unreachable, timedOut, failed atomic.Uint64
+}
+
+var _ stack.Dialer = (*Dialer)(nil)
+
+// New returns a Dialer over t (nil: no tunnel yet; DialFlow fails until
+// SetTunnel). log receives per-flow debug events; nil discards them.
+func New(t *driver.Tunnel, log *slog.Logger) *Dialer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Dialer{log: log}
+	d.cur.Store(t)
+	return d
+}
+
+// SetTunnel makes t the tunnel new flows are opened on (nil: none).
+func (d *Dialer) SetTunnel(t *driver.Tunnel) { d.cur.Store(t) }
+
+// Tunnel returns the current tunnel, or nil.
+func (d *Dialer) Tunnel() *driver.Tunnel { return d.cur.Load() }
+
+// DialFlow opens a stream for the flow src→dst and returns it once the far
+// edge has connected to dst. It returns when ctx ends (the half-open stream
+// is then reset by the driver). Errors wrap one of package stack's
+// sentinels (see the package doc) and the driver's error.
+func (d *Dialer) DialFlow(ctx context.Context, src, dst netip.AddrPort) (stack.FlowConn, error) {
+	t := d.cur.Load()
+	if t == nil {
+		d.unreachable.Add(1)
+		return nil, fmt.Errorf("open flow %v→%v: %w: %w", src, dst, stack.ErrUnreachable, ErrNoTunnel)
+	}
+	s, err := t.OpenStream(ctx, src, dst)
+	if err != nil {
+		serr := d.classify(err)
+		d.log.Debug("far edge did not open flow", "src", src, "dst", dst, "err", err)
+		return nil, fmt.Errorf("open flow %v→%v through the tunnel: %w: %w", src, dst, serr, err)
+	}
+	d.opened.Add(1)
+	return &flowConn{Stream: s}, nil
+}
+
+// classify maps a driver error to the stack error that gives the client the
+// outcome it would have seen without wanopt, and counts it.
+func (d *Dialer) classify(err error) error {
+	switch {
+	case errors.Is(err, driver.ErrOpenRefused):
+		d.refused.Add(1)
+		return stack.ErrRefused
+	case errors.Is(err, driver.ErrOpenNotAllowed):
+		d.notAllowed.Add(1)
+		return stack.ErrNotAllowed
+	case errors.Is(err, driver.ErrOpenTimedOut), errors.Is(err, context.DeadlineExceeded):
+		d.timedOut.Add(1)
+		return stack.ErrTimeout
+	case errors.Is(err, driver.ErrOpenUnreachable),
+		errors.Is(err, driver.ErrOpenResourceLimit),
+		errors.Is(err, tunnel.ErrStreamLimit),
+		errors.Is(err, driver.ErrTunnelClosed):
+		d.unreachable.Add(1)
+		return stack.ErrUnreachable
+	default:
+		d.failed.Add(1)
+		return stack.ErrUnreachable
+	}
+}
+
+// Stats counts DialFlow outcomes since New.
+type Stats struct {
+	Opened, Refused, NotAllowed, Unreachable, TimedOut, Failed uint64
+}
+
+// Stats returns a snapshot of the counters.
+func (d *Dialer) Stats() Stats {
+	return Stats{
+		Opened:      d.opened.Load(),
+		Refused:     d.refused.Load(),
+		NotAllowed:  d.notAllowed.Load(),
+		Unreachable: d.unreachable.Load(),
+		TimedOut:    d.timedOut.Load(),
+		Failed:      d.failed.Load(),
+	}
+}
+
+// flowConn is the stream as the stack's FlowConn. Abort is best effort: the
+// driver exports no stream reset, so Abort closes the stream, which sends a
+// FIN (or a reset when the far edge's data is waiting unread) and asks the
+// far edge to stop sending; the far edge's next write then fails and it
+// resets the server.
+type flowConn struct {
+	*driver.Stream
+}
+
+var (
+	_ stack.FlowConn = (*flowConn)(nil)
+	_ stack.Aborter  = (*flowConn)(nil)
+)
+
+// Abort ends the flow after the client reset it (see flowConn).
+func (c *flowConn) Abort() error { return c.Stream.Close() }

@@ -1,0 +1,198 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/stack"
+	"github.com/wanopt/wanopt/stack/egress"
+	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+	"github.com/wanopt/wanopt/tunnel/driver"
+	"github.com/wanopt/wanopt/tunnel/wire"
+)
+
+func testLogger() *slog.Logger {
+	if os.Getenv("WANOPT_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// tunnelPair connects two tunnels in memory; both close at the test's end.
+func tunnelPair(t testing.TB) (near, far *driver.Tunnel) {
+	t.Helper()
+	ck, _ := crypt.GenerateKey(rand.Reader)
+	sk, _ := crypt.GenerateKey(rand.Reader)
+	a, b := bindtest.NewPair(bindtest.Config{})
+	ccfg := driver.Config{Tunnel: tunnel.Config{PrivateKey: ck, PeerPublicKey: sk.PublicKey()}, Bind: a, RemoteAddr: b.LocalAddr(), Logger: testLogger()}
+	scfg := driver.Config{Tunnel: tunnel.Config{PrivateKey: sk, PeerPublicKey: ck.PublicKey()}, Bind: b, Logger: testLogger()}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type res struct {
+		t   *driver.Tunnel
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() { s, err := driver.Listen(ctx, scfg); ch <- res{s, err} }()
+	near, err := driver.Dial(ctx, ccfg)
+	r := <-ch
+	if err != nil || r.err != nil {
+		t.Fatalf("dial: %v; listen: %v", err, r.err)
+	}
+	t.Cleanup(func() { near.Close(); r.t.Close() })
+	return near, r.t
+}
+
+func checkGoroutines(t *testing.T) {
+	base := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > base {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Errorf("%d goroutines leaked:\n%s", n-base, buf)
+		}
+	})
+}
+
+// TestErrorMapping: each far-edge answer becomes the stack error that gives
+// the client what it would see without wanopt. The far side rejects with
+// the code given as the destination port.
+func TestErrorMapping(t *testing.T) {
+	checkGoroutines(t)
+	near, far := tunnelPair(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for {
+			in, err := far.AcceptStream(ctx)
+			if err != nil {
+				return
+			}
+			in.Reject(wire.OpenCode(in.Dst().Port()))
+		}
+	}()
+	d := New(near, testLogger())
+	src := netip.MustParseAddrPort("198.18.1.2:40000")
+	for _, tc := range []struct {
+		code wire.OpenCode
+		want error
+	}{
+		{wire.OpenRefused, stack.ErrRefused},
+		{wire.OpenNotAllowed, stack.ErrNotAllowed},
+		{wire.OpenUnreachable, stack.ErrUnreachable},
+		{wire.OpenTimedOut, stack.ErrTimeout},
+		{wire.OpenResourceLimit, stack.ErrUnreachable},
+		{wire.OpenError, stack.ErrUnreachable},
+	} {
+		dst := netip.AddrPortFrom(netip.MustParseAddr("198.18.2.2"), uint16(tc.code))
+		fc, err := d.DialFlow(ctx, src, dst)
+		if fc != nil || !errors.Is(err, tc.want) {
+			t.Errorf("far edge answers %v: DialFlow = %v, %v; want %v", tc.code, fc, err, tc.want)
+		}
+		var oe *driver.OpenError
+		if !errors.As(err, &oe) || oe.Code != tc.code {
+			t.Errorf("far edge answers %v: %v does not carry the *OpenError", tc.code, err)
+		}
+	}
+	st := d.Stats()
+	if st.Refused != 1 || st.NotAllowed != 1 || st.TimedOut != 1 || st.Unreachable != 2 || st.Failed != 1 {
+		t.Errorf("stats %+v", st)
+	}
+
+	// No tunnel: silent, so that the client retries.
+	d.SetTunnel(nil)
+	if _, err := d.DialFlow(ctx, src, netip.MustParseAddrPort("198.18.2.2:80")); !errors.Is(err, stack.ErrUnreachable) || !errors.Is(err, ErrNoTunnel) {
+		t.Errorf("no tunnel: %v; want ErrUnreachable and ErrNoTunnel", err)
+	}
+	// A closed tunnel: silent too.
+	d.SetTunnel(near)
+	near.Close()
+	if _, err := d.DialFlow(ctx, src, netip.MustParseAddrPort("198.18.2.2:80")); !errors.Is(err, stack.ErrUnreachable) {
+		t.Errorf("closed tunnel: %v; want ErrUnreachable", err)
+	}
+}
+
+// TestThroughEgress: a flow dialled by the bridge and served by package
+// egress carries 8 MB each way, hash-checked, with half-close; a refused
+// port maps to ErrRefused and a port outside the policy to ErrNotAllowed.
+func TestThroughEgress(t *testing.T) {
+	checkGoroutines(t)
+	near, far := tunnelPair(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // echo, half-close aware
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+				c.(*net.TCPConn).CloseWrite()
+			}()
+		}
+	}()
+	lnAddr := netip.MustParseAddrPort(ln.Addr().String())
+	closed := netip.AddrPortFrom(lnAddr.Addr(), 1)
+	pol, err := egress.ParsePolicy([]string{lnAddr.String(), "127.0.0.1:1", "127.0.0.1:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eg := egress.New(pol, nil, egress.Options{Logger: testLogger()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- eg.Serve(ctx, far) }()
+	defer func() { cancel(); <-done }()
+
+	d := New(near, testLogger())
+	src := netip.MustParseAddrPort("198.18.1.2:40000")
+	if _, err := d.DialFlow(ctx, src, closed); !errors.Is(err, stack.ErrRefused) {
+		t.Errorf("closed port: %v; want ErrRefused", err)
+	}
+	if _, err := d.DialFlow(ctx, src, netip.AddrPortFrom(lnAddr.Addr(), 3)); !errors.Is(err, stack.ErrNotAllowed) {
+		t.Errorf("port outside the policy: %v; want ErrNotAllowed", err)
+	}
+	fc, err := d.DialFlow(ctx, src, lnAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	const size = 8 << 20
+	data := make([]byte, size)
+	rand.Read(data)
+	go func() {
+		fc.Write(data)
+		fc.CloseWrite()
+	}()
+	h := sha256.New()
+	n, err := io.Copy(h, fc)
+	if err != nil || n != size || !bytes.Equal(h.Sum(nil), sha256Sum(data)) {
+		t.Fatalf("echo: %d bytes, %v; want %d bytes with the sent hash", n, err, size)
+	}
+	if _, ok := fc.(stack.Aborter); !ok {
+		t.Error("FlowConn does not implement stack.Aborter")
+	}
+}
+
+func sha256Sum(b []byte) []byte { s := sha256.Sum256(b); return s[:] }

@@ -1,0 +1,382 @@
+// Package egress is the far edge's end of the tunnel: it accepts the
+// streams the near edge opens for intercepted flows, checks each
+// destination against a Policy, connects to it with a kernel TCP socket and
+// answers the near edge with the outcome (which the near edge turns into
+// what its client sees: a completed handshake, a RST or silence). Then it
+// copies both ways with half-close.
+//
+// # Policy
+//
+// The egress connects only to destinations its Policy allows; the zero
+// Policy allows nothing, so a misconfigured edge refuses everything rather
+// than becoming an open proxy. Denied flows are answered
+// wire.OpenNotAllowed.
+//
+// # Outcomes
+//
+//	connect result                      answer
+//	connected                           Accept
+//	ECONNREFUSED, ECONNRESET (a RST)    OpenRefused
+//	EHOSTUNREACH, ENETUNREACH, ...      OpenUnreachable
+//	no answer within DialTimeout        OpenTimedOut
+//	MaxFlows flows already open         OpenResourceLimit
+//	not TCP                             OpenUnsupported
+//	anything else                       OpenError
+//
+// # Ends of a flow
+//
+// Each direction ends independently: the near edge's FIN (io.EOF from the
+// stream) becomes CloseWrite on the server socket, the server's FIN becomes
+// CloseWrite on the stream. A server reset (or any socket error) closes the
+// stream; the near edge stopping to read (its client reset) or the stream
+// failing resets the server socket (SO_LINGER 0, a RST). The driver exports
+// no stream reset, so a server's RST reaches the near edge as the stream's
+// Close: a reset when the near edge's data waits unread here, a FIN
+// otherwise.
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/wanopt/wanopt/tunnel/driver"
+	"github.com/wanopt/wanopt/tunnel/wire"
+)
+
+// Dialer connects to a destination; *net.Dialer implements it.
+type Dialer interface {
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Defaults for Options.
+const (
+	// DefaultDialTimeout is about how long a client's kernel retries its
+	// SYN before the application usually gives up on a silent server
+	// (1 s, 3 s and 7 s into the attempt on Linux).
+	DefaultDialTimeout = 10 * time.Second
+	// DefaultMaxFlows bounds the flows open at once.
+	DefaultMaxFlows = 4096
+	// DefaultCopyBuffer is each direction's copy buffer.
+	DefaultCopyBuffer = 64 << 10
+)
+
+// Options configure an Egress. Zero fields take the defaults.
+type Options struct {
+	// DialTimeout bounds each connection attempt to a destination.
+	DialTimeout time.Duration
+	// MaxFlows bounds the flows being connected or relayed at once, over
+	// all Serve calls; more are answered wire.OpenResourceLimit.
+	MaxFlows int
+	// CopyBuffer is the size of each direction's copy buffer.
+	CopyBuffer int
+	// Logger receives events (per flow at Debug); nil discards them.
+	Logger *slog.Logger
+}
+
+// Stats counts flows since New. Bytes count completed writes.
+type Stats struct {
+	// Streams is the number of streams the near edge opened.
+	Streams uint64
+	// Outcomes.
+	Connected, NotAllowed, Refused, Unreachable, TimedOut, Overloaded, Failed uint64
+	// Active is the number of flows being connected or relayed now.
+	Active int64
+	// BytesUp: near edge → server; BytesDown: server → near edge.
+	BytesUp, BytesDown uint64
+}
+
+// FlowInfo is a snapshot of one relayed flow.
+type FlowInfo struct {
+	Src, Dst           netip.AddrPort
+	BytesUp, BytesDown uint64
+	Started            time.Time
+}
+
+// Egress serves the streams of one or more tunnels. Its methods are safe
+// for concurrent use.
+type Egress struct {
+	policy Policy
+	dialer Dialer
+	opts   Options
+	log    *slog.Logger
+	sem    chan struct{}
+	bufs   sync.Pool
+
+	streams, connected, notAllowed, refused, unreachable, timedOut, overloaded, failed atomic.Uint64
+	active                                                                             atomic.Int64
+	bytesUp, bytesDown                                                                 atomic.Uint64
+
+	mu    sync.Mutex
+	flows map[*flow]struct{}
+}
+
+type flow struct {
+	src, dst netip.AddrPort
+	started  time.Time
+	up, down atomic.Uint64
+}
+
+// New returns an Egress that connects to what policy allows with dialer
+// (nil: a net.Dialer).
+func New(policy Policy, dialer Dialer, opts Options) *Egress {
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = DefaultDialTimeout
+	}
+	if opts.MaxFlows <= 0 {
+		opts.MaxFlows = DefaultMaxFlows
+	}
+	if opts.CopyBuffer <= 0 {
+		opts.CopyBuffer = DefaultCopyBuffer
+	}
+	if dialer == nil {
+		dialer = &net.Dialer{}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	e := &Egress{
+		policy: policy,
+		dialer: dialer,
+		opts:   opts,
+		log:    log,
+		sem:    make(chan struct{}, opts.MaxFlows),
+		flows:  make(map[*flow]struct{}),
+	}
+	e.bufs.New = func() any { b := make([]byte, opts.CopyBuffer); return &b }
+	return e
+}
+
+// Serve is New(policy, dialer, Options{}).Serve(ctx, t).
+func Serve(ctx context.Context, t *driver.Tunnel, policy Policy, dialer Dialer) error {
+	return New(policy, dialer, Options{}).Serve(ctx, t)
+}
+
+// Serve accepts t's incoming streams until ctx ends or t closes, and
+// returns once every flow it started has ended. When ctx ends, open flows
+// are torn down (server sockets reset, streams closed) and Serve returns
+// nil; when the tunnel closes it returns t's error (wrapping
+// driver.ErrTunnelClosed), after its flows failed with it.
+func (e *Egress) Serve(ctx context.Context, t *driver.Tunnel) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel: flows end promptly
+	for {
+		in, err := t.AcceptStream(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("egress: accept flows from the tunnel: %w", err)
+		}
+		e.streams.Add(1)
+		select {
+		case e.sem <- struct{}{}:
+		default:
+			e.overloaded.Add(1)
+			e.log.Warn("egress: too many flows; refusing", "max_flows", e.opts.MaxFlows, "dst", in.Dst())
+			_ = in.Reject(wire.OpenResourceLimit)
+			continue
+		}
+		e.active.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-e.sem; e.active.Add(-1) }()
+			e.handle(ctx, in)
+		}()
+	}
+}
+
+// handle connects one incoming stream's destination and relays the flow.
+func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
+	src, dst := in.Src(), in.Dst()
+	log := e.log.With("src", src, "dst", dst)
+	if in.Proto() != wire.ProtoTCP {
+		e.failed.Add(1)
+		_ = in.Reject(wire.OpenUnsupported)
+		return
+	}
+	if !e.policy.Allows(dst) {
+		e.notAllowed.Add(1)
+		log.Debug("egress: destination not allowed by policy")
+		_ = in.Reject(wire.OpenNotAllowed)
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, e.opts.DialTimeout)
+	c, err := e.dialer.DialContext(dctx, "tcp", dst.String())
+	cancel()
+	if err != nil {
+		code := e.openCode(err)
+		log.Debug("egress: connect failed", "answer", code, "err", err)
+		_ = in.Reject(code)
+		return
+	}
+	s, err := in.Accept()
+	if err != nil {
+		log.Debug("egress: accept stream failed", "err", err)
+		resetConn(c)
+		return
+	}
+	e.connected.Add(1)
+	f := &flow{src: src, dst: dst, started: time.Now()}
+	e.mu.Lock()
+	e.flows[f] = struct{}{}
+	e.mu.Unlock()
+	e.relay(ctx, f, s, c, log)
+	e.mu.Lock()
+	delete(e.flows, f)
+	e.mu.Unlock()
+	log.Debug("egress: flow closed", "up", f.up.Load(), "down", f.down.Load())
+}
+
+// openCode maps a connect error to the answer the near edge gets, and
+// counts it.
+func (e *Egress) openCode(err error) wire.OpenCode {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET):
+		e.refused.Add(1)
+		return wire.OpenRefused
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
+		errors.Is(err, syscall.EHOSTDOWN), errors.Is(err, syscall.ENETDOWN):
+		e.unreachable.Add(1)
+		return wire.OpenUnreachable
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT),
+		errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		e.timedOut.Add(1)
+		return wire.OpenTimedOut
+	default:
+		e.failed.Add(1)
+		return wire.OpenError
+	}
+}
+
+// relay copies both ways until both directions ended; see the package doc
+// for how each end is passed on. ctx ending tears the flow down.
+func (e *Egress) relay(ctx context.Context, f *flow, s *driver.Stream, c net.Conn, log *slog.Logger) {
+	stop := context.AfterFunc(ctx, func() {
+		resetConn(c)
+		s.Close()
+	})
+	defer stop()
+
+	upDone := make(chan struct{})
+	go func() { // near edge → server
+		defer close(upDone)
+		rerr, werr := e.copy(c, s, &f.up, &e.bytesUp)
+		switch {
+		case werr != nil: // server reset or failed
+			log.Debug("egress: server write failed; closing stream", "err", werr)
+			s.Close()
+			resetConn(c)
+		case rerr == io.EOF: // near edge's FIN
+			if err := closeWrite(c); err != nil {
+				log.Debug("egress: server close-write failed", "err", err)
+				s.Close()
+				resetConn(c)
+			}
+		default: // stream failed or closed
+			log.Debug("egress: stream read ended; resetting server", "err", rerr)
+			resetConn(c)
+		}
+	}()
+
+	rerr, werr := e.copy(s, c, &f.down, &e.bytesDown) // server → near edge
+	switch {
+	case werr != nil: // near edge stopped reading (client reset) or stream failed
+		log.Debug("egress: stream write failed; resetting server", "err", werr)
+		resetConn(c)
+		s.Close()
+	case rerr == io.EOF: // server's FIN
+		if err := s.CloseWrite(); err != nil {
+			log.Debug("egress: stream close-write failed", "err", err)
+			resetConn(c)
+			s.Close()
+		}
+	default: // server reset or failed
+		log.Debug("egress: server read failed; closing stream", "err", rerr)
+		s.Close()
+		resetConn(c)
+	}
+	<-upDone
+	c.Close()
+	s.Close()
+}
+
+// copy copies src to dst until src ends, counting bytes in n and total. It
+// returns src's error (io.EOF at a clean end) or dst's error.
+func (e *Egress) copy(dst io.Writer, src io.Reader, n, total *atomic.Uint64) (rerr, werr error) {
+	bp := e.bufs.Get().(*[]byte)
+	defer e.bufs.Put(bp)
+	buf := *bp
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				return nil, werr
+			}
+			n.Add(uint64(k))
+			total.Add(uint64(k))
+		}
+		if err != nil {
+			return err, nil
+		}
+	}
+}
+
+func closeWrite(c net.Conn) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
+}
+
+// resetConn closes c with a RST where it is a TCP socket.
+func resetConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Egress) Stats() Stats {
+	return Stats{
+		Streams:     e.streams.Load(),
+		Connected:   e.connected.Load(),
+		NotAllowed:  e.notAllowed.Load(),
+		Refused:     e.refused.Load(),
+		Unreachable: e.unreachable.Load(),
+		TimedOut:    e.timedOut.Load(),
+		Overloaded:  e.overloaded.Load(),
+		Failed:      e.failed.Load(),
+		Active:      e.active.Load(),
+		BytesUp:     e.bytesUp.Load(),
+		BytesDown:   e.bytesDown.Load(),
+	}
+}
+
+// Flows returns a snapshot of the flows being relayed, oldest first.
+func (e *Egress) Flows() []FlowInfo {
+	e.mu.Lock()
+	out := make([]FlowInfo, 0, len(e.flows))
+	for f := range e.flows {
+		out = append(out, FlowInfo{Src: f.src, Dst: f.dst, BytesUp: f.up.Load(), BytesDown: f.down.Load(), Started: f.started})
+	}
+	e.mu.Unlock()
+	slices.SortFunc(out, func(a, b FlowInfo) int { return a.Started.Compare(b.Started) })
+	return out
+}

@@ -1,0 +1,110 @@
+package stack
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// Errors of the client side of a flow, seen by the copy loops.
+var (
+	errClientReset = errors.New("client reset the connection")
+	errAborted     = errors.New("flow aborted")
+)
+
+// epConn is a blocking io.Reader and io.Writer over a gVisor TCP endpoint.
+// Unlike gonet it returns typed errors (io.EOF on the client's FIN,
+// errClientReset on its RST) and holds no buffer while it waits. One
+// goroutine may Read while another Writes; Abort on the endpoint unblocks
+// both.
+type epConn struct {
+	ep tcpip.Endpoint
+	wq *waiter.Queue
+
+	rEntry, wEntry waiter.Entry
+	rCh, wCh       chan struct{}
+}
+
+func newEPConn(ep tcpip.Endpoint, wq *waiter.Queue) *epConn {
+	c := &epConn{ep: ep, wq: wq}
+	c.rEntry, c.rCh = waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
+	c.wEntry, c.wCh = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
+	wq.EventRegister(&c.rEntry)
+	wq.EventRegister(&c.wEntry)
+	return c
+}
+
+// release unregisters the waiters; call once both directions are done.
+func (c *epConn) release() {
+	c.wq.EventUnregister(&c.rEntry)
+	c.wq.EventUnregister(&c.wEntry)
+}
+
+// waitReadable blocks until Read would not block (data, FIN or an error is
+// pending), without holding a buffer.
+func (c *epConn) waitReadable() {
+	for !c.readable() {
+		<-c.rCh
+	}
+}
+
+// readable reports whether Read would not block.
+func (c *epConn) readable() bool {
+	return c.ep.Readiness(waiter.ReadableEvents|waiter.EventHUp|waiter.EventErr) != 0
+}
+
+// Read reads what the client sent. It blocks until data, the client's FIN
+// (io.EOF) or an error arrives.
+func (c *epConn) Read(b []byte) (int, error) {
+	for {
+		w := tcpip.SliceWriter(b)
+		res, terr := c.ep.Read(&w, tcpip.ReadOptions{})
+		if terr == nil {
+			if res.Count > 0 {
+				c.ep.ModerateRecvBuf(res.Count) // receive-buffer auto-tuning
+			}
+			return res.Count, nil
+		}
+		if _, ok := terr.(*tcpip.ErrWouldBlock); ok {
+			<-c.rCh
+			continue
+		}
+		return 0, epError("read", terr)
+	}
+}
+
+// Write sends b to the client, blocking while the send buffer is full.
+func (c *epConn) Write(b []byte) (int, error) {
+	var r bytes.Reader
+	n := 0
+	for n < len(b) {
+		r.Reset(b[n:])
+		k, terr := c.ep.Write(&r, tcpip.WriteOptions{})
+		n += int(k)
+		if terr == nil {
+			continue
+		}
+		if _, ok := terr.(*tcpip.ErrWouldBlock); ok {
+			<-c.wCh
+			continue
+		}
+		return n, epError("write", terr)
+	}
+	return n, nil
+}
+
+func epError(op string, terr tcpip.Error) error {
+	switch terr.(type) {
+	case *tcpip.ErrClosedForReceive:
+		return io.EOF
+	case *tcpip.ErrConnectionReset:
+		return errClientReset
+	case *tcpip.ErrAborted, *tcpip.ErrConnectionAborted, *tcpip.ErrClosedForSend:
+		return fmt.Errorf("client %s: %w (%s)", op, errAborted, terr)
+	}
+	return fmt.Errorf("client %s: %s", op, terr)
+}

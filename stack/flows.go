@@ -1,0 +1,131 @@
+package stack
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// FlowState is where a flow is in its life.
+type FlowState int32
+
+// Flow states, in order.
+const (
+	// FlowDialing: the SYN is held while the Dialer opens the far side.
+	FlowDialing FlowState = iota
+	// FlowHandshake: the far side is connected; the client's handshake is
+	// being completed.
+	FlowHandshake
+	// FlowEstablished: data flows both ways.
+	FlowEstablished
+	// FlowClientClosed: the client sent its FIN; the far side may still send.
+	FlowClientClosed
+	// FlowFarClosed: the far side sent its FIN; the client may still send.
+	FlowFarClosed
+	// FlowClosing: both directions are done or one failed; resources are
+	// being released.
+	FlowClosing
+)
+
+var flowStateNames = [...]string{"dialing", "handshake", "established", "client-fin", "far-fin", "closing"}
+
+func (s FlowState) String() string {
+	if int(s) < len(flowStateNames) {
+		return flowStateNames[s]
+	}
+	return "unknown"
+}
+
+// FlowInfo is a snapshot of one flow, for `wanopt flows`.
+type FlowInfo struct {
+	ID       uint64
+	Src, Dst netip.AddrPort
+	State    FlowState
+	// BytesUp counts bytes from the client to the far side, BytesDown the
+	// other way.
+	BytesUp, BytesDown uint64
+	Started            time.Time
+	Age                time.Duration
+}
+
+type flow struct {
+	id        uint64
+	src, dst  netip.AddrPort
+	started   time.Time
+	state     atomic.Int32
+	up, down  atomic.Uint64
+	closeSide atomic.Int32 // bit 1: client FIN passed on, bit 2: far FIN passed on
+}
+
+func (f *flow) setState(s FlowState) { f.state.Store(int32(s)) }
+
+// halfClosed records that one direction finished cleanly and updates the
+// state accordingly.
+func (f *flow) halfClosed(bit int32) {
+	for {
+		old := f.closeSide.Load()
+		if f.closeSide.CompareAndSwap(old, old|bit) {
+			switch old | bit {
+			case 1:
+				f.setState(FlowClientClosed)
+			case 2:
+				f.setState(FlowFarClosed)
+			default:
+				f.setState(FlowClosing)
+			}
+			return
+		}
+	}
+}
+
+// flowTable holds the flows from their SYN until their resources are
+// released. Safe for concurrent use.
+type flowTable struct {
+	mu    sync.Mutex
+	next  uint64
+	flows map[uint64]*flow
+}
+
+func (t *flowTable) add(src, dst netip.AddrPort, now time.Time) *flow {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.flows == nil {
+		t.flows = make(map[uint64]*flow)
+	}
+	t.next++
+	f := &flow{id: t.next, src: src, dst: dst, started: now}
+	t.flows[f.id] = f
+	return f
+}
+
+func (t *flowTable) remove(f *flow) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.flows, f.id)
+}
+
+func (t *flowTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.flows)
+}
+
+// snapshot returns the flows ordered by ID (oldest first).
+func (t *flowTable) snapshot(now time.Time) []FlowInfo {
+	t.mu.Lock()
+	out := make([]FlowInfo, 0, len(t.flows))
+	for _, f := range t.flows {
+		out = append(out, FlowInfo{
+			ID: f.id, Src: f.src, Dst: f.dst,
+			State:   FlowState(f.state.Load()),
+			BytesUp: f.up.Load(), BytesDown: f.down.Load(),
+			Started: f.started, Age: now.Sub(f.started),
+		})
+	}
+	t.mu.Unlock()
+	slices.SortFunc(out, func(a, b FlowInfo) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}

@@ -1,0 +1,241 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/qdisc/fifo"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+)
+
+const nicID tcpip.NICID = 1
+
+// ErrClosed is returned by methods called after Close.
+var ErrClosed = errors.New("stack closed")
+
+// Stack is a gVisor netstack on one NIC that intercepts every TCP connection
+// arriving on it and bridges it to a Dialer. Its methods are safe for
+// concurrent use.
+type Stack struct {
+	cfg    Config
+	log    *slog.Logger
+	dialer Dialer
+	s      *gstack.Stack
+	link   string // "offload", "fdbased" or "custom", for logs and tests
+	nicEP  gstack.LinkEndpoint
+
+	ctx    context.Context // cancelled by Close; parent of every DialFlow
+	cancel context.CancelFunc
+	stop   func() bool // unregisters the AfterFunc on the caller's ctx
+
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup // forwarder handlers and copy goroutines
+	flows  flowTable
+	aborts map[uint64]func() // established flows' abort functions, by flow ID
+
+	closeOnce sync.Once
+
+	syns, dialed, refused, notAllowed, unreachable, timeouts, dialErrors, handshakeFailed atomic.Uint64
+}
+
+// NewWithEndpoint builds a stack on any gVisor link endpoint carrying raw IP
+// packets (a channel or pipe endpoint in tests, a custom batched endpoint).
+// The stack owns ep from now on: Close closes and waits for it; Attach(nil)
+// must stop inbound delivery and wait for it to stop. Options are
+// applied in this order: protocols and TCP options, the forwarder handler,
+// the NIC (with a FIFO queue and the optional tap), promiscuous mode and
+// spoofing, then default routes for IPv4 and IPv6.
+func NewWithEndpoint(ctx context.Context, ep gstack.LinkEndpoint, d Dialer, cfg Config) (*Stack, error) {
+	return newStack(ctx, ep, "custom", d, cfg)
+}
+
+func newStack(ctx context.Context, ep gstack.LinkEndpoint, link string, d Dialer, cfg Config) (*Stack, error) {
+	if d == nil {
+		return nil, errors.New("stack: nil Dialer: pass the tunnel's dialer")
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	st := &Stack{cfg: cfg, log: cfg.Logger, dialer: d, link: link, aborts: make(map[uint64]func())}
+	st.ctx, st.cancel = context.WithCancel(context.WithoutCancel(ctx))
+
+	s := gstack.New(gstack.Options{
+		NetworkProtocols:   []gstack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
+		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol},
+	})
+	st.s = s
+	nicCreated := false
+	fail := func(what string, terr tcpip.Error) (*Stack, error) {
+		if !nicCreated {
+			ep.Close()
+		}
+		s.Close()
+		s.Wait()
+		st.cancel()
+		return nil, fmt.Errorf("stack: %s: %s", what, terr)
+	}
+	if terr := st.applyTCPOptions(); terr != nil {
+		return fail("set TCP options", terr)
+	}
+	fwd := tcp.NewForwarder(s, cfg.ReceiveBuffer.Default, cfg.MaxInFlight, st.handle)
+	s.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
+
+	var nicEP gstack.LinkEndpoint = ep
+	if cfg.Tap != nil {
+		nicEP = newTapEndpoint(ep, cfg.Tap, st.log)
+	}
+	qdisc := fifo.New(nicEP, 1, cfg.QueueLen)
+	if terr := s.CreateNICWithOptions(nicID, nicEP, gstack.NICOptions{Name: "tun", QDisc: qdisc}); terr != nil {
+		qdisc.Close()
+		return fail("create NIC", terr)
+	}
+	nicCreated = true
+	st.nicEP = nicEP
+	if terr := s.SetPromiscuousMode(nicID, true); terr != nil {
+		return fail("promiscuous mode", terr)
+	}
+	if terr := s.SetSpoofing(nicID, true); terr != nil {
+		return fail("spoofing", terr)
+	}
+	s.SetRouteTable([]tcpip.Route{
+		{Destination: header.IPv4EmptySubnet, NIC: nicID},
+		{Destination: header.IPv6EmptySubnet, NIC: nicID},
+	})
+	st.stop = context.AfterFunc(ctx, func() { st.Close() })
+	st.log.Info("stack started", "link", link, "mtu", cfg.MTU, "max_in_flight", cfg.MaxInFlight,
+		"rcvbuf", cfg.ReceiveBuffer, "sndbuf", cfg.SendBuffer, "cc", cfg.CongestionControl)
+	return st, nil
+}
+
+func (st *Stack) applyTCPOptions() tcpip.Error {
+	cfg := st.cfg
+	sack := tcpip.TCPSACKEnabled(!cfg.NoSACK)
+	moderate := tcpip.TCPModerateReceiveBufferOption(!cfg.NoModerateReceiveBuffer)
+	cc := tcpip.CongestionControlOption(cfg.CongestionControl)
+	delay := tcpip.TCPDelayEnabled(false) // no Nagle: the far side already batched
+	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &moderate, &cc, &delay} {
+		if terr := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, opt); terr != nil {
+			return terr
+		}
+	}
+	return st.setBuffers(cfg.ReceiveBuffer, cfg.SendBuffer)
+}
+
+func (st *Stack) setBuffers(rcv, snd BufferRange) tcpip.Error {
+	r := tcpip.TCPReceiveBufferSizeRangeOption{Min: rcv.Min, Default: rcv.Default, Max: rcv.Max}
+	if terr := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &r); terr != nil {
+		return terr
+	}
+	w := tcpip.TCPSendBufferSizeRangeOption{Min: snd.Min, Default: snd.Default, Max: snd.Max}
+	return st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &w)
+}
+
+// SetBufferRanges changes the TCP buffer ranges for flows created from now
+// on (the tunnel calls it as its bandwidth-delay product estimate moves).
+// After Close it returns ErrClosed.
+func (st *Stack) SetBufferRanges(rcv, snd BufferRange) error {
+	st.mu.Lock()
+	closed := st.closed
+	st.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if !rcv.valid() || !snd.valid() {
+		return fmt.Errorf("stack: buffer ranges must satisfy 0 < Min <= Default <= Max (receive %+v, send %+v)", rcv, snd)
+	}
+	if terr := st.setBuffers(rcv, snd); terr != nil {
+		return fmt.Errorf("stack: set buffer ranges: %s", terr)
+	}
+	return nil
+}
+
+// Stats are the stack's counters since New.
+type Stats struct {
+	// SYNs is the number of intercepted connection requests handled;
+	// ForwarderDrops the number dropped because MaxInFlight were pending.
+	SYNs, ForwarderDrops uint64
+	// Outcomes of DialFlow.
+	Dialed, Refused, NotAllowed, Unreachable, Timeouts, DialErrors uint64
+	// HandshakeFailed counts flows whose far side connected but whose
+	// client's handshake did not complete (the client had given up).
+	HandshakeFailed uint64
+	// ActiveFlows is the number of flows in the table.
+	ActiveFlows int
+	// TCPEndpoints is the number of TCP endpoints gVisor holds, including
+	// those in TIME-WAIT.
+	TCPEndpoints int
+}
+
+// Stats returns a snapshot of the counters.
+func (st *Stack) Stats() Stats {
+	return Stats{
+		SYNs:            st.syns.Load(),
+		ForwarderDrops:  st.s.Stats().TCP.ForwardMaxInFlightDrop.Value(),
+		Dialed:          st.dialed.Load(),
+		Refused:         st.refused.Load(),
+		NotAllowed:      st.notAllowed.Load(),
+		Unreachable:     st.unreachable.Load(),
+		Timeouts:        st.timeouts.Load(),
+		DialErrors:      st.dialErrors.Load(),
+		HandshakeFailed: st.handshakeFailed.Load(),
+		ActiveFlows:     st.flows.len(),
+		TCPEndpoints:    len(st.s.RegisteredEndpoints()),
+	}
+}
+
+// Flows returns a snapshot of the flow table, oldest first.
+func (st *Stack) Flows() []FlowInfo { return st.flows.snapshot(time.Now()) }
+
+// enter registers a goroutine working for a flow; false after Close.
+func (st *Stack) enter() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return false
+	}
+	st.wg.Add(1)
+	return true
+}
+
+// Close stops the stack: pending DialFlow calls are cancelled, established
+// flows are reset on both sides, and Close returns when every goroutine the
+// stack started (its own and gVisor's, including the link endpoint's) has
+// exited. The link endpoint's fd may be closed afterwards. Idempotent.
+func (st *Stack) Close() error {
+	st.closeOnce.Do(func() {
+		if st.stop != nil {
+			st.stop()
+		}
+		st.mu.Lock()
+		st.closed = true
+		aborts := make([]func(), 0, len(st.aborts))
+		for _, a := range st.aborts {
+			aborts = append(aborts, a)
+		}
+		st.mu.Unlock()
+		st.cancel()
+		for _, a := range aborts {
+			a()
+		}
+		st.s.Close() // aborts endpoints still in their handshake
+		st.wg.Wait()
+		// Stop inbound delivery before Wait: gVisor's Wait holds the stack
+		// lock while it waits for the link endpoint, and a packet being
+		// delivered may need that lock (gvisor.dev/issue/11456).
+		st.nicEP.Attach(nil)
+		st.s.Wait()
+		st.log.Info("stack stopped")
+	})
+	return nil
+}
