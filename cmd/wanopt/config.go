@@ -39,6 +39,7 @@ type runConfig struct {
 	Policy      egress.Policy
 	DialTimeout time.Duration
 	MaxFlows    int
+	CaptureDir  string // pcap of the TUN's packets; "" for none
 	CC          tunnel.CongestionControl
 	LogLevel    slog.Level
 	// Control is the unix socket 'wanopt status' and 'flows' query; empty:
@@ -82,11 +83,11 @@ Flags:
 
 // runFlags holds the raw flag values.
 type runFlags struct {
-	config, tun, key, peerKey, listen, peer, cc, logLevel, control string
-	tunSetup, check                                                bool
-	tunAddrs, routes, allow                                        []string
-	mtu, maxFlows                                                  int
-	dialTimeout                                                    time.Duration
+	config, tun, key, peerKey, listen, peer, cc, logLevel, control, capture string
+	tunSetup, check                                                         bool
+	tunAddrs, routes, allow                                                 []string
+	mtu, maxFlows                                                           int
+	dialTimeout                                                             time.Duration
 }
 
 func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
@@ -113,6 +114,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.StringVar(&f.cc, "cc", "bbr", "tunnel congestion control: bbr or cubic")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.control, "control", "", "answer 'wanopt status' and 'wanopt flows' on the unix socket `PATH`")
+	fs.StringVar(&f.capture, "capture", "", "write the headers (128 bytes) of every packet crossing the TUN device to pcap files in `DIR` (lan.pcap, rotated at 64 MiB, 4 kept), for 'wanopt analyze'")
 	return fs
 }
 
@@ -188,8 +190,10 @@ func (f *runFlags) validate() (*runConfig, error) {
 	bad := func(format string, a ...any) (*runConfig, error) {
 		return nil, fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 	}
-	c := &runConfig{TUN: f.tun, TUNSetup: f.tunSetup, MTU: f.mtu, KeyFile: f.key, DialTimeout: f.dialTimeout, MaxFlows: f.maxFlows, Control: f.control, Check: f.check}
+	c := &runConfig{TUN: f.tun, TUNSetup: f.tunSetup, MTU: f.mtu, KeyFile: f.key, DialTimeout: f.dialTimeout, MaxFlows: f.maxFlows, Control: f.control, Check: f.check, CaptureDir: f.capture}
 	switch {
+	case f.capture != "" && f.tun == "":
+		return bad("--capture records the packets of the TUN device: it needs --tun (the near edge)")
 	case f.listen == "" && f.peer == "":
 		return bad("say which end of the tunnel this edge is: --listen ADDR:PORT (far edge, responder) or --peer ADDR:PORT (near edge, initiator)")
 	case f.listen != "" && f.peer != "":

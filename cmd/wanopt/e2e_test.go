@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/analyze"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/tunnel/crypt"
@@ -145,7 +146,8 @@ func TestEndToEnd(t *testing.T) {
 		"--allow", fmt.Sprintf("198.18.2.2/32:%d,%d,%d", echoPort, closedPort, iperfPort), "--control", filepath.Join(dir, "far.sock"))
 	near := startEdge(t, ctx, l, l.EdgeA, dir, "edgeA",
 		"--key", keyA, "--peer-key", pubB, "--peer", "198.18.0.2:4500",
-		"--tun", "wo0", "--tun-setup", "--route", "198.18.2.0/24", "--control", filepath.Join(dir, "near.sock"))
+		"--tun", "wo0", "--tun-setup", "--route", "198.18.2.0/24", "--control", filepath.Join(dir, "near.sock"),
+		"--capture", filepath.Join(dir, "capture"))
 	near.waitLog(t, "tunnel up", 15*time.Second)
 	far.waitLog(t, "tunnel up", 5*time.Second)
 	if out, err := exec.CommandContext(ctx, "ip", "-n", l.EdgeA.NS, "route", "replace", "198.18.2.0/24", "dev", "wo0").CombinedOutput(); err != nil {
@@ -269,6 +271,23 @@ func TestEndToEnd(t *testing.T) {
 	far.stop(t)
 	if out, err := exec.Command("ip", "-n", l.EdgeA.NS, "link", "show", "wo0").CombinedOutput(); err == nil {
 		t.Errorf("wo0 still exists after the near edge stopped: %s", out)
+	}
+
+	// --capture: the near edge's LAN-side capture shows the echo flow to
+	// the analyser.
+	rep, err := analyze.AnalyzeFile(filepath.Join(dir, "capture", "lan.pcap"), analyze.Options{})
+	if err != nil {
+		t.Fatalf("analyse the near edge's capture: %v", err)
+	}
+	echoAddr := fmt.Sprintf("198.18.2.2:%d", echoPort)
+	found := false
+	for _, f := range rep.Flows {
+		if f.Server == echoAddr && f.Dirs[0].Bytes >= 20<<20 {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the capture has no flow to %s carrying 20 MB (%d flows)", echoAddr, len(rep.Flows))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -75,6 +76,8 @@ type edge struct {
 	st  *stack.Stack
 	br  *bridge.Dialer
 	eg  *egress.Egress
+	// capture, if set, records the TUN's packets (--capture).
+	capture *tun.Capture
 }
 
 // runEdge runs the edge until ctx ends, then closes flows, the tunnel and
@@ -123,7 +126,23 @@ func (e *edge) openIngress(ctx context.Context) error {
 			return fmt.Errorf("set up TUN %s: %w", cfg.TUN, err)
 		}
 	}
-	st, err := stack.New(ctx, dev.Fd(), e.br, stack.Config{MTU: dev.MTU(), Logger: e.log.With("sub", "stack")})
+	scfg := stack.Config{MTU: dev.MTU(), Logger: e.log.With("sub", "stack")}
+	if cfg.CaptureDir != "" {
+		if err := os.MkdirAll(cfg.CaptureDir, 0o750); err != nil {
+			dev.Close()
+			return fmt.Errorf("--capture %s: %w", cfg.CaptureDir, err)
+		}
+		// Headers are what the analyser needs; payload would fill the
+		// files (and hold user data).
+		capt, err := tun.NewCapture(tun.CaptureConfig{Path: filepath.Join(cfg.CaptureDir, "lan.pcap"), SnapLen: 128})
+		if err != nil {
+			dev.Close()
+			return fmt.Errorf("--capture: %w", err)
+		}
+		e.capture, scfg.Tap = capt, capt
+		e.log.Info("capturing the TUN's packets", "file", filepath.Join(cfg.CaptureDir, "lan.pcap"))
+	}
+	st, err := stack.New(ctx, dev.Fd(), e.br, scfg)
 	if err != nil {
 		dev.Close()
 		return fmt.Errorf("start the TCP stack on TUN %s: %w", cfg.TUN, err)
@@ -137,6 +156,11 @@ func (e *edge) openIngress(ctx context.Context) error {
 func (e *edge) closeIngress() {
 	if err := e.st.Close(); err != nil {
 		e.log.Warn("closing the TCP stack", "err", err)
+	}
+	if e.capture != nil {
+		if err := e.capture.Close(); err != nil {
+			e.log.Warn("closing the capture", "err", err)
+		}
 	}
 	if err := e.dev.Close(); err != nil {
 		e.log.Warn("closing the TUN device", "err", err)
