@@ -20,8 +20,9 @@ import (
 // asserted (link ratio >= 0.92 lossless, >= 0.85 lossy); that takes about
 // a minute of CPU, several under -race. By default the transfers are a
 // quarter of that and the floors lower: every new transfer pays a fixed
-// ramp of a few RTTs while the streams' flow-control windows (1 MiB at
-// open, doubling per RTT) grow, which weighs more on a short transfer.
+// ramp (the first round trip; and on a path faster than the warm-up
+// measured, the streams' flow-control windows, 2 BDPs at open, doubling
+// per RTT) which weighs more on a short transfer.
 // The floors still catch what these tests are for: a collapse of BBR's
 // model under random loss (link ratios of 0.2-0.6 before) and ProbeRTT
 // running on a path whose min RTT is re-measured every cycle.

@@ -39,7 +39,10 @@ const (
 	// connection is not held to the stream package's 256 KiB (20 Mbit/s on
 	// a 100 ms path) during its first round trips, before auto-tuning.
 	// It is a floor granted regardless of the memory budget, so with
-	// MaxStreams streams the worst case is MaxStreams MiB.
+	// MaxStreams streams the worst case is MaxStreams MiB. Once the
+	// connection has received stream data, new streams get more at once:
+	// twice the measured bandwidth-delay product, from the budget (see
+	// openwindow.go); this stays the window of a cold connection.
 	DefaultInitialStreamWindowBytes = 1 << 20
 	// DefaultMaxDatagramQueue is how many outgoing and incoming datagrams
 	// wait at most; more are dropped.

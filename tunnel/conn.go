@@ -83,6 +83,7 @@ type Conn struct {
 	maxDataPending bool
 	maxDataValue   uint64
 	maxDataCheck   bool
+	rxRate         recvRate // the peer's delivery rate, for new streams' windows
 
 	// Datagrams.
 	dgOut     byteQueue
@@ -185,6 +186,7 @@ func newConn(cfg Config, client bool, now monotime.Time) (*Conn, error) {
 		largestRecv: wire.NoPacketNumber,
 		rxBuf:       make([]byte, 0, 65536),
 		records:     newRecordRing(1024),
+		rxRate:      newRecvRate(),
 	}
 	if !client {
 		c.nextLocalID = 1

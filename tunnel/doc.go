@@ -80,7 +80,12 @@
 // Buffers and credit belong to package stream: per-stream send buffers and
 // receive windows that auto-tune from the RTT up to Config.Stream limits,
 // a connection window, and a memory budget. The connection announces new
-// credit (MAX_STREAM_DATA, MAX_DATA) after the application reads.
+// credit (MAX_STREAM_DATA, MAX_DATA) after the application reads. On a
+// connection that has received stream data, a new stream's receive window
+// starts at twice the measured bandwidth-delay product (the peer's delivery
+// rate times the smoothed RTT), granted with STREAM_OPEN or OPEN_RESULT and
+// shared from the memory budget, so the flow starts at the path's rate
+// (see openwindow.go).
 //
 // # Liveness
 //

@@ -61,6 +61,9 @@ type simEnd struct {
 	onEvent func(now monotime.Time, ev Event)
 	events  []Event // every event, for assertions (datagram data not kept)
 	noKeep  bool    // do not record events
+	// dropNext makes the next dropNext datagrams this end sends vanish, as
+	// if lost on the path (for tests that need one particular loss).
+	dropNext int
 }
 
 var _ netsim.Endpoint = (*simEnd)(nil)
@@ -70,8 +73,17 @@ func (e *simEnd) HandleDatagram(now monotime.Time, b []byte) {
 	e.drain(now)
 }
 
-func (e *simEnd) PollTransmit(now monotime.Time, buf []byte) int { return e.c.PollTransmit(now, buf) }
-func (e *simEnd) NextTimeout() monotime.Time                     { return e.c.NextTimeout() }
+func (e *simEnd) PollTransmit(now monotime.Time, buf []byte) int {
+	for {
+		n := e.c.PollTransmit(now, buf)
+		if n == 0 || e.dropNext == 0 {
+			return n
+		}
+		e.dropNext--
+	}
+}
+
+func (e *simEnd) NextTimeout() monotime.Time { return e.c.NextTimeout() }
 
 func (e *simEnd) HandleTimeout(now monotime.Time) {
 	e.c.HandleTimeout(now)

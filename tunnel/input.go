@@ -116,6 +116,7 @@ func (c *Conn) onStreamFrame(now monotime.Time, f *wire.StreamFrame) {
 		return
 	}
 	c.stats.StreamBytesReceived += uint64(len(f.Data))
+	c.rxRate.onReceived(now, len(f.Data), c.rtt.SmoothedRTT())
 	if err := st.recv.HandleFrame(f.Offset, f.Data, f.Fin); err != nil {
 		c.streamError(now, err)
 		return

@@ -45,12 +45,23 @@ type Stats struct {
 	// only; 0 otherwise); BBR holds its whole model.
 	BandwidthBps uint64
 	BBR          cc.BBRState
+	// RecvRateBps is the rate at which the peer has delivered stream data
+	// to us, in bits per second (windowed maximum; 0 before any): new
+	// streams' receive windows are sized from it.
+	RecvRateBps uint64
+	// BudgetUsedBytes and BudgetBytes are the stream memory budget in use
+	// (receive credit outstanding and send buffers) and its limit; the
+	// streams' initial windows and send-buffer floors may take it beyond
+	// the limit (see stream.Budget).
+	BudgetUsedBytes, BudgetBytes uint64
 }
 
 // Stats returns a snapshot of the connection's counters.
 func (c *Conn) Stats() Stats {
 	s := c.stats
 	s.StreamsOpen = len(c.streams)
+	s.RecvRateBps = 8 * c.rxRate.bytesPerSecond()
+	s.BudgetUsedBytes, s.BudgetBytes = c.flow.Budget().Used(), c.flow.Budget().Limit()
 	if c.sender == nil {
 		return s
 	}

@@ -206,6 +206,7 @@ func (c *Conn) OpenStreamProto(now monotime.Time, proto wire.Proto, src, dst net
 	st.proto, st.src, st.dst = proto, src, dst
 	st.needOpen = true
 	c.queueCtrl(st)
+	c.growOpenWindow(st) // MAX_STREAM_DATA goes with STREAM_OPEN
 	c.stats.StreamsOpened++
 	return id, nil
 }
@@ -223,6 +224,7 @@ func (c *Conn) AcceptStream(id uint64) error {
 	}
 	st.open = openOK
 	c.openResults = append(c.openResults, wire.OpenResultFrame{StreamID: id, Code: wire.OpenOK})
+	c.growOpenWindow(st) // MAX_STREAM_DATA follows OPEN_RESULT, usually in its packet
 	c.schedule(st)
 	return nil
 }

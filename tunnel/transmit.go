@@ -258,17 +258,34 @@ func (c *Conn) writeStreamControl(p *packetBuilder, st *streamState) bool {
 	}
 	if st.needOpen {
 		f := wire.StreamOpenFrame{StreamID: st.id, Proto: st.proto, Src: st.src, Dst: st.dst}
-		if f.EncodedLen() > p.space() {
+		// The receive window granted at open (growOpenWindow) goes in the
+		// same packet, after STREAM_OPEN, so the peer never sees it for a
+		// stream it does not know; if the packet is lost, both are sent
+		// again together.
+		var credit wire.MaxStreamDataFrame
+		need := f.EncodedLen()
+		if st.needMaxStreamData {
+			_, limit := st.recv.RecvWindow()
+			credit = wire.MaxStreamDataFrame{StreamID: st.id, Max: limit}
+			need += credit.EncodedLen()
+		}
+		if need > p.space() {
 			return false
 		}
 		p.b = f.Append(p.b)
 		c.record(p, sentFrame{kind: fkOpen, id: st.id})
 		p.eliciting, st.needOpen = true, false
+		if st.needMaxStreamData {
+			p.b = credit.Append(p.b)
+			c.record(p, sentFrame{kind: fkMaxStreamData, id: st.id, off: credit.Max})
+			st.needMaxStreamData = false
+		}
 	}
 	if st.local && st.open == openWaitResult {
 		// The peer may not know the stream yet (STREAM_OPEN lost or
 		// overtaken), and a frame for an unknown stream is a protocol
-		// violation: RESET_STREAM and STOP_SENDING wait for OPEN_RESULT.
+		// violation: RESET_STREAM, STOP_SENDING and later credit wait for
+		// OPEN_RESULT.
 		return true
 	}
 	if st.needReset {

@@ -207,6 +207,41 @@ func (s *RecvStream) ShouldSendMaxStreamData(now monotime.Time, rtt time.Duratio
 	return s.win.limit, true
 }
 
+// GrowWindow raises the stream's receive window to windowBytes (bounded by
+// Config.MaxStreamWindow) and grants the new credit at once, without
+// waiting for reads: the connection calls it when a stream opens on a
+// connection that already knows its path's bandwidth-delay product, so the
+// new flow is not held to the initial window while auto-tuning catches up.
+// At most maxReserve bytes beyond the current credit are granted, and only
+// what the Budget has available (no floor): the caller shares the budget
+// among streams opened together. The window becomes the credit actually
+// granted, so auto-tuning and later updates start from it; the
+// connection's receive window is raised to 1.5 times it, as auto-tuning
+// does (ConnFlow.ShouldSendMaxData then announces it). When ok, the new
+// limit is in force as if sent: the connection must deliver it in
+// MAX_STREAM_DATA. It does nothing (ok false) when the credit outstanding
+// is already windowBytes or more, once the final size is known, or while
+// discarding.
+func (s *RecvStream) GrowWindow(windowBytes, maxReserve uint64) (maxBytes uint64, ok bool) {
+	if s.discarding || s.finalKnown {
+		return 0, false
+	}
+	windowBytes = min(windowBytes, s.win.maxWindowBytes)
+	if outstanding := s.win.limit - s.win.consumed; windowBytes <= outstanding {
+		return 0, false
+	}
+	want := min(s.win.consumed+windowBytes-s.win.limit, maxReserve)
+	g := s.cf.budget.reserve(want, 0)
+	if g == 0 {
+		return 0, false
+	}
+	s.reserved += g
+	s.win.limit += g
+	s.win.windowBytes = max(s.win.windowBytes, s.win.limit-s.win.consumed)
+	s.cf.recv.ensureWindow(s.win.windowBytes + s.win.windowBytes/2)
+	return s.win.limit, true
+}
+
 // discard drops the buffered bytes and the budget reservation and counts
 // every byte up to s.highest as consumed by the connection.
 func (s *RecvStream) discard() {

@@ -281,3 +281,86 @@ func TestRecvReset(t *testing.T) {
 		t.Fatalf("consumed %d received %d budget %d chunks %d", cf.recv.consumed, cf.received, cf.Budget().Used(), cf.Pool().InUse())
 	}
 }
+
+func TestRecvGrowWindow(t *testing.T) {
+	const init, maxWin, budget = 64 << 10, 1 << 20, 2 << 20
+	cfg := Config{ChunkBytes: 4096, InitialStreamWindow: init, MaxStreamWindow: maxWin,
+		InitialConnWindow: 256 << 10, BudgetBytes: budget}
+	tests := []struct {
+		name       string
+		window     uint64
+		maxReserve uint64
+		wantLimit  uint64 // 0: ok false
+	}{
+		{"below the initial window", init / 2, budget, 0},
+		{"grows to the target", 512 << 10, budget, 512 << 10},
+		{"bounded by MaxStreamWindow", 8 << 20, budget, maxWin},
+		{"bounded by maxReserve", 512 << 10, 100 << 10, init + 100<<10},
+		{"nothing to reserve", 512 << 10, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cf := newConn(t, cfg, 0)
+			r := NewRecvStream(1, cf)
+			connBefore, _ := cf.RecvWindow()
+			limit, ok := r.GrowWindow(tt.window, tt.maxReserve)
+			if ok != (tt.wantLimit != 0) || limit != tt.wantLimit {
+				t.Fatalf("GrowWindow(%d, %d) = %d, %v; want %d", tt.window, tt.maxReserve, limit, ok, tt.wantLimit)
+			}
+			win, adv := r.RecvWindow()
+			if !ok {
+				if win != init || adv != init || cf.Budget().Used() != init {
+					t.Fatalf("unchanged stream: window %d limit %d budget %d", win, adv, cf.Budget().Used())
+				}
+				return
+			}
+			if win != limit || adv != limit || cf.Budget().Used() != limit {
+				t.Fatalf("window %d, limit %d, budget used %d; want all %d", win, adv, cf.Budget().Used(), limit)
+			}
+			if connWin, _ := cf.RecvWindow(); connWin < max(connBefore, limit+limit/2) {
+				t.Fatalf("connection window %d, want >= 1.5 x %d", connWin, limit)
+			}
+			// The connection credit follows at once, and the peer may use the
+			// whole stream credit.
+			if connLimit, ok := cf.ShouldSendMaxData(monotime.Time(1), 0); ok && connLimit < limit {
+				t.Fatalf("MAX_DATA %d below the stream credit %d", connLimit, limit)
+			}
+			if err := r.HandleFrame(0, make([]byte, limit), false); err != nil {
+				t.Fatalf("data up to the granted credit: %v", err)
+			}
+		})
+	}
+
+	t.Run("budget shared and released", func(t *testing.T) {
+		cf := newConn(t, cfg, 0)
+		var rs []*RecvStream
+		for i := range 8 {
+			r := NewRecvStream(uint64(4*i+1), cf)
+			r.GrowWindow(maxWin, cf.Budget().Available()/2)
+			rs = append(rs, r)
+		}
+		if used := cf.Budget().Used(); used > budget+8*init {
+			t.Fatalf("budget used %d, want <= %d + floors %d", used, budget, 8*init)
+		}
+		for _, r := range rs {
+			if _, ok := r.GrowWindow(maxWin, budget); ok && cf.Budget().Used() > budget+8*init {
+				t.Fatalf("budget used %d beyond its limit", cf.Budget().Used())
+			}
+			r.StopSending(0)
+		}
+		if cf.Budget().Used() != 0 {
+			t.Fatalf("budget used %d after every stream stopped", cf.Budget().Used())
+		}
+	})
+
+	t.Run("final size known", func(t *testing.T) {
+		cf := newConn(t, cfg, 0)
+		r := NewRecvStream(1, cf)
+		if err := r.HandleFrame(0, make([]byte, 10), true); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := r.GrowWindow(maxWin, budget); ok {
+			t.Fatal("GrowWindow granted credit after the FIN")
+		}
+	})
+}
