@@ -4,7 +4,7 @@ BIN     := bin
 PKGS    := ./...
 OUT     ?= out
 
-.PHONY: help build test vet fmt-check unit check baseline baseline-quick clean
+.PHONY: help build test vet fmt-check unit check baseline baseline-quick demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -32,6 +32,12 @@ baseline-quick: build ## plain-TCP baseline, quick (3 runs, 25MB) -> $(OUT)/base
 
 baseline: build ## plain-TCP baseline, full published experiment -> $(OUT)/baseline
 	$(BIN)/wanbench baseline --out $(OUT)/baseline
+
+# The lab needs root: sudo when not already root.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+demo: build ## the accelerated demo: plain TCP against wanopt at 200 ms, legacy endpoints -> $(OUT)/demo
+	$(SUDO) $(BIN)/wanbench cisco --rtt 200ms --profile legacy --runs 1 --bytes 25MB --out $(OUT)/demo
 
 clean: ## remove build outputs
 	rm -rf $(BIN) $(OUT)

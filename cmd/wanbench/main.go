@@ -17,6 +17,7 @@ const usage = `wanbench — wanopt's lab (needs root: it creates network namespa
 Commands:
   check      build the direct lab, measure its RTT and rate against the setting
   baseline   the published experiment with plain kernel TCP (iperf 2)
+  cisco      the published experiment, plain TCP against wanopt side by side
   link       run the WAN link emulator between two TUN devices
   sim        the tunnel against plain TCP in the deterministic simulator
   help       this text
@@ -38,6 +39,8 @@ func main() {
 		err = runCheck(ctx, log, args)
 	case "baseline":
 		err = runBaseline(ctx, log, args)
+	case "cisco":
+		err = runCisco(ctx, log, args)
 	case "link":
 		err = runLink(ctx, args)
 	case "sim":

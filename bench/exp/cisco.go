@@ -1,0 +1,384 @@
+package exp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/bench/wanem"
+)
+
+// Published figures of the router's TCP optimisation in the test we
+// reproduce: 121 Mbit/s at 0 ms, 125-131 Mbit/s flat from 50 to 250 ms
+// (drawn at the range's middle).
+var publishedOptimised = plotter.XYs{{X: 0, Y: 121}, {X: 50, Y: 128}, {X: 100, Y: 128}, {X: 150, Y: 128}, {X: 200, Y: 128}, {X: 250, Y: 128}}
+
+// CiscoOptions configure Cisco. Zero values take the published test's
+// settings.
+type CiscoOptions struct {
+	RTTs           []time.Duration // default 0, 50, 100, 150, 200, 250 ms
+	Profiles       []Profile       // default Modern and Legacy
+	CC             string          // the end hosts' congestion control; default cubic
+	Runs           int             // per point and path; default 5 (highest and lowest dropped)
+	BytesPerStream int64           // iperf -n; default 100 MiB
+	Streams        int             // iperf -P; default 4
+	RateBps        uint64          // link rate; default 250 Mbit/s
+	QueueBytes     int             // drop-tail queue; default 2 MB
+	// WarmBytes is iperf -n of the transfer that warms a fresh tunnel
+	// before the measured runs; default 2 MiB.
+	WarmBytes   int64
+	Wanopt      string // the wanopt binary (see FindWanopt)
+	LinkCommand []string
+	Logger      *slog.Logger
+	// Progress, if set, is called after every run; what is "plain",
+	// "wanopt", "cold" or "plain-ref" (plain TCP at 0 ms, measured only as
+	// the reference when 0 ms is not among RTTs).
+	Progress func(done, total int, p Point, what string, run IperfResult)
+}
+
+// CiscoRow is one RTT and profile: plain TCP through edges that only
+// forward, and through a pair of wanopt edges.
+type CiscoRow struct {
+	RTTms   float64 `json:"rtt_ms"`
+	Profile string  `json:"profile"`
+	// PlainMbps and WanoptMbps are the published reduction of the runs.
+	PlainMbps  float64 `json:"plain_mbps"`
+	WanoptMbps float64 `json:"wanopt_mbps"`
+	// Ratio is WanoptMbps over plain TCP's 0 ms figure for this profile
+	// in the same experiment (the bar: at least 0.95).
+	Ratio float64 `json:"ratio_to_plain_0ms"`
+	// ColdMbps is the first run on a fresh pair of edges, before any
+	// warming: the tunnel's handshake and path estimate are part of it.
+	ColdMbps   float64       `json:"cold_mbps"`
+	PlainRuns  []IperfResult `json:"plain_runs"`
+	WanoptRuns []IperfResult `json:"wanopt_runs"`
+	Cold       IperfResult   `json:"cold"`
+}
+
+// CiscoResult is the whole experiment.
+type CiscoResult struct {
+	RateMbps       float64 `json:"rate_mbps"`
+	QueueBytes     int     `json:"queue_bytes"`
+	BytesPerStream int64   `json:"bytes_per_stream"`
+	Streams        int     `json:"streams"`
+	Runs           int     `json:"runs"`
+	CC             string  `json:"cc"`
+	// Plain0ms is plain TCP's 0 ms figure per profile, the reference of
+	// every row's ratio.
+	Plain0ms map[string]float64 `json:"plain_0ms_mbps"`
+	Rows     []CiscoRow         `json:"rows"`
+}
+
+func (o *CiscoOptions) defaults() {
+	if len(o.RTTs) == 0 {
+		for _, ms := range []int{0, 50, 100, 150, 200, 250} {
+			o.RTTs = append(o.RTTs, time.Duration(ms)*time.Millisecond)
+		}
+	}
+	if len(o.Profiles) == 0 {
+		o.Profiles = []Profile{Modern, Legacy}
+	}
+	if o.CC == "" {
+		o.CC = "cubic"
+	}
+	if o.Runs == 0 {
+		o.Runs = 5
+	}
+	if o.BytesPerStream == 0 {
+		o.BytesPerStream = 100 << 20
+	}
+	if o.Streams == 0 {
+		o.Streams = 4
+	}
+	if o.RateBps == 0 {
+		o.RateBps = 250e6
+	}
+	if o.QueueBytes == 0 {
+		o.QueueBytes = 2_000_000
+	}
+	if o.WarmBytes == 0 {
+		o.WarmBytes = 2 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Cisco runs the published experiment on the edges lab, plain TCP and
+// wanopt side by side: for each RTT, the link is restarted with that delay;
+// for each profile, Runs transfers 'iperf -c SERVER -n N -P 4 -R' go
+// through edges that just forward; then a fresh pair of wanopt edges
+// starts, the first run on its cold tunnel is reported apart, a short
+// transfer warms it, and Runs transfers are measured through it.
+func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
+	o.defaults()
+	res := CiscoResult{RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, BytesPerStream: o.BytesPerStream,
+		Streams: o.Streams, Runs: o.Runs, CC: o.CC, Plain0ms: map[string]float64{}}
+	if o.Wanopt == "" {
+		return res, fmt.Errorf("no wanopt binary given (CiscoOptions.Wanopt)")
+	}
+	restore, err := allowCongestionControl(o.CC)
+	if err != nil {
+		return res, err
+	}
+	defer restore()
+	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger})
+	if err != nil {
+		return res, err
+	}
+	defer l.Close()
+	srv, err := startIperfServer(ctx, l, l.Server)
+	if err != nil {
+		return res, err
+	}
+	haveZero := false
+	for _, rtt := range o.RTTs {
+		haveZero = haveZero || rtt == 0
+	}
+	total := len(o.RTTs) * len(o.Profiles) * (2*o.Runs + 1)
+	if !haveZero {
+		total += len(o.Profiles) * o.Runs
+	}
+	done := 0
+	timeout := 60*time.Second + time.Duration(float64(o.BytesPerStream*int64(o.Streams))*8/5e6)*time.Second
+	measure := func(pt Point, what string, n int) ([]IperfResult, error) {
+		var runs []IperfResult
+		for i := 0; i < n; i++ {
+			if err := applyTCP(ctx, l, o.CC, profileOf(o.Profiles, pt.Profile)); err != nil {
+				return nil, err
+			}
+			r, err := runIperf(ctx, l, l.Client, srv, o.BytesPerStream, o.Streams, timeout)
+			if err != nil {
+				return nil, fmt.Errorf("rtt %gms profile %s, %s run %d: %w", pt.RTTms, pt.Profile, what, i+1, err)
+			}
+			runs = append(runs, r)
+			done++
+			if o.Progress != nil {
+				o.Progress(done, total, pt, what, r)
+			}
+		}
+		return runs, nil
+	}
+	startLink := func(rtt time.Duration) error {
+		cfg := wanem.Config{Delay: rtt / 2, RateBps: o.RateBps, QueueBytes: o.QueueBytes}
+		return l.StartLink(ctx, cfg, cfg)
+	}
+
+	if !haveZero {
+		// The bar is relative to plain TCP's own 0 ms figure: measure it.
+		if err := startLink(0); err != nil {
+			return res, err
+		}
+		for _, prof := range o.Profiles {
+			runs, err := measure(Point{RTTms: 0, CC: o.CC, Profile: prof.Name}, "plain-ref", o.Runs)
+			if err != nil {
+				return res, err
+			}
+			res.Plain0ms[prof.Name], _ = trimmedMean(runs)
+		}
+	}
+	for _, rtt := range o.RTTs {
+		if err := startLink(rtt); err != nil {
+			return res, err
+		}
+		rows := make([]CiscoRow, len(o.Profiles))
+		for i, prof := range o.Profiles {
+			pt := Point{RTTms: ms(rtt), CC: o.CC, Profile: prof.Name}
+			rows[i] = CiscoRow{RTTms: pt.RTTms, Profile: prof.Name}
+			if rows[i].PlainRuns, err = measure(pt, "plain", o.Runs); err != nil {
+				return res, err
+			}
+			rows[i].PlainMbps, _ = trimmedMean(rows[i].PlainRuns)
+			if rtt == 0 {
+				res.Plain0ms[prof.Name] = rows[i].PlainMbps
+			}
+		}
+		for i, prof := range o.Profiles {
+			pt := Point{RTTms: ms(rtt), CC: o.CC, Profile: prof.Name}
+			if err := ciscoWanopt(ctx, l, srv, o, &rows[i], func(what string, n int) ([]IperfResult, error) { return measure(pt, what, n) }); err != nil {
+				return res, fmt.Errorf("rtt %v profile %s through wanopt: %w", rtt, prof.Name, err)
+			}
+			if ref := res.Plain0ms[prof.Name]; ref > 0 {
+				rows[i].Ratio = rows[i].WanoptMbps / ref
+			}
+		}
+		res.Rows = append(res.Rows, rows...)
+		st := l.StopLink()
+		o.Logger.Debug("link counters", "rtt", rtt, "ab", st.AB, "ba", st.BA)
+	}
+	return res, nil
+}
+
+// ciscoWanopt measures one row through a fresh pair of wanopt edges: the
+// cold run, a warming transfer, then the runs.
+func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptions, row *CiscoRow, measure func(what string, n int) ([]IperfResult, error)) error {
+	edges, err := StartEdges(ctx, l, EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}})
+	if err != nil {
+		return err
+	}
+	defer edges.Stop()
+	cold, err := measure("cold", 1)
+	if err != nil {
+		return err
+	}
+	row.Cold, row.ColdMbps = cold[0], cold[0].Mbps
+	if _, err := runIperf(ctx, l, l.Client, srv, o.WarmBytes, o.Streams, 60*time.Second); err != nil {
+		return fmt.Errorf("warming transfer: %w", err)
+	}
+	if row.WanoptRuns, err = measure("wanopt", o.Runs); err != nil {
+		return err
+	}
+	row.WanoptMbps, _ = trimmedMean(row.WanoptRuns)
+	return edges.Stop()
+}
+
+func maxRef(m map[string]float64) float64 {
+	v := 0.0
+	for _, x := range m {
+		v = max(v, x)
+	}
+	return v
+}
+
+func profileOf(ps []Profile, name string) Profile {
+	for _, p := range ps {
+		if p.Name == name {
+			return p
+		}
+	}
+	return Modern
+}
+
+// Markdown renders the experiment as a markdown table.
+func (r CiscoResult) Markdown() string {
+	var b strings.Builder
+	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s |\n|---:|---|---:|---:|---:|---:|\n")
+	for _, row := range r.Rows {
+		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f |\n", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps)
+	}
+	return b.String()
+}
+
+// Line is the closing key=value summary for the last row (the last RTT).
+func (r CiscoResult) Line() string {
+	if len(r.Rows) == 0 {
+		return "rtt_ms=0 profile= direct_mbps=0 wanopt_mbps=0 link_ratio=0"
+	}
+	row := r.Rows[len(r.Rows)-1]
+	ratio := 0.0
+	if r.RateMbps > 0 {
+		ratio = row.WanoptMbps / r.RateMbps
+	}
+	return fmt.Sprintf("rtt_ms=%.0f profile=%s direct_mbps=%.1f wanopt_mbps=%.1f link_ratio=%.3f", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, ratio)
+}
+
+// WriteFiles writes cisco.json, cisco.md and cisco.png into dir.
+func (r CiscoResult) WriteFiles(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create output folder: %w", err)
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cisco.json"), js, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cisco.md"), []byte(r.Markdown()), 0o644); err != nil {
+		return err
+	}
+	return r.chart(filepath.Join(dir, "cisco.png"))
+}
+
+func (r CiscoResult) chart(path string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("wanopt against plain TCP over a %.0f Mbit/s link: iperf -P %d -R, %d MiB per stream", r.RateMbps, r.Streams, r.BytesPerStream>>20)
+	p.X.Label.Text = "RTT (ms)"
+	p.Y.Label.Text = "throughput (Mbit/s)"
+	p.Y.Min, p.Y.Max = 0, r.RateMbps*1.08
+	p.X.Min, p.X.Max = -10, 260
+	for _, row := range r.Rows {
+		p.X.Max = max(p.X.Max, row.RTTms+10)
+	}
+	p.Y.Tick.Marker = stepTicks(50)
+	p.X.Tick.Marker = stepTicks(50)
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = false
+	p.Legend.Left = true
+
+	palette := map[string]color.Color{
+		"modern": color.RGBA{R: 31, G: 119, B: 180, A: 255},
+		"legacy": color.RGBA{R: 214, G: 39, B: 40, A: 255},
+	}
+	var order []string
+	plain, wan := map[string]plotter.XYs{}, map[string]plotter.XYs{}
+	for _, row := range r.Rows {
+		if _, ok := plain[row.Profile]; !ok {
+			order = append(order, row.Profile)
+		}
+		plain[row.Profile] = append(plain[row.Profile], plotter.XY{X: row.RTTms, Y: row.PlainMbps})
+		wan[row.Profile] = append(wan[row.Profile], plotter.XY{X: row.RTTms, Y: row.WanoptMbps})
+	}
+	for i, prof := range order {
+		c, ok := palette[prof]
+		if !ok {
+			c = color.RGBA{R: uint8(40 * i), G: 160, B: 44, A: 255}
+		}
+		for _, s := range []struct {
+			name   string
+			xys    plotter.XYs
+			dashed bool
+		}{{"wanopt", wan[prof], false}, {"plain TCP", plain[prof], true}} {
+			l, pts, err := plotter.NewLinePoints(s.xys)
+			if err != nil {
+				return err
+			}
+			l.Color, pts.Color = c, c
+			l.Width = vg.Points(2)
+			if s.dashed {
+				l.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+				pts.Shape = draw.BoxGlyph{}
+			}
+			p.Add(l, pts)
+			p.Legend.Add(fmt.Sprintf("%s (%s endpoints)", s.name, prof), l, pts)
+		}
+	}
+	if ref := maxRef(r.Plain0ms); ref > 0 {
+		bar, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: 0.95 * ref}, {X: p.X.Max, Y: 0.95 * ref}})
+		if err != nil {
+			return err
+		}
+		bar.Color = color.Gray{Y: 110}
+		bar.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
+		p.Add(bar)
+		p.Legend.Add("bar: 95 % of plain TCP at 0 ms", bar)
+	}
+	for _, pub := range []struct {
+		name  string
+		xys   plotter.XYs
+		shape draw.GlyphDrawer
+	}{{"published plain TCP", publishedPlainTCP, draw.CrossGlyph{}}, {"published router optimisation", publishedOptimised, draw.PlusGlyph{}}} {
+		s, err := plotter.NewScatter(pub.xys)
+		if err != nil {
+			return err
+		}
+		s.GlyphStyle.Shape = pub.shape
+		s.GlyphStyle.Radius = vg.Points(5)
+		s.Color = color.Black
+		p.Add(s)
+		p.Legend.Add(pub.name, s)
+	}
+	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
+}

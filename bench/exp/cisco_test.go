@@ -1,0 +1,157 @@
+package exp
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestCiscoReport(t *testing.T) {
+	r := CiscoResult{RateMbps: 250, QueueBytes: 2_000_000, BytesPerStream: 25 << 20, Streams: 4, Runs: 3, CC: "cubic",
+		Plain0ms: map[string]float64{"modern": 241, "legacy": 240},
+		Rows: []CiscoRow{
+			{RTTms: 0, Profile: "modern", PlainMbps: 241, WanoptMbps: 235, Ratio: 235.0 / 241, ColdMbps: 200},
+			{RTTms: 200, Profile: "modern", PlainMbps: 110, WanoptMbps: 231, Ratio: 231.0 / 241, ColdMbps: 150},
+			{RTTms: 200, Profile: "legacy", PlainMbps: 49.1, WanoptMbps: 229.4, Ratio: 229.4 / 240, ColdMbps: 145.9},
+		},
+	}
+	md := r.Markdown()
+	for _, want := range []string{
+		"| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s |",
+		"| 0 | modern | 241.0 | 235.0 | 0.98 | 200.0 |",
+		"| 200 | legacy | 49.1 | 229.4 | 0.96 | 145.9 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("table lacks %q:\n%s", want, md)
+		}
+	}
+	if got, want := r.Line(), "rtt_ms=200 profile=legacy direct_mbps=49.1 wanopt_mbps=229.4 link_ratio=0.918"; got != want {
+		t.Errorf("Line() = %q, want %q", got, want)
+	}
+	if got := (CiscoResult{}).Line(); !strings.HasPrefix(got, "rtt_ms=") {
+		t.Errorf("Line() of an empty result = %q", got)
+	}
+	dir := t.TempDir()
+	if err := r.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	js, err := os.ReadFile(filepath.Join(dir, "cisco.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back CiscoResult
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Markdown() != md {
+		t.Errorf("cisco.json does not round-trip:\n%s", back.Markdown())
+	}
+	for _, f := range []string{"cisco.md", "cisco.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() < 100 {
+			t.Errorf("%s missing or empty: %v", f, err)
+		}
+	}
+}
+
+// TestCiscoEndToEnd runs 'wanbench cisco' (built without the race
+// detector, so the emulator and the edges run at production speed) at one
+// short setting: both figures must be plausible for a 100 Mbit/s link, and
+// wanopt must not fall below plain TCP by more than noise.
+func TestCiscoEndToEnd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the lab creates network namespaces and needs root (run 'sudo make test')")
+	}
+	for _, tool := range []string{"ip", "iperf"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("skipping: %s is not installed (apt-get install iproute2 iperf)", tool)
+		}
+	}
+	if testing.Short() {
+		t.Skip("skipping the end-to-end lab test in -short mode")
+	}
+	dir := t.TempDir()
+	for _, pkg := range []string{"wanbench", "wanopt"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, pkg), "github.com/wanopt/wanopt/cmd/"+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	outDir := filepath.Join(dir, "out")
+	cmd := exec.Command(filepath.Join(dir, "wanbench"), "cisco", "--rtt", "50ms", "--runs", "1", "--bytes", "5MB",
+		"--profile", "legacy", "--rate", "100mbit", "--out", outDir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	t.Logf("wanbench cisco:\n%s\n%s", stderr.String(), out)
+	if err != nil {
+		t.Fatalf("wanbench cisco: %v", err)
+	}
+	if ns := netnsWithPrefix(fmt.Sprintf("wob%d-", cmd.Process.Pid)); ns != "" {
+		t.Errorf("namespaces left behind: %s", ns)
+	}
+
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	kv := map[string]string{}
+	for _, f := range strings.Fields(lines[len(lines)-1]) {
+		k, v, _ := strings.Cut(f, "=")
+		kv[k] = v
+	}
+	if kv["rtt_ms"] != "50" || kv["profile"] != "legacy" {
+		t.Errorf("last line %q: want rtt_ms=50 profile=legacy", lines[len(lines)-1])
+	}
+	plain, _ := strconv.ParseFloat(kv["direct_mbps"], 64)
+	wan, _ := strconv.ParseFloat(kv["wanopt_mbps"], 64)
+	ratio, _ := strconv.ParseFloat(kv["link_ratio"], 64)
+	// 4 streams × 5 MiB over 100 Mbit/s cannot beat the link (96.5 Mbit/s
+	// of goodput for 1500-byte packets) and should not crawl either.
+	for name, v := range map[string]float64{"plain TCP": plain, "wanopt": wan} {
+		if v < 20 || v > 97 {
+			t.Errorf("%s: %.1f Mbit/s, want 20-97", name, v)
+		}
+	}
+	if wan < 0.8*plain {
+		t.Errorf("wanopt %.1f Mbit/s against plain TCP %.1f: more than noise below it", wan, plain)
+	}
+	if d := ratio - wan/100; d < -0.001 || d > 0.001 {
+		t.Errorf("link_ratio %v, want wanopt_mbps/100 = %.3f", ratio, wan/100)
+	}
+
+	js, err := os.ReadFile(filepath.Join(outDir, "cisco.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res CiscoResult
+	if err := json.Unmarshal(js, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 1 || len(res.Rows[0].PlainRuns) != 1 || len(res.Rows[0].WanoptRuns) != 1 {
+		t.Fatalf("want one row with one plain and one wanopt run, got %+v", res.Rows)
+	}
+	row := res.Rows[0]
+	if row.ColdMbps <= 0 || row.ColdMbps > 97 {
+		t.Errorf("cold tunnel: %.1f Mbit/s, want 0-97", row.ColdMbps)
+	}
+	if ref := res.Plain0ms["legacy"]; ref < 20 || ref > 97 || row.Ratio <= 0 {
+		t.Errorf("plain TCP at 0 ms %.1f Mbit/s, ratio %.2f: want a measured reference", ref, row.Ratio)
+	}
+	if st, err := os.Stat(filepath.Join(outDir, "cisco.png")); err != nil || st.Size() < 1000 {
+		t.Errorf("chart missing or empty: %v", err)
+	}
+}
+
+func netnsWithPrefix(prefix string) string {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	var found []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, prefix) {
+			found = append(found, line)
+		}
+	}
+	return strings.Join(found, ", ")
+}

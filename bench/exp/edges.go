@@ -1,0 +1,265 @@
+package exp
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+)
+
+// The edges' addresses in the edges lab (see bench/lab): the near edge
+// (edgeA) dials the far edge (edgeB) across the emulated link, and routes
+// the server's LAN into its TUN device.
+const (
+	edgeTUN       = "wo0"
+	farEdgeListen = "198.18.0.2:4500"
+	serverLAN     = "198.18.2.0/24"
+)
+
+// EdgeOptions configure StartEdges.
+type EdgeOptions struct {
+	// Wanopt is the path of the wanopt binary.
+	Wanopt string
+	// Allow is the far edge's egress policy (--allow), e.g.
+	// "198.18.2.2/32:5001".
+	Allow []string
+	// Dir holds the keys and the logs; empty: a new temporary folder,
+	// removed by Stop.
+	Dir string
+	// Up bounds the wait for the tunnel; default 20 s.
+	Up time.Duration
+}
+
+// Edges is a pair of 'wanopt run' processes in an edges lab: the near edge
+// in edgeA intercepting on TUN wo0 (the route to the server's LAN points
+// into it), the far edge in edgeB connecting the flows to the server. Stop
+// ends both and puts the plain route back, so the edges forward as before.
+type Edges struct {
+	l          *lab.Lab
+	dir        string
+	ownDir     bool
+	near, far  *edgeProc
+	stopped    bool
+	routeMoved bool
+}
+
+type edgeProc struct {
+	name, log string
+	cmd       *exec.Cmd
+	done      chan error // receives Wait's result once; re-sent by readers
+}
+
+// StartEdges starts the far and the near edge with fresh keys, waits until
+// both report the tunnel up and routes the server's LAN into the near
+// edge's TUN. On error it stops whatever it started.
+func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) {
+	if l.Kind != lab.Edges {
+		return nil, fmt.Errorf("wanopt edges need the %q lab, not %q", lab.Edges, l.Kind)
+	}
+	if o.Up == 0 {
+		o.Up = 20 * time.Second
+	}
+	e := &Edges{l: l, dir: o.Dir}
+	if e.dir == "" {
+		d, err := os.MkdirTemp("", "wanbench-edges-")
+		if err != nil {
+			return nil, fmt.Errorf("folder for the edges' keys and logs: %w", err)
+		}
+		e.dir, e.ownDir = d, true
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			e.Stop()
+		}
+	}()
+	keyA, pubA, err := writeEdgeKey(e.dir, "a.key")
+	if err != nil {
+		return nil, err
+	}
+	keyB, pubB, err := writeEdgeKey(e.dir, "b.key")
+	if err != nil {
+		return nil, err
+	}
+	farArgs := []string{"--key", keyB, "--peer-key", pubA, "--listen", farEdgeListen}
+	for _, a := range o.Allow {
+		farArgs = append(farArgs, "--allow", a)
+	}
+	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", farArgs...); err != nil {
+		return nil, err
+	}
+	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near",
+		"--key", keyA, "--peer-key", pubB, "--peer", farEdgeListen,
+		"--tun", edgeTUN, "--tun-setup", "--route", serverLAN); err != nil {
+		return nil, err
+	}
+	if err := e.near.waitLog(ctx, "tunnel up", o.Up); err != nil {
+		return nil, err
+	}
+	if err := e.far.waitLog(ctx, "tunnel up", 5*time.Second); err != nil {
+		return nil, err
+	}
+	e.routeMoved = true
+	if err := routeReplace(ctx, l, edgeTUN); err != nil {
+		return nil, err
+	}
+	ok = true
+	return e, nil
+}
+
+// Dir is the folder with the edges' keys and logs (near.log, far.log).
+func (e *Edges) Dir() string { return e.dir }
+
+// Stop sends both edges SIGTERM, kills one that has not exited within 5 s,
+// routes the server's LAN over the link again and removes a temporary
+// folder. It is safe to call more than once.
+func (e *Edges) Stop() error {
+	if e.stopped {
+		return nil
+	}
+	e.stopped = true
+	var errs []error
+	for _, p := range []*edgeProc{e.near, e.far} {
+		if p != nil {
+			if err := p.stop(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if e.routeMoved {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := routeReplace(ctx, e.l, "wan0"); err != nil {
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	if e.ownDir {
+		_ = os.RemoveAll(e.dir)
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Edges) start(ctx context.Context, h *lab.Host, bin, name string, args ...string) (*edgeProc, error) {
+	logPath := filepath.Join(e.dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("%s edge's log: %w", name, err)
+	}
+	argv := append([]string{bin, "run"}, args...)
+	// Ending ctx kills the edge, and so does the lab's Close.
+	cmd := e.l.Command(ctx, h, argv...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start the %s edge (%s) in %s: %w", name, bin, h.NS, err)
+	}
+	p := &edgeProc{name: name, log: logPath, cmd: cmd, done: make(chan error, 1)}
+	go func() { err := cmd.Wait(); f.Close(); p.done <- err }()
+	return p, nil
+}
+
+// waitLog waits until the edge's log contains s.
+func (p *edgeProc) waitLog(ctx context.Context, s string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		b, _ := os.ReadFile(p.log)
+		if bytes.Contains(b, []byte(s)) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the %s wanopt edge did not log %q within %v; its log ends:\n%s", p.name, s, d, tail(string(b), 1500))
+		}
+		select {
+		case err := <-p.done:
+			p.done <- err
+			b, _ := os.ReadFile(p.log)
+			return fmt.Errorf("the %s wanopt edge exited (%v) before logging %q; its log ends:\n%s", p.name, err, s, tail(string(b), 1500))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// stop ends the edge: SIGTERM, then SIGKILL after 5 s.
+func (p *edgeProc) stop() error {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return nil // already gone
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			return fmt.Errorf("the %s wanopt edge after SIGTERM: %w", p.name, err)
+		}
+		return nil
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		err := <-p.done
+		p.done <- err
+		return fmt.Errorf("the %s wanopt edge did not stop within 5 s of SIGTERM; killed", p.name)
+	}
+}
+
+// routeReplace points edgeA's route to the server's LAN at dev.
+func routeReplace(ctx context.Context, l *lab.Lab, dev string) error {
+	out, err := exec.CommandContext(ctx, "ip", "-n", l.EdgeA.NS, "route", "replace", serverLAN, "dev", dev).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("route %s via %s in %s: %w: %s", serverLAN, dev, l.EdgeA.NS, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// writeEdgeKey writes a new private key to dir/name and returns the path
+// and the public key.
+func writeEdgeKey(dir, name string) (path, pub string, err error) {
+	k, err := crypt.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", "", fmt.Errorf("generate an edge key: %w", err)
+	}
+	path = filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(k.Base64()+"\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("write the edge key: %w", err)
+	}
+	return path, k.PublicKey().Base64(), nil
+}
+
+// FindWanopt returns the wanopt binary to run in the lab: explicit if set,
+// else a 'wanopt' next to the running executable, else one on PATH.
+func FindWanopt(explicit string) (string, error) {
+	const hint = "build it with 'make build' (bin/wanopt) or 'go build -o bin/wanopt ./cmd/wanopt', or pass --wanopt PATH"
+	if explicit != "" {
+		p, err := filepath.Abs(explicit)
+		if err == nil {
+			_, err = os.Stat(p)
+		}
+		if err != nil {
+			return "", fmt.Errorf("wanopt binary %q: %w; %s", explicit, err, hint)
+		}
+		return p, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "wanopt")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("wanopt"); err == nil {
+		return filepath.Abs(p)
+	}
+	return "", errors.New("no wanopt binary next to this executable or on PATH: " + hint)
+}
