@@ -65,6 +65,11 @@ type CiscoRow struct {
 	PlainRuns  []IperfResult `json:"plain_runs"`
 	WanoptRuns []IperfResult `json:"wanopt_runs"`
 	Cold       IperfResult   `json:"cold"`
+	// NearCPUPct and FarCPUPct are each edge's CPU use (user + system
+	// seconds over wall seconds, times 100; 200 is both cores) during the
+	// measured wanopt runs.
+	NearCPUPct float64 `json:"near_cpu_pct"`
+	FarCPUPct  float64 `json:"far_cpu_pct"`
 }
 
 // CiscoResult is the whole experiment.
@@ -237,9 +242,22 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	if _, err := runIperf(ctx, l, l.Client, srv, o.WarmBytes, o.Streams, 60*time.Second); err != nil {
 		return fmt.Errorf("warming transfer: %w", err)
 	}
+	near0, far0, err := edges.CPUTimes()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
 	if row.WanoptRuns, err = measure("wanopt", o.Runs); err != nil {
 		return err
 	}
+	wall := time.Since(start)
+	near1, far1, err := edges.CPUTimes()
+	if err != nil {
+		return err
+	}
+	row.NearCPUPct = 100 * (near1 - near0).Seconds() / wall.Seconds()
+	row.FarCPUPct = 100 * (far1 - far0).Seconds() / wall.Seconds()
+	o.Logger.Debug("edges' CPU", "rtt_ms", row.RTTms, "profile", row.Profile, "wall", wall, "near_cpu", near1-near0, "far_cpu", far1-far0)
 	row.WanoptMbps, _ = trimmedMean(row.WanoptRuns)
 	return edges.Stop()
 }
@@ -264,9 +282,9 @@ func profileOf(ps []Profile, name string) Profile {
 // Markdown renders the experiment as a markdown table.
 func (r CiscoResult) Markdown() string {
 	var b strings.Builder
-	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s |\n|---:|---|---:|---:|---:|---:|\n")
+	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s | near edge CPU % | far edge CPU % |\n|---:|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range r.Rows {
-		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f |\n", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps)
+		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.0f |\n", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps, row.NearCPUPct, row.FarCPUPct)
 	}
 	return b.String()
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -115,6 +116,56 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	}
 	ok = true
 	return e, nil
+}
+
+// CPUTimes returns the CPU time (user + system) each edge's process has
+// used so far, read from /proc/PID/stat. 'ip netns exec' execs the edge,
+// so the started process's PID is the wanopt process itself.
+func (e *Edges) CPUTimes() (near, far time.Duration, err error) {
+	if near, err = e.near.cpuTime(); err != nil {
+		return 0, 0, err
+	}
+	if far, err = e.far.cpuTime(); err != nil {
+		return 0, 0, err
+	}
+	return near, far, nil
+}
+
+// clockTicks is the unit of /proc/PID/stat's utime and stime (USER_HZ,
+// 100 on Linux).
+const clockTicks = 100
+
+func (p *edgeProc) cpuTime() (time.Duration, error) {
+	if p == nil || p.cmd.Process == nil {
+		return 0, errors.New("edge not started")
+	}
+	return procCPUTime(p.cmd.Process.Pid)
+}
+
+// procCPUTime reads utime + stime of a process from /proc/PID/stat.
+func procCPUTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// count the fields after its closing parenthesis.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("CPU time of process %d: unexpected /proc/%d/stat %q", pid, pid, tail(s, 200))
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("CPU time of process %d: short /proc/%d/stat", pid, pid)
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
 }
 
 // Dir is the folder with the edges' keys and logs (near.log, far.log).

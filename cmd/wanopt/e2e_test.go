@@ -445,3 +445,265 @@ func runIperf(t *testing.T, ctx context.Context, l *lab.Lab) float64 {
 	}
 	return v
 }
+
+// edgeLab is an edges lab with two running wanopt edges: the near edge in
+// edgeA intercepting on TUN wo0, the far edge in edgeB connecting flows to
+// the echo server in the server namespace (run by this process).
+type edgeLab struct {
+	l         *lab.Lab
+	dir       string
+	near, far *edgeProc
+}
+
+// sock is the control socket of the "near" or "far" edge.
+func (e *edgeLab) sock(side string) string { return filepath.Join(e.dir, side+".sock") }
+
+// startEdgeLab builds the wanopt binary and the edges lab, starts the link
+// with cfg each way, an echo server, and both edges, and routes the server's
+// LAN into the near edge's TUN. It skips without root or the ip command.
+func startEdgeLab(t *testing.T, ctx context.Context, ab, ba wanem.Config) *edgeLab {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the end-to-end test builds network namespaces and needs root (run 'sudo go test ./cmd/wanopt/')")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping: the lab needs the 'ip' command (apt-get install iproute2)")
+	}
+	if testing.Short() {
+		t.Skip("skipping the end-to-end lab test in -short mode")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "wanopt")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build wanopt: %v\n%s", err, out)
+	}
+	keyA, pubA := writeKey(t, dir, "a.key")
+	keyB, pubB := writeKey(t, dir, "b.key")
+	t.Setenv(linkHelperEnv, "1")
+	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: []string{os.Args[0]}, Realtime: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if err := l.StartLink(ctx, ab, ba); err != nil {
+		t.Fatal(err)
+	}
+	echo := listenIn(t, l.Server.NS, echoPort)
+	go serveEcho(echo)
+	e := &edgeLab{l: l, dir: dir}
+	e.far = startEdge(t, ctx, l, l.EdgeB, dir, "edgeB",
+		"--key", keyB, "--peer-key", pubA, "--listen", "198.18.0.2:4500",
+		"--allow", fmt.Sprintf("198.18.2.2/32:%d", echoPort), "--control", e.sock("far"))
+	e.near = startEdge(t, ctx, l, l.EdgeA, dir, "edgeA",
+		"--key", keyA, "--peer-key", pubB, "--peer", "198.18.0.2:4500",
+		"--tun", "wo0", "--tun-setup", "--route", "198.18.2.0/24", "--control", e.sock("near"))
+	e.near.waitLog(t, "tunnel up", 20*time.Second)
+	e.far.waitLog(t, "tunnel up", 5*time.Second)
+	if out, err := exec.CommandContext(ctx, "ip", "-n", l.EdgeA.NS, "route", "replace", "198.18.2.0/24", "dev", "wo0").CombinedOutput(); err != nil {
+		t.Fatalf("route 198.18.2.0/24 into wo0: %v: %s", err, out)
+	}
+	return e
+}
+
+// echoHashed sends size pseudo-random bytes to the echo server from the
+// client namespace, half-closes, reads the echo back and checks its
+// SHA-256. It returns the time from connect to the last byte.
+func echoHashed(t *testing.T, ctx context.Context, ns string, size int, seed byte, timeout time.Duration) time.Duration {
+	t.Helper()
+	data := make([]byte, size)
+	mrand.NewChaCha8([32]byte{seed}).Read(data)
+	start := time.Now()
+	c, err := dialIn(ctx, ns, echoPort, 10*time.Second)
+	if err != nil {
+		t.Fatalf("connect to the echo server through wanopt: %v", err)
+	}
+	defer c.Close()
+	werr := make(chan error, 1)
+	go func() {
+		_, err := c.Write(data)
+		if err == nil {
+			err = c.(*net.TCPConn).CloseWrite()
+		}
+		werr <- err
+	}()
+	c.SetDeadline(time.Now().Add(timeout))
+	h := sha256.New()
+	n, err := io.Copy(h, c)
+	if err != nil || n != int64(size) {
+		t.Fatalf("echo: read %d of %d bytes after %v: %v", n, size, time.Since(start).Round(time.Millisecond), err)
+	}
+	if err := <-werr; err != nil {
+		t.Fatalf("echo: write: %v", err)
+	}
+	if want := sha256.Sum256(data); !bytes.Equal(h.Sum(nil), want[:]) {
+		t.Fatal("echo: the bytes that came back differ from those sent")
+	}
+	return time.Since(start)
+}
+
+// waitNoFlows waits until both edges list no flows and no open streams.
+func (e *edgeLab) waitNoFlows(t *testing.T, within time.Duration) {
+	t.Helper()
+	for _, side := range []string{"near", "far"} {
+		var (
+			fl  []flowReport
+			st  statusReport
+			err error
+		)
+		start := time.Now()
+		for deadline := start.Add(within); ; time.Sleep(100 * time.Millisecond) {
+			fl, st = nil, statusReport{}
+			if err = queryControl(e.sock(side), "flows", &fl); err == nil {
+				err = queryControl(e.sock(side), "status", &st)
+			}
+			idle := err == nil && len(fl) == 0 && st.Tunnel != nil && st.Tunnel.StreamsOpen == 0 &&
+				(st.Ingress == nil || st.Ingress.ActiveFlows == 0)
+			if idle {
+				t.Logf("%s edge: 0 flows, 0 streams open, %v after the last connection closed", side, time.Since(start).Round(time.Millisecond))
+				break
+			}
+			if time.Now().After(deadline) {
+				ingress := -1
+				if st.Ingress != nil {
+					ingress = st.Ingress.ActiveFlows
+				}
+				t.Errorf("%s edge %v after the connections ended: %d flows listed, %d ingress flows, tunnel %+v, err %v; want none",
+					side, within, len(fl), ingress, st.Tunnel, err)
+				break
+			}
+		}
+	}
+}
+
+// TestEdgeLossyLink runs the edges over a 100 ms, 100 Mbit/s link with 1 %
+// random loss each way: a hash-checked 8 MB echo each way, then 1,000
+// concurrent short connections, after which both edges' flow tables are
+// empty again.
+func TestEdgeLossyLink(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	link := wanem.Config{Delay: 50 * time.Millisecond, LossPct: 1, RateBps: 100_000_000}
+	ab, ba := link, link
+	ab.Seed, ba.Seed = 1, 2
+	e := startEdgeLab(t, ctx, ab, ba)
+
+	t.Run("8MB each way at 1% loss", func(t *testing.T) {
+		const size = 8 << 20
+		el := echoHashed(t, ctx, e.l.Client.NS, size, 7, 120*time.Second)
+		var st statusReport
+		if err := queryControl(e.sock("near"), "status", &st); err != nil || st.Tunnel == nil {
+			t.Fatalf("near edge's status: %+v, %v", st.Tunnel, err)
+		}
+		t.Logf("100 ms RTT, 1%% loss each way: 8 MB up and 8 MB back, SHA-256 equal, in %v (%.1f Mbit/s each way); near edge's tunnel: %d packets lost, %d stream bytes retransmitted, srtt %v",
+			el.Round(time.Millisecond), float64(size)*8/el.Seconds()/1e6, st.Tunnel.PacketsLost, st.Tunnel.Retransmitted, st.Tunnel.SmoothedRTT.Round(time.Millisecond))
+		if st.Tunnel.PacketsLost == 0 {
+			t.Errorf("the near edge's tunnel lost no packets on a link with 1 %% loss: is the loss applied?")
+		}
+	})
+
+	t.Run("1000 concurrent short connections", func(t *testing.T) {
+		const (
+			conns   = 1000
+			msgSize = 1024
+			dialers = 200 // threads in the client namespace dialling at once
+		)
+		var rl syscall.Rlimit
+		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < 4*conns {
+			rl.Cur = min(max(rl.Max, 4*conns), 1<<20)
+			if rl.Max < rl.Cur {
+				rl.Max = rl.Cur
+			}
+			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+				t.Logf("raise the file limit to %d: %v", rl.Cur, err)
+			}
+		}
+		start := time.Now()
+		var (
+			connected = make(chan struct{}) // closed once every dial has ended
+			dialWait  = make(chan error, conns)
+			results   = make(chan error, conns)
+			sem       = make(chan struct{}, dialers)
+		)
+		for i := range conns {
+			go func() {
+				msg := make([]byte, msgSize)
+				for j := range msg {
+					msg[j] = byte(i + j)
+				}
+				sem <- struct{}{}
+				c, err := dialIn(ctx, e.l.Client.NS, echoPort, 60*time.Second)
+				<-sem
+				dialWait <- err
+				if err != nil {
+					results <- fmt.Errorf("connection %d: dial: %w", i, err)
+					return
+				}
+				defer c.Close()
+				<-connected // all connections are open at once
+				c.SetDeadline(time.Now().Add(60 * time.Second))
+				if _, err := c.Write(msg); err != nil {
+					results <- fmt.Errorf("connection %d: write: %w", i, err)
+					return
+				}
+				back := make([]byte, msgSize)
+				if _, err := io.ReadFull(c, back); err != nil {
+					results <- fmt.Errorf("connection %d: read: %w", i, err)
+					return
+				}
+				if !bytes.Equal(back, msg) {
+					results <- fmt.Errorf("connection %d: the echo differs from what was sent", i)
+					return
+				}
+				results <- c.Close()
+			}()
+		}
+		dialFailed := 0
+		for range conns {
+			if err := <-dialWait; err != nil {
+				dialFailed++
+			}
+		}
+		dialed := time.Since(start)
+		var nearFlows, farFlows []flowReport
+		if err := queryControl(e.sock("near"), "flows", &nearFlows); err != nil {
+			t.Errorf("near edge's flows: %v", err)
+		}
+		if err := queryControl(e.sock("far"), "flows", &farFlows); err != nil {
+			t.Errorf("far edge's flows: %v", err)
+		}
+		t.Logf("%d connections open at once after %v (%d dials failed); the near edge lists %d flows, the far edge %d",
+			conns-dialFailed, dialed.Round(time.Millisecond), dialFailed, len(nearFlows), len(farFlows))
+		if dialFailed == 0 && (len(nearFlows) != conns || len(farFlows) != conns) {
+			t.Errorf("with %d connections open, the near edge lists %d flows and the far edge %d; want %d each", conns, len(nearFlows), len(farFlows), conns)
+		}
+		close(connected)
+		var errs []error
+		for range conns {
+			if err := <-results; err != nil {
+				errs = append(errs, err)
+			}
+		}
+		el := time.Since(start)
+		for i, err := range errs {
+			if i == 10 {
+				t.Errorf("... and %d more", len(errs)-10)
+				break
+			}
+			t.Error(err)
+		}
+		t.Logf("%d of %d concurrent connections wrote and read back %d B in %v", conns-len(errs), conns, msgSize, el.Round(time.Millisecond))
+		if len(errs) > 0 {
+			t.Fatalf("%d of %d connections failed", len(errs), conns)
+		}
+		e.waitNoFlows(t, 15*time.Second)
+		var st statusReport
+		if err := queryControl(e.sock("near"), "status", &st); err == nil && st.Ingress != nil {
+			in := st.Ingress
+			t.Logf("near edge's stack: %d SYNs, %d dropped by the forwarder's in-flight limit, %d dialled, %d handshakes failed, %d TCP endpoints left (TIME-WAIT included)",
+				in.SYNs, in.ForwarderDrops, in.Dialed, in.HandshakeFailed, in.TCPEndpoints)
+		}
+	})
+
+	e.near.stop(t)
+	e.far.stop(t)
+}
