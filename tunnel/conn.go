@@ -282,9 +282,38 @@ func (c *Conn) HandleDatagram(now monotime.Time, b []byte) {
 		c.handleInit(now, b[off:])
 	case wire.PacketHandshakeResp:
 		c.handleResp(now, b[off:])
-	default: // Reject: an unauthenticated hint; never acted upon.
+	default: // Reject: an unauthenticated hint; only reported.
 		c.stats.DroppedPackets++
+		if c.client && c.state == stateEstablished && c.sess != nil && hdr.SenderIndex == c.sess.RemoteIndex() {
+			c.stats.RejectsReceived++
+			c.events.push(Event{Kind: EventRejected})
+		}
 	}
+}
+
+// AppendReject appends to buf the REJECT answering b, a datagram given to
+// HandleDatagram, when b is a data packet for a session this Conn does not
+// hold (a server that restarted gets those from the clients of its former
+// life); otherwise it returns buf unchanged. The REJECT names b's receiver
+// index and is never larger than b. It is an unauthenticated hint, sent by
+// the caller to b's source; the caller rate-limits it.
+func (c *Conn) AppendReject(buf, b []byte) []byte {
+	hdr, off, err := wire.ParseHeader(b)
+	if err != nil || hdr.Type != wire.PacketData || len(b) < off+wire.RejectHeaderLen {
+		return buf
+	}
+	if c.sess != nil && hdr.ReceiverIndex == c.sess.LocalIndex() {
+		return buf
+	}
+	return wire.AppendHeader(buf, &wire.Header{Type: wire.PacketReject, SenderIndex: hdr.ReceiverIndex})
+}
+
+// IsHandshakeResponse reports whether b is a handshake response addressed
+// to this Conn's initiation (client): the one datagram a Conn still in its
+// handshake needs, when another Conn shares its socket.
+func (c *Conn) IsHandshakeResponse(b []byte) bool {
+	hdr, _, err := wire.ParseHeader(b)
+	return err == nil && hdr.Type == wire.PacketHandshakeResp && hdr.ReceiverIndex == c.localIndex
 }
 
 // handleInit answers a handshake initiation (server only).

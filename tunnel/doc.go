@@ -101,8 +101,12 @@
 //
 // # Not done yet
 //
-// Rekeying (a new handshake by age or packet count), reacting to REJECT
-// packets, sending DATA_BLOCKED and STREAM_DATA_BLOCKED, ECN, and a
+// REJECT packets are handled outside the session: a server's caller sends
+// AppendReject's answer to data for a session it does not hold, and a
+// client reports a REJECT naming its session as EventRejected, without
+// acting on it (package driver then handshakes again in a new Conn).
+//
+// Rekeying (a new handshake by age or packet count), sending DATA_BLOCKED and STREAM_DATA_BLOCKED, ECN, and a
 // server-side demultiplexer for many peers (one Conn per peer pair; the
 // driver routes by the receiver index in the header) are left for later.
 package tunnel

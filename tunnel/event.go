@@ -46,6 +46,12 @@ const (
 	EventStreamClosed
 	// EventDatagram: a datagram arrived; Data holds it.
 	EventDatagram
+	// EventRejected (client): a REJECT arrived naming this session's
+	// remote index: the server says it holds no such session, as after a
+	// restart. REJECT is unauthenticated: the session stays as it is; the
+	// application may start a new handshake (a new Conn) and switch to it
+	// once that authenticates.
+	EventRejected
 )
 
 // String returns the kind's name.
@@ -71,6 +77,8 @@ func (k EventKind) String() string {
 		return "stream closed"
 	case EventDatagram:
 		return "datagram"
+	case EventRejected:
+		return "rejected"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }

@@ -132,11 +132,12 @@ func (d *Dialer) Stats() Stats {
 	}
 }
 
-// flowConn is the stream as the stack's FlowConn. Abort is best effort: the
-// driver exports no stream reset, so Abort closes the stream, which sends a
-// FIN (or a reset when the far edge's data is waiting unread) and asks the
-// far edge to stop sending; the far edge's next write then fails and it
-// resets the server.
+// flowConn is the stream as the stack's FlowConn. Abort carries the
+// client's RST end to end: it resets the stream (RESET_STREAM and
+// STOP_SENDING with driver.CodeTCPReset), the far edge's read of the stream
+// fails at once and it resets the server socket. The other way, a server's
+// RST makes the far edge reset the stream, Read here fails with a
+// *driver.StreamError (not io.EOF), and the stack resets the client.
 type flowConn struct {
 	*driver.Stream
 }
@@ -146,5 +147,5 @@ var (
 	_ stack.Aborter  = (*flowConn)(nil)
 )
 
-// Abort ends the flow after the client reset it (see flowConn).
-func (c *flowConn) Abort() error { return c.Stream.Close() }
+// Abort resets the flow after the client reset it (see flowConn).
+func (c *flowConn) Abort() error { return c.Stream.Reset(driver.CodeTCPReset) }

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -196,3 +197,94 @@ func TestThroughEgress(t *testing.T) {
 }
 
 func sha256Sum(b []byte) []byte { s := sha256.Sum256(b); return s[:] }
+
+// TestResetEndToEnd: RST is carried both ways through the bridge, the
+// tunnel and the egress. The client's reset (the stack calls Abort) makes
+// the server's read fail with ECONNRESET; the server's reset makes the
+// flow's Read fail with a stream reset (not io.EOF), which the stack turns
+// into a RST to the client. Both within a second, far below any timeout.
+func TestResetEndToEnd(t *testing.T) {
+	checkGoroutines(t)
+	near, far := tunnelPair(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	serverRead := make(chan error, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 16)
+				n, err := c.Read(buf)
+				if err != nil {
+					return
+				}
+				switch string(buf[:n]) {
+				case "rst": // the server resets the connection
+					c.Write([]byte("bye"))
+					time.Sleep(50 * time.Millisecond)
+					c.(*net.TCPConn).SetLinger(0)
+					return
+				default: // "wait": read until the client's reset arrives
+					c.Write([]byte("ok"))
+					_, err := io.Copy(io.Discard, c)
+					serverRead <- err
+				}
+			}()
+		}
+	}()
+	lnAddr := netip.MustParseAddrPort(ln.Addr().String())
+	pol, err := egress.ParsePolicy([]string{lnAddr.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eg := egress.New(pol, nil, egress.Options{Logger: testLogger()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- eg.Serve(ctx, far) }()
+	defer func() { cancel(); <-done }()
+	d := New(near, testLogger())
+
+	// Client → server.
+	fc, err := d.DialFlow(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), lnAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.Write([]byte("wait"))
+	if _, err := io.ReadFull(fc, make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := fc.(stack.Aborter).Abort(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-serverRead:
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("server read after the client's reset: %v; want ECONNRESET", err)
+		}
+		t.Logf("client reset reached the server in %v", time.Since(start))
+	case <-time.After(time.Second):
+		t.Fatal("the client's reset did not reach the server within 1 s")
+	}
+
+	// Server → client.
+	fc, err = d.DialFlow(ctx, netip.MustParseAddrPort("198.18.1.2:40001"), lnAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	fc.Write([]byte("rst"))
+	fc.(*flowConn).SetReadDeadline(time.Now().Add(time.Second))
+	got, err := io.ReadAll(fc)
+	var se *driver.StreamError
+	if !errors.As(err, &se) || se.StopSending || se.Code != driver.CodeTCPReset {
+		t.Fatalf("flow read after the server's reset: %q, %v; want a stream reset with code %d", got, err, driver.CodeTCPReset)
+	}
+}

@@ -27,12 +27,12 @@
 //
 // Each direction ends independently: the near edge's FIN (io.EOF from the
 // stream) becomes CloseWrite on the server socket, the server's FIN becomes
-// CloseWrite on the stream. A server reset (or any socket error) closes the
-// stream; the near edge stopping to read (its client reset) or the stream
-// failing resets the server socket (SO_LINGER 0, a RST). The driver exports
-// no stream reset, so a server's RST reaches the near edge as the stream's
-// Close: a reset when the near edge's data waits unread here, a FIN
-// otherwise.
+// CloseWrite on the stream. Resets are carried end to end: a server reset
+// (ECONNRESET, or any other socket error) resets the stream
+// (driver.CodeTCPReset), so the near edge's read fails at once and it
+// resets its client; the near edge resetting the stream (its client's RST),
+// stopping to read, or the stream failing resets the server socket
+// (SO_LINGER 0, a RST).
 package egress
 
 import (
@@ -269,9 +269,16 @@ func (e *Egress) openCode(err error) wire.OpenCode {
 func (e *Egress) relay(ctx context.Context, f *flow, s *driver.Stream, c net.Conn, log *slog.Logger) {
 	stop := context.AfterFunc(ctx, func() {
 		resetConn(c)
-		s.Close()
+		s.Reset(driver.CodeTCPReset)
 	})
 	defer stop()
+	// resetBoth ends the flow as a RST both ways. The stream is reset
+	// first: closing the socket wakes the other direction, whose own
+	// teardown must not reach the stream before the reset.
+	resetBoth := func() {
+		s.Reset(driver.CodeTCPReset)
+		resetConn(c)
+	}
 
 	upDone := make(chan struct{})
 	go func() { // near edge → server
@@ -279,18 +286,16 @@ func (e *Egress) relay(ctx context.Context, f *flow, s *driver.Stream, c net.Con
 		rerr, werr := e.copy(c, s, &f.up, &e.bytesUp)
 		switch {
 		case werr != nil: // server reset or failed
-			log.Debug("egress: server write failed; closing stream", "err", werr)
-			s.Close()
-			resetConn(c)
+			log.Debug("egress: server write failed; resetting stream", "err", werr)
+			resetBoth()
 		case rerr == io.EOF: // near edge's FIN
 			if err := closeWrite(c); err != nil {
-				log.Debug("egress: server close-write failed", "err", err)
-				s.Close()
-				resetConn(c)
+				log.Debug("egress: server close-write failed; resetting stream", "err", err)
+				resetBoth()
 			}
-		default: // stream failed or closed
+		default: // stream reset by the near edge (its client's RST), failed or closed
 			log.Debug("egress: stream read ended; resetting server", "err", rerr)
-			resetConn(c)
+			resetBoth()
 		}
 	}()
 
@@ -298,18 +303,15 @@ func (e *Egress) relay(ctx context.Context, f *flow, s *driver.Stream, c net.Con
 	switch {
 	case werr != nil: // near edge stopped reading (client reset) or stream failed
 		log.Debug("egress: stream write failed; resetting server", "err", werr)
-		resetConn(c)
-		s.Close()
+		resetBoth()
 	case rerr == io.EOF: // server's FIN
 		if err := s.CloseWrite(); err != nil {
 			log.Debug("egress: stream close-write failed", "err", err)
-			resetConn(c)
-			s.Close()
+			resetBoth()
 		}
 	default: // server reset or failed
-		log.Debug("egress: server read failed; closing stream", "err", rerr)
-		s.Close()
-		resetConn(c)
+		log.Debug("egress: server read failed; resetting stream", "err", rerr)
+		resetBoth()
 	}
 	<-upDone
 	c.Close()

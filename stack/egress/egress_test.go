@@ -248,8 +248,8 @@ func TestRelayHalfClose(t *testing.T) {
 	}
 }
 
-// TestServerReset: a server that resets the connection ends the stream at
-// the near edge (EOF or an error, not a hang), and a near edge that closes
+// TestServerReset: a server that resets the connection resets the stream at
+// the near edge (a *driver.StreamError, not EOF or a hang), and a near edge that closes
 // its stream while the server sends gets the server reset.
 func TestServerReset(t *testing.T) {
 	checkGoroutines(t)
@@ -295,8 +295,9 @@ func TestServerReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadAll(s); errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Errorf("stream of a reset server did not end: %v", err)
+	var se *driver.StreamError
+	if _, err := io.ReadAll(s); !errors.As(err, &se) || se.StopSending || se.Code != driver.CodeTCPReset {
+		t.Errorf("stream of a reset server: %v; want a stream reset with code %d", err, driver.CodeTCPReset)
 	}
 	s.Close()
 
@@ -313,6 +314,61 @@ func TestServerReset(t *testing.T) {
 		t.Logf("server write after the near edge closed: %v", err)
 	case <-time.After(5 * time.Second):
 		t.Fatal("server kept sending 5 s after the near edge closed the stream")
+	}
+}
+
+// TestNearReset: the near edge resetting the stream (its client's RST)
+// resets the server socket at once: the server's read fails with
+// ECONNRESET, not EOF.
+func TestNearReset(t *testing.T) {
+	checkGoroutines(t)
+	near, far := tunnelPair(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	serverRead := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write([]byte("hi"))
+		_, err = io.Copy(io.Discard, c)
+		serverRead <- err
+	}()
+	pol, _ := ParsePolicy([]string{ln.Addr().String()})
+	e := New(pol, nil, Options{Logger: testLogger(t)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(ctx, far) }()
+	defer func() { cancel(); <-done }()
+
+	s, err := near.OpenStream(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), netip.MustParseAddrPort(ln.Addr().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write([]byte("some data"))
+	if _, err := io.ReadFull(s, make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
+	s.Reset(driver.CodeTCPReset)
+	select {
+	case err := <-serverRead:
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("server read after the near edge's reset: %v; want ECONNRESET", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the near edge's reset did not reach the server within 2 s")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.Stats().Active != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if a := e.Stats().Active; a != 0 {
+		t.Errorf("%d flows still active after the reset", a)
 	}
 }
 

@@ -85,6 +85,24 @@
 // datagrams by session index to several Conns on one socket is not done
 // yet.
 //
+// # Far edge restart
+//
+// A server that restarted holds no session for its former clients: its
+// driver answers their data packets with a REJECT naming the unknown
+// index (5 bytes, never larger than the packet it answers, at most one
+// per 50 ms). REJECT is unauthenticated, so a client never tears its
+// session down on it: when one names its current session, the driver
+// starts a new handshake in parallel (one at a time, at most one a
+// second) while the old session goes on. Only when the new handshake
+// completes does it become the tunnel's session; the old session's
+// streams are then reset (Read and Write fail with a *StreamError with
+// CodePeerRestarted; opens still waiting fail as unreachable), and new
+// streams use the new session: within a round trip of the first packet
+// the restarted server sees, not after the idle timeout. A forged REJECT
+// costs one handshake that the live server ignores (it is established);
+// the new Conn then times out and is dropped. Stats counts RejectsSent
+// and Rehandshakes.
+//
 // # Close
 //
 // Tunnel.Close sends CLOSE once and stops; it does not linger to repeat
@@ -93,5 +111,7 @@
 // end streams first (CloseWrite, read to io.EOF). Stream.Close sends FIN
 // after the data written, or resets the stream when data from the peer
 // is waiting unread (as TCP sends RST), and asks the peer to stop
-// sending.
+// sending. Stream.Reset(code) aborts both halves at once (RESET_STREAM
+// and STOP_SENDING with code): the edges use it to carry a TCP RST end
+// to end (CodeTCPReset).
 package driver

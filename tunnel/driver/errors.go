@@ -48,6 +48,22 @@ var (
 	ErrOpenFailed        = errors.New("driver: the far edge could not open the stream")
 )
 
+// Stream error codes (RESET_STREAM and STOP_SENDING) used by wanopt's
+// edges. The tunnel carries any code; these are the ones given meaning.
+const (
+	// CodeNoError: the stream was closed or abandoned with nothing to
+	// report (Close with unread data, an OpenStream given up).
+	CodeNoError wire.ErrorCode = 0
+	// CodeTCPReset: a TCP endpoint of the flow (the client at the near
+	// edge, the server at the far edge) reset the connection or failed;
+	// the other edge resets its side in turn.
+	CodeTCPReset wire.ErrorCode = 1
+	// CodePeerRestarted: the far edge lost the tunnel session (it
+	// restarted); the driver moved to a new session and the stream's
+	// state died with the old one (set locally, never sent).
+	CodePeerRestarted wire.ErrorCode = 2
+)
+
 // OpenError reports the peer's refusal of OpenStream. It wraps the
 // sentinel matching Code (ErrOpenRefused, ErrOpenUnreachable,
 // ErrOpenTimedOut, ErrOpenNotAllowed, ErrOpenResourceLimit or, for any

@@ -113,6 +113,15 @@ type driverState struct {
 	txOut  [][]byte // the filled prefixes handed to WriteBatch
 	probe  [1]byte  // Stream.Close's look for unread data
 
+	// next is the client's new handshake, started when the server
+	// rejected our session (it restarted?) while conn goes on; nil when
+	// none runs. nextTried is when the last one started.
+	next      *tunnel.Conn
+	nextTried monotime.Time
+	// lastReject is when the server last sent a REJECT (rate limit).
+	lastReject monotime.Time
+	rejectBuf  []byte
+
 	estDone   bool
 	closeErr  error // the Conn's EventClosed reason
 	sockErr   error // closing the socket failed
@@ -129,7 +138,16 @@ type counters struct {
 	timerWakeups, loops       uint64
 	sleepWakeups              uint64
 	txErrors, acceptOverflow  uint64
+	rejectsSent, rehandshakes uint64
 }
+
+// rejectInterval is the least time between two REJECTs a server sends;
+// rehandshakeInterval the least between two new handshakes a client
+// starts on REJECTs.
+const (
+	rejectInterval      = 50 * time.Millisecond
+	rehandshakeInterval = time.Second
+)
 
 func (d *driverState) init(t *Tunnel, conn *tunnel.Conn, cfg Config) {
 	d.t = t
@@ -229,11 +247,11 @@ func (t *Tunnel) run() {
 		case <-d.timer.C:
 			d.armed = 0
 			d.ctr.timerWakeups++
-			d.conn.HandleTimeout(monotime.Now())
+			d.handleTimeout(monotime.Now())
 		case <-d.sleepWake:
 			d.sleeping = 0
 			d.ctr.sleepWakeups++
-			d.conn.HandleTimeout(monotime.Now())
+			d.handleTimeout(monotime.Now())
 		case <-t.ctx.Done():
 			d.conn.Close(monotime.Now(), wire.CloseNoError, "closed by the application")
 			d.service()
@@ -293,6 +311,11 @@ func (d *driverState) service() bool {
 		now := d.flush()
 		d.pollEvents()
 		next := d.conn.NextTimeout()
+		if d.next != nil {
+			if n := d.next.NextTimeout(); n != 0 && (next == 0 || n.Before(next)) {
+				next = n
+			}
+		}
 		if next == 0 {
 			if d.conn.Closed() {
 				return d.restartServer(now)
@@ -307,7 +330,7 @@ func (d *driverState) service() bool {
 			d.arm(now, next)
 			return true
 		}
-		d.conn.HandleTimeout(now) // already due
+		d.handleTimeout(now) // already due
 	}
 	d.timer.Reset(0)
 	d.armed = 0
@@ -383,6 +406,15 @@ func (d *driverState) restartServer(now monotime.Time) bool {
 	return d.service()
 }
 
+// handleTimeout passes a timer expiry to the Conn (and to the new
+// handshake's, if one runs).
+func (d *driverState) handleTimeout(now monotime.Time) {
+	d.conn.HandleTimeout(now)
+	if d.next != nil {
+		d.next.HandleTimeout(now)
+	}
+}
+
 // handleRx feeds a batch of datagrams to the Conn and recycles it.
 func (d *driverState) handleRx(b *rxBatch) {
 	now := monotime.Now()
@@ -390,8 +422,15 @@ func (d *driverState) handleRx(b *rxBatch) {
 	d.ctr.datagramsIn += uint64(b.n)
 	for i := range b.n {
 		p := b.bufs[i][:b.sizes[i]]
+		if d.next != nil && d.next.IsHandshakeResponse(p) {
+			d.next.HandleDatagram(now, p) // the new handshake's answer
+			continue
+		}
 		if b.eps[i] == d.peer {
 			d.conn.HandleDatagram(now, p)
+			if !d.t.client && !d.estDone {
+				d.maybeReject(now, p, b.eps[i])
+			}
 			continue
 		}
 		// From another address: adopt it only if the datagram
@@ -405,16 +444,111 @@ func (d *driverState) handleRx(b *rxBatch) {
 				d.t.log.Info("driver: peer address changed", "from", d.peer, "to", b.eps[i])
 			}
 			d.peer = b.eps[i]
+		} else if !d.t.client {
+			d.maybeReject(now, p, b.eps[i])
 		}
 	}
 	b.n = 0
 	d.t.rxFree <- b // never blocks: rxFree holds every batch
 }
 
+// maybeReject (server) answers p, a datagram from ep, with a REJECT when
+// it was data for a session the Conn does not hold: a client of the
+// server's former life (before a restart) learns it must handshake again
+// now rather than after its idle timeout. At most one REJECT per
+// rejectInterval, each no larger than what it answers.
+func (d *driverState) maybeReject(now monotime.Time, p []byte, ep netip.AddrPort) {
+	if d.lastReject != 0 && now.Sub(d.lastReject) < rejectInterval {
+		return
+	}
+	d.rejectBuf = d.conn.AppendReject(d.rejectBuf[:0], p)
+	if len(d.rejectBuf) == 0 {
+		return
+	}
+	d.lastReject = now
+	if err := d.t.bc.WriteBatch([][]byte{d.rejectBuf}, ep); err != nil {
+		d.ctr.txErrors++
+		return
+	}
+	d.ctr.rejectsSent++
+	d.ctr.datagramsOut++
+	d.t.log.Debug("driver: data for an unknown session; REJECT sent", "to", ep)
+}
+
+// startRehandshake (client) begins a new handshake with the server after
+// it rejected our session, keeping the current one: REJECT is not
+// authenticated, so only a completed handshake replaces the session
+// (switchConn). One runs at a time, at most one per rehandshakeInterval.
+func (d *driverState) startRehandshake(now monotime.Time) {
+	if !d.t.client || d.next != nil || d.t.ctx.Err() != nil ||
+		(d.nextTried != 0 && now.Sub(d.nextTried) < rehandshakeInterval) {
+		return
+	}
+	conn, err := tunnel.NewClientConn(d.t.cfg.Tunnel, now)
+	if err != nil {
+		d.t.log.Warn("driver: the server rejected our session; cannot start a new handshake", "err", err)
+		return
+	}
+	d.next, d.nextTried = conn, now
+	d.ctr.rehandshakes++
+	d.t.log.Info("driver: the server rejected our session (restarted?); new handshake started, the current session goes on meanwhile")
+}
+
+// pollNext handles the new handshake's events: established, it replaces
+// the session; failed, it is dropped.
+func (d *driverState) pollNext() {
+	for d.next != nil {
+		ev, ok := d.next.PollEvent()
+		if !ok {
+			return
+		}
+		switch ev.Kind {
+		case tunnel.EventEstablished:
+			d.switchConn()
+		case tunnel.EventClosed:
+			d.t.log.Info("driver: new handshake failed; keeping the current session", "err", ev.Err)
+			d.next = nil
+		}
+	}
+}
+
+// switchConn makes the new handshake's Conn the tunnel's. The streams of
+// the old session are reset (their state at the far edge is gone):
+// Reads and Writes fail with a *StreamError with CodePeerRestarted, opens
+// waiting for an answer fail as unreachable (the client retries its SYN,
+// which opens a stream on the new session).
+func (d *driverState) switchConn() {
+	old := d.conn
+	d.conn, d.next = d.next, nil
+	for id, s := range d.streams {
+		s.d.gone = true
+		if !s.d.peerReset {
+			s.d.peerReset, s.d.resetCode = true, CodePeerRestarted
+		}
+		if !s.d.stopped {
+			s.d.stopped, s.d.stopCode = true, CodePeerRestarted
+		}
+		if s.opened != nil && !s.d.answered {
+			s.d.answered = true
+			s.opened <- wire.OpenUnreachable // capacity 1, never sent yet
+		}
+		delete(d.streams, id)
+		signal(s.readable)
+		signal(s.writable)
+	}
+	d.t.log.Info("driver: new session with the server established; streams of the old one reset",
+		"old_packets_received", old.Stats().PacketsReceived)
+}
+
 // flush sends every datagram the Conn allows now, in batches of up to
 // BatchSize, and returns the time of the last poll.
 func (d *driverState) flush() monotime.Time {
 	now := monotime.Now()
+	if d.next != nil {
+		if n := d.next.PollTransmit(now, d.txBufs[0]); n > 0 {
+			d.send([][]byte{d.txBufs[0][:n]})
+		}
+	}
 	for {
 		k := 0
 		for k < len(d.txBufs) {
@@ -465,6 +599,7 @@ func signal(c chan struct{}) {
 
 // pollEvents dispatches the Conn's events to streams and waiters.
 func (d *driverState) pollEvents() {
+	d.pollNext()
 	for {
 		ev, ok := d.conn.PollEvent()
 		if !ok {
@@ -490,7 +625,8 @@ func (d *driverState) pollEvents() {
 				d.t.log.Debug("driver: accept backlog full; stream refused", "stream", ev.StreamID, "dst", ev.Dst)
 			}
 		case tunnel.EventOpenResult:
-			if s := d.streams[ev.StreamID]; s != nil {
+			if s := d.streams[ev.StreamID]; s != nil && !s.d.answered {
+				s.d.answered = true
 				s.opened <- ev.OpenCode // capacity 1, sent once
 				if ev.OpenCode != wire.OpenOK {
 					s.d.gone = true
@@ -524,6 +660,8 @@ func (d *driverState) pollEvents() {
 			}
 		case tunnel.EventDatagram:
 			// Unreliable datagrams have no API here yet; dropped.
+		case tunnel.EventRejected:
+			d.startRehandshake(monotime.Now())
 		}
 	}
 }
@@ -588,9 +726,9 @@ func (d *driverState) handleReq(r request) {
 		}
 		s.d.finQueued = true
 	case opClose:
-		d.closeStream(s, false)
+		d.closeStream(s, false, CodeNoError)
 	case opAbort:
-		d.closeStream(s, true)
+		d.closeStream(s, true, wire.ErrorCode(r.code))
 	case opOpen:
 		id, err := d.conn.OpenStream(monotime.Now(), r.src, r.dst)
 		if err != nil {
@@ -654,8 +792,9 @@ func (d *driverState) write(s *Stream, p []byte) result {
 // closeStream ends both halves of s. The sending half gets a FIN after
 // the data written so far, or a reset when abort is set or unread data
 // is waiting (as TCP sends RST when closing with unread data); the
-// receiving half asks the peer to stop sending.
-func (d *driverState) closeStream(s *Stream, abort bool) {
+// receiving half asks the peer to stop sending. code is the reset's and
+// STOP_SENDING's code.
+func (d *driverState) closeStream(s *Stream, abort bool, code wire.ErrorCode) {
 	if s.d.closed || s.d.gone {
 		s.d.closed = true
 		return
@@ -668,12 +807,12 @@ func (d *driverState) closeStream(s *Stream, abort bool) {
 		abort = err == nil && n > 0
 	}
 	if abort {
-		_ = d.conn.StreamReset(s.id, 0)
+		_ = d.conn.StreamReset(s.id, code)
 	} else if !s.d.finQueued && !s.d.stopped {
 		_ = d.conn.StreamCloseWrite(s.id)
 		s.d.finQueued = true
 	}
-	_ = d.conn.StreamStopSending(s.id, 0)
+	_ = d.conn.StreamStopSending(s.id, code)
 }
 
 // fillStats writes a snapshot into s.
@@ -691,6 +830,8 @@ func (d *driverState) fillStats(s *Stats) {
 		RxDropped:      d.t.rxDropped.Load(),
 		TxErrors:       d.ctr.txErrors,
 		AcceptOverflow: d.ctr.acceptOverflow,
+		RejectsSent:    d.ctr.rejectsSent,
+		Rehandshakes:   d.ctr.rehandshakes,
 		PeerAddr:       d.peer,
 	}
 }

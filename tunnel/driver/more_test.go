@@ -201,3 +201,63 @@ func TestLossyManyStreams(t *testing.T) {
 		t.Error("no loss detected on a lossy path")
 	}
 }
+
+// TestStreamReset: Reset reaches the peer at once, in both directions: a
+// Read blocked there fails with a *StreamError holding the code (even with
+// data waiting unread), and its Write fails once STOP_SENDING arrives.
+func TestStreamReset(t *testing.T) {
+	checkLeaks(t)
+	cli, srv := memPair(t, 22, nil)
+
+	// Reset by the accepting side while the opener is blocked in Read.
+	c, s := openAccepted(t, cli, srv)
+	rerr := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 10))
+		rerr <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let Read block
+	start := time.Now()
+	if err := s.Reset(CodeTCPReset); err != nil {
+		t.Fatal(err)
+	}
+	var se *StreamError
+	select {
+	case err := <-rerr:
+		if !errors.As(err, &se) || se.StopSending || se.Code != CodeTCPReset || !errors.Is(err, ErrStreamReset) {
+			t.Fatalf("blocked read after the peer's Reset: %v; want a reset *StreamError with code %d", err, CodeTCPReset)
+		}
+		t.Logf("reset seen after %v", time.Since(start))
+	case <-time.After(2 * time.Second):
+		t.Fatal("a blocked Read did not end 2 s after the peer's Reset")
+	}
+	waitFor(t, func() bool {
+		_, err := c.Write([]byte("more"))
+		return errors.As(err, &se) && se.StopSending && se.Code == CodeTCPReset
+	})
+	if _, err := s.Read(make([]byte, 1)); !errors.Is(err, ErrStreamClosed) {
+		t.Errorf("read after our own Reset: %v; want ErrStreamClosed", err)
+	}
+	if err := s.Reset(CodeTCPReset); err != nil {
+		t.Errorf("second Reset: %v", err)
+	}
+	c.Close()
+
+	// Reset by the opener with data waiting unread at the peer: the
+	// peer's Read gets the reset, not the data.
+	c, s = openAccepted(t, cli, srv)
+	if _, err := s.Write([]byte("pending")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("unread")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return srv.Stats().Tunnel.StreamBytesReceived >= 6 })
+	c.Reset(7)
+	waitFor(t, func() bool {
+		_, err := s.Read(make([]byte, 10))
+		return errors.As(err, &se) && !se.StopSending && se.Code == 7
+	})
+	s.Close()
+	waitFor(t, func() bool { return cli.Stats().Tunnel.StreamsOpen == 0 && srv.Stats().Tunnel.StreamsOpen == 0 })
+}

@@ -51,6 +51,7 @@ type Stream struct {
 		finQueued bool // CloseWrite was handled
 		peerReset bool
 		resetCode wire.ErrorCode
+		answered  bool // opened got its code (streams we open)
 		stopped   bool // the peer sent STOP_SENDING
 		stopCode  wire.ErrorCode
 	}
@@ -209,13 +210,24 @@ func (s *Stream) CloseWrite() error {
 // to stop sending; what it sends later is discarded. Closing twice, or
 // after the tunnel closed, returns nil.
 func (s *Stream) Close() error {
-	return s.shut(opClose)
+	return s.shut(opClose, 0)
+}
+
+// Reset aborts both halves at once, as a TCP RST does: bytes written and
+// not yet delivered are dropped, the peer is sent RESET_STREAM with code
+// (its Read fails promptly with a *StreamError holding code, even if data
+// was waiting there unread) and STOP_SENDING with code (its Write fails
+// with a *StreamError whose StopSending is set). Blocked Reads and Writes
+// here return ErrStreamClosed, as after Close. Resetting after Close (or
+// twice), or after the tunnel closed, does nothing and returns nil.
+func (s *Stream) Reset(code wire.ErrorCode) error {
+	return s.shut(opAbort, code)
 }
 
 // abort resets both halves (OpenStream gave up waiting).
-func (s *Stream) abort() { _ = s.shut(opAbort) }
+func (s *Stream) abort() { _ = s.shut(opAbort, CodeNoError) }
 
-func (s *Stream) shut(op opKind) error {
+func (s *Stream) shut(op opKind, code wire.ErrorCode) error {
 	first := false
 	s.closeOnce.Do(func() {
 		first = true
@@ -225,7 +237,7 @@ func (s *Stream) shut(op opKind) error {
 		return nil
 	}
 	s.stopTimers()
-	s.t.call(request{op: op, s: s}, make(chan result, 1))
+	s.t.call(request{op: op, s: s, code: uint64(code)}, make(chan result, 1))
 	return nil
 }
 

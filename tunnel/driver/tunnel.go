@@ -242,6 +242,11 @@ type Stats struct {
 	// AcceptOverflow counts peer streams refused because AcceptBacklog
 	// streams already waited.
 	AcceptOverflow uint64
+	// RejectsSent counts REJECTs a server sent in answer to data for a
+	// session it does not hold (a client of its life before a restart).
+	// Rehandshakes counts new handshakes a client started on a REJECT
+	// naming its session; the session is replaced only when one completes.
+	RejectsSent, Rehandshakes uint64
 	// PeerAddr is where datagrams go (the server learns it).
 	PeerAddr netip.AddrPort
 }
