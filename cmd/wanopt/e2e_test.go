@@ -707,3 +707,84 @@ func TestEdgeLossyLink(t *testing.T) {
 	e.near.stop(t)
 	e.far.stop(t)
 }
+
+// TestEdgeFarRestart kills the far edge in the middle of a transfer and
+// starts it again: the client of the interrupted flow must see its
+// connection fail (not hang), and new connections must work again within
+// 5 s of the restart.
+func TestEdgeFarRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	link := wanem.Config{Delay: 25 * time.Millisecond, RateBps: 100e6}
+	e := startEdgeLab(t, ctx, link, link)
+
+	// A long echo: the client keeps writing and reading.
+	c, err := dialIn(ctx, e.l.Client.NS, echoPort, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	broken := make(chan time.Time, 1)
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			if _, err := c.Write(buf); err != nil {
+				broken <- time.Now()
+				return
+			}
+		}
+	}()
+	go func() {
+		io.Copy(io.Discard, c)
+		broken <- time.Now()
+	}()
+	time.Sleep(time.Second)
+
+	// Crash the far edge (no CLOSE reaches the near edge) and restart it.
+	old := e.far
+	old.cmd.Process.Kill()
+	werr := <-old.done
+	old.done <- werr // its cleanup waits for it too
+	keyA, err := os.ReadFile(filepath.Join(e.dir, "a.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	privA, err := crypt.ParsePrivateKey(strings.TrimSpace(string(keyA)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.far = startEdge(t, ctx, e.l, e.l.EdgeB, e.dir, "edgeB-restarted",
+		"--key", filepath.Join(e.dir, "b.key"), "--peer-key", privA.PublicKey().Base64(), "--listen", "198.18.0.2:4500",
+		"--allow", fmt.Sprintf("198.18.2.2/32:%d", echoPort), "--control", e.sock("far2"))
+	restarted := time.Now()
+
+	select {
+	case at := <-broken:
+		t.Logf("interrupted flow failed %v after the restart", at.Sub(restarted).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Error("the flow through the dead far edge did not fail within 10 s of the restart")
+	}
+
+	// New flows within 5 s of the restart.
+	var ok time.Duration
+	for time.Since(restarted) < 5*time.Second {
+		nc, err := dialIn(ctx, e.l.Client.NS, echoPort, time.Second)
+		if err == nil {
+			nc.SetDeadline(time.Now().Add(2 * time.Second))
+			msg := []byte("after the restart")
+			_, werr := nc.Write(msg)
+			got := make([]byte, len(msg))
+			_, rerr := io.ReadFull(nc, got)
+			nc.Close()
+			if werr == nil && rerr == nil && bytes.Equal(got, msg) {
+				ok = time.Since(restarted)
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ok == 0 {
+		t.Fatal("no new flow worked within 5 s of the far edge's restart")
+	}
+	t.Logf("a new flow worked %v after the far edge restarted", ok.Round(time.Millisecond))
+}
