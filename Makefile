@@ -4,7 +4,7 @@ BIN     := bin
 PKGS    := ./...
 OUT     ?= out
 
-.PHONY: help build test vet fmt-check unit check baseline baseline-quick demo clean
+.PHONY: help build test vet fmt-check unit lab-deps check baseline baseline-quick demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -24,19 +24,25 @@ unit: ## race-enabled tests (end-to-end tests skip unless root)
 
 test: vet fmt-check unit ## the project's test command (what .ci/run runs)
 
-check: build ## emulator self-check: RTT and rate at 200 ms / 250 Mbit/s
-	$(BIN)/wanbench check --rtt 200ms --rate 250mbit
-
-baseline-quick: build ## plain-TCP baseline, quick (3 runs, 25MB) -> $(OUT)/baseline
-	$(BIN)/wanbench baseline --quick --out $(OUT)/baseline
-
-baseline: build ## plain-TCP baseline, full published experiment -> $(OUT)/baseline
-	$(BIN)/wanbench baseline --out $(OUT)/baseline
-
 # The lab needs root: sudo when not already root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-demo: build ## the accelerated demo: plain TCP against wanopt at 200 ms, legacy endpoints -> $(OUT)/demo
+lab-deps: ## install what the lab runs (iperf 2, iperf3, iproute2) if missing
+	@need=""; for p in iperf:iperf iperf3:iperf3 ip:iproute2; do \
+		command -v $${p%%:*} >/dev/null 2>&1 || need="$$need $${p#*:}"; done; \
+	if [ -n "$$need" ]; then echo "installing:$$need"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need; fi
+
+check: build ## emulator self-check: RTT and rate at 200 ms / 250 Mbit/s
+	$(BIN)/wanbench check --rtt 200ms --rate 250mbit
+
+baseline-quick: build lab-deps ## plain-TCP baseline, quick (3 runs, 25MB) -> $(OUT)/baseline
+	$(BIN)/wanbench baseline --quick --out $(OUT)/baseline
+
+baseline: build lab-deps ## plain-TCP baseline, full published experiment -> $(OUT)/baseline
+	$(BIN)/wanbench baseline --out $(OUT)/baseline
+
+demo: build lab-deps ## the accelerated demo: plain TCP against wanopt at 200 ms, legacy endpoints -> $(OUT)/demo
 	$(SUDO) $(BIN)/wanbench cisco --rtt 200ms --profile legacy --runs 1 --bytes 25MB --out $(OUT)/demo
 
 clean: ## remove build outputs
