@@ -3,7 +3,6 @@ package exp
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"slices"
 	"time"
@@ -15,16 +14,9 @@ import (
 // BaselineOptions configure Baseline. Zero values take the published test's
 // settings.
 type BaselineOptions struct {
-	RTTs           []time.Duration // default 0, 50, 100, 150, 200, 250 ms
-	CCs            []string        // kernel congestion controls; default cubic, bbr
-	Profiles       []Profile       // default Modern
-	Runs           int             // per point; default 5 (highest and lowest dropped)
-	BytesPerStream int64           // iperf -n; default 100 MiB
-	Streams        int             // iperf -P; default 4
-	RateBps        uint64          // link rate; default 250 Mbit/s
-	QueueBytes     int             // drop-tail queue; default 2 MB
-	LinkCommand    []string
-	Logger         *slog.Logger
+	Published
+	CCs      []string  // kernel congestion controls; default cubic, bbr
+	Profiles []Profile // default Modern
 	// CaptureDir, if set, receives a header capture (pcap) of the first run
 	// of every point, taken on the client's and the server's side of the
 	// link, for 'wanopt analyze'.
@@ -59,34 +51,12 @@ type BaselineResult struct {
 }
 
 func (o *BaselineOptions) defaults() {
-	if len(o.RTTs) == 0 {
-		for _, ms := range []int{0, 50, 100, 150, 200, 250} {
-			o.RTTs = append(o.RTTs, time.Duration(ms)*time.Millisecond)
-		}
-	}
+	o.Published.defaults()
 	if len(o.CCs) == 0 {
 		o.CCs = []string{"cubic", "bbr"}
 	}
 	if len(o.Profiles) == 0 {
 		o.Profiles = []Profile{Modern}
-	}
-	if o.Runs == 0 {
-		o.Runs = 5
-	}
-	if o.BytesPerStream == 0 {
-		o.BytesPerStream = 100 << 20
-	}
-	if o.Streams == 0 {
-		o.Streams = 4
-	}
-	if o.RateBps == 0 {
-		o.RateBps = 250e6
-	}
-	if o.QueueBytes == 0 {
-		o.QueueBytes = 2_000_000
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 

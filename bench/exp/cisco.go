@@ -2,12 +2,8 @@ package exp
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"image/color"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -28,20 +24,13 @@ var publishedOptimised = plotter.XYs{{X: 0, Y: 121}, {X: 50, Y: 128}, {X: 100, Y
 // CiscoOptions configure Cisco. Zero values take the published test's
 // settings.
 type CiscoOptions struct {
-	RTTs           []time.Duration // default 0, 50, 100, 150, 200, 250 ms
-	Profiles       []Profile       // default Modern and Legacy
-	CC             string          // the end hosts' congestion control; default cubic
-	Runs           int             // per point and path; default 5 (highest and lowest dropped)
-	BytesPerStream int64           // iperf -n; default 100 MiB
-	Streams        int             // iperf -P; default 4
-	RateBps        uint64          // link rate; default 250 Mbit/s
-	QueueBytes     int             // drop-tail queue; default 2 MB
+	Published           // Runs counts per point and path
+	Profiles  []Profile // default Modern and Legacy
+	CC        string    // the end hosts' congestion control; default cubic
 	// WarmBytes is iperf -n of the transfer that warms a fresh tunnel
 	// before the measured runs; default 2 MiB.
-	WarmBytes   int64
-	Wanopt      string // the wanopt binary (see FindWanopt)
-	LinkCommand []string
-	Logger      *slog.Logger
+	WarmBytes int64
+	Wanopt    string // the wanopt binary (see FindWanopt)
 	// Progress, if set, is called after every run; what is "plain",
 	// "wanopt", "cold" or "plain-ref" (plain TCP at 0 ms, measured only as
 	// the reference when 0 ms is not among RTTs).
@@ -87,37 +76,15 @@ type CiscoResult struct {
 }
 
 func (o *CiscoOptions) defaults() {
-	if len(o.RTTs) == 0 {
-		for _, ms := range []int{0, 50, 100, 150, 200, 250} {
-			o.RTTs = append(o.RTTs, time.Duration(ms)*time.Millisecond)
-		}
-	}
+	o.Published.defaults()
 	if len(o.Profiles) == 0 {
 		o.Profiles = []Profile{Modern, Legacy}
 	}
 	if o.CC == "" {
 		o.CC = "cubic"
 	}
-	if o.Runs == 0 {
-		o.Runs = 5
-	}
-	if o.BytesPerStream == 0 {
-		o.BytesPerStream = 100 << 20
-	}
-	if o.Streams == 0 {
-		o.Streams = 4
-	}
-	if o.RateBps == 0 {
-		o.RateBps = 250e6
-	}
-	if o.QueueBytes == 0 {
-		o.QueueBytes = 2_000_000
-	}
 	if o.WarmBytes == 0 {
 		o.WarmBytes = 2 << 20
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 
@@ -304,20 +271,7 @@ func (r CiscoResult) Line() string {
 
 // WriteFiles writes cisco.json, cisco.md and cisco.png into dir.
 func (r CiscoResult) WriteFiles(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create output folder: %w", err)
-	}
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cisco.json"), js, 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cisco.md"), []byte(r.Markdown()), 0o644); err != nil {
-		return err
-	}
-	return r.chart(filepath.Join(dir, "cisco.png"))
+	return writeReport(dir, "cisco", r, r.Markdown(), r.chart)
 }
 
 func (r CiscoResult) chart(path string) error {

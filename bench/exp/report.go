@@ -1,12 +1,9 @@
 package exp
 
 import (
-	"encoding/json"
 	"fmt"
 	"image/color"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -47,17 +44,7 @@ func (r BaselineResult) Line() string {
 
 // WriteFiles writes baseline.json, baseline.md and baseline.png into dir.
 func (r BaselineResult) WriteFiles(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create output folder: %w", err)
-	}
-	js, _ := json.MarshalIndent(r, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "baseline.json"), js, 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "baseline.md"), []byte(r.Markdown()), 0o644); err != nil {
-		return err
-	}
-	return r.chart(filepath.Join(dir, "baseline.png"))
+	return writeReport(dir, "baseline", r, r.Markdown(), r.chart)
 }
 
 func (r BaselineResult) chart(path string) error {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,60 +13,20 @@ import (
 
 func runBaseline(ctx context.Context, log *slog.Logger, args []string) error {
 	fs := pflag.NewFlagSet("baseline", pflag.ContinueOnError)
-	quick := fs.Bool("quick", false, "3 runs of -n 25MB per point (a smoke test)")
-	runs := fs.Int("runs", 5, "iperf runs per point (highest and lowest dropped)")
-	bytesS := fs.String("bytes", "100MB", "iperf -n, per stream")
-	rtts := fs.DurationSlice("rtt", nil, "RTTs to test (default 0,50,100,150,200,250ms)")
+	pf := addPublishedFlags(fs, "baseline", []string{"modern"})
 	ccs := fs.StringSlice("cc", []string{"cubic", "bbr"}, "kernel congestion controls")
-	profiles := fs.StringSlice("profile", []string{"modern"}, "endpoint TCP profiles: modern, legacy")
-	rateS := fs.String("rate", "250mbit", "link rate")
-	out := fs.String("out", "out/baseline", "folder for baseline.json, .md and .png")
 	captureDir := fs.String("capture", "", "folder for header captures (pcap) of each point's first run, client and server side, for 'wanopt analyze'")
-	replot := fs.String("replot", "", "redraw the table and chart from a baseline.json into --out, without measuring")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *replot != "" {
-		js, err := os.ReadFile(*replot)
-		if err != nil {
-			return err
-		}
-		var res exp.BaselineResult
-		if err := json.Unmarshal(js, &res); err != nil {
-			return fmt.Errorf("%s: %w", *replot, err)
-		}
-		if err := res.WriteFiles(*out); err != nil {
-			return err
-		}
-		fmt.Print(res.Markdown())
-		return nil
+	if *pf.replot != "" {
+		return replot[exp.BaselineResult](*pf.replot, *pf.out)
 	}
-	o := exp.BaselineOptions{RTTs: *rtts, CCs: *ccs, Runs: *runs, Logger: log, CaptureDir: *captureDir}
-	var err error
-	if o.BytesPerStream, err = parseBytes(*bytesS); err != nil {
+	pub, profiles, err := pf.settings(log)
+	if err != nil {
 		return err
 	}
-	if *quick {
-		if !fs.Changed("runs") {
-			o.Runs = 3
-		}
-		if !fs.Changed("bytes") {
-			o.BytesPerStream = 25 << 20
-		}
-	}
-	if o.RateBps, err = parseRate(*rateS); err != nil {
-		return err
-	}
-	for _, name := range *profiles {
-		p, err := exp.ProfileByName(name)
-		if err != nil {
-			return err
-		}
-		o.Profiles = append(o.Profiles, p)
-	}
-	if o.LinkCommand, err = selfLinkCommand(); err != nil {
-		return err
-	}
+	o := exp.BaselineOptions{Published: pub, CCs: *ccs, Profiles: profiles, CaptureDir: *captureDir}
 	start := time.Now()
 	o.Progress = func(done, total int, p exp.Point, r exp.IperfResult) {
 		fmt.Fprintf(os.Stderr, "[%3d/%d %4.0fs] rtt=%gms cc=%s profile=%s: %.1f Mbit/s in %.2f s\n",
@@ -77,13 +36,13 @@ func runBaseline(ctx context.Context, log *slog.Logger, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := res.WriteFiles(*out); err != nil {
+	if err := res.WriteFiles(*pf.out); err != nil {
 		return err
 	}
 	fmt.Printf("\nPlain TCP, link %.0f Mbit/s, %.1f MB drop-tail queue, iperf -n %dMB -P %d -R, %d runs per point:\n\n",
 		res.RateMbps, float64(res.QueueBytes)/1e6, res.BytesPerStream>>20, res.Streams, o.Runs)
 	fmt.Print(res.Markdown())
-	fmt.Printf("\nwrote %s/baseline.{json,md,png}\n", *out)
+	fmt.Printf("\nwrote %s/baseline.{json,md,png}\n", *pf.out)
 	fmt.Println(res.Line())
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,16 +30,9 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	quick := fs.Bool("quick", false, "3 runs of -n 25MB per point (a smoke test: short transfers weigh the first byte's trip more)")
-	runs := fs.Int("runs", 5, "iperf runs per point and path (highest and lowest dropped)")
-	bytesS := fs.String("bytes", "100MB", "iperf -n, per stream")
-	rtts := fs.DurationSlice("rtt", nil, "RTTs to test (default 0,50,100,150,200,250ms)")
-	profiles := fs.StringSlice("profile", []string{"modern", "legacy"}, "endpoint TCP profiles: modern (Linux defaults), legacy (windows capped at 512 KB)")
+	pf := addPublishedFlags(fs, "cisco", []string{"modern", "legacy"})
 	cc := fs.String("cc", "cubic", "the end hosts' kernel congestion control")
-	rateS := fs.String("rate", "250mbit", "link rate")
 	wanopt := fs.String("wanopt", "", "the wanopt binary (default: next to wanbench, else on PATH)")
-	out := fs.String("out", "out/cisco", "folder for cisco.json, .md and .png")
-	replot := fs.String("replot", "", "redraw the table and chart from a cisco.json into --out, without measuring")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
@@ -50,55 +42,15 @@ Flags:
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if *replot != "" {
-		js, err := os.ReadFile(*replot)
-		if err != nil {
-			return err
-		}
-		var res exp.CiscoResult
-		if err := json.Unmarshal(js, &res); err != nil {
-			return fmt.Errorf("%s: %w", *replot, err)
-		}
-		if err := res.WriteFiles(*out); err != nil {
-			return err
-		}
-		fmt.Print(res.Markdown())
-		fmt.Println(res.Line())
-		return nil
+	if *pf.replot != "" {
+		return replot[exp.CiscoResult](*pf.replot, *pf.out)
 	}
-	o := exp.CiscoOptions{RTTs: *rtts, CC: *cc, Runs: *runs, Logger: log}
-	var err error
-	if o.BytesPerStream, err = parseBytes(*bytesS); err != nil {
+	pub, profiles, err := pf.settings(log)
+	if err != nil {
 		return err
 	}
-	if *quick {
-		if !fs.Changed("runs") {
-			o.Runs = 3
-		}
-		if !fs.Changed("bytes") {
-			o.BytesPerStream = 25 << 20
-		}
-	}
-	if o.Runs < 1 {
-		return fmt.Errorf("--runs %d: want at least 1", o.Runs)
-	}
-	if o.RateBps, err = parseRate(*rateS); err != nil {
-		return err
-	}
-	if o.RateBps == 0 {
-		return fmt.Errorf("--rate %q: the experiment needs a capped link", *rateS)
-	}
-	for _, name := range *profiles {
-		p, err := exp.ProfileByName(name)
-		if err != nil {
-			return err
-		}
-		o.Profiles = append(o.Profiles, p)
-	}
+	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc}
 	if o.Wanopt, err = exp.FindWanopt(*wanopt); err != nil {
-		return err
-	}
-	if o.LinkCommand, err = selfLinkCommand(); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -110,14 +62,14 @@ Flags:
 	if err != nil {
 		return err
 	}
-	if err := res.WriteFiles(*out); err != nil {
+	if err := res.WriteFiles(*pf.out); err != nil {
 		return err
 	}
 	fmt.Printf("\nPlain TCP and wanopt, link %.0f Mbit/s, %.1f MB drop-tail queue, iperf -n %dMB -P %d -R, %d runs per point, %s end hosts (%.0f s):\n\n",
 		res.RateMbps, float64(res.QueueBytes)/1e6, res.BytesPerStream>>20, res.Streams, res.Runs, res.CC, time.Since(start).Seconds())
 	fmt.Print(res.Markdown())
 	fmt.Printf("\nwanopt / plain 0 ms: against plain TCP's own 0 ms figure in this run (%s). Cold tunnel: the first run on a fresh pair of edges.\n", fmtRefs(res.Plain0ms))
-	fmt.Printf("wrote %s/cisco.{json,md,png}\n", *out)
+	fmt.Printf("wrote %s/cisco.{json,md,png}\n", *pf.out)
 	fmt.Println(res.Line())
 	return nil
 }
