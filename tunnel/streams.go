@@ -353,6 +353,15 @@ func (c *Conn) StreamBuffered(id uint64) int {
 	return 0
 }
 
+// StreamReadable returns the bytes of id received in order and not yet
+// read (0 for an unknown stream).
+func (c *Conn) StreamReadable(id uint64) int {
+	if st := c.streams[id]; st != nil && st.recv != nil {
+		return st.recv.Readable()
+	}
+	return 0
+}
+
 // MaxDatagramBytes returns the largest payload SendDatagram accepts.
 func (c *Conn) MaxDatagramBytes() int {
 	space := c.cfg.MaxUDPPayloadBytes - wire.MaxHeaderLen - tagSize

@@ -111,7 +111,6 @@ type driverState struct {
 
 	txBufs [][]byte // BatchSize buffers of MaxUDPPayloadBytes
 	txOut  [][]byte // the filled prefixes handed to WriteBatch
-	probe  [1]byte  // Stream.Close's look for unread data
 
 	// next is the client's new handshake, started when the server
 	// rejected our session (it restarted?) while conn goes on; nil when
@@ -801,10 +800,7 @@ func (d *driverState) closeStream(s *Stream, abort bool, code wire.ErrorCode) {
 	}
 	s.d.closed = true
 	if !abort && !s.d.peerReset {
-		// The Conn offers no "bytes readable" query: read one byte. The
-		// stream is being closed, so consuming it does not matter.
-		n, _, err := d.conn.StreamRead(s.id, d.probe[:])
-		abort = err == nil && n > 0
+		abort = d.conn.StreamReadable(s.id) > 0
 	}
 	if abort {
 		_ = d.conn.StreamReset(s.id, code)
