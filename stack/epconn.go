@@ -10,27 +10,28 @@ import (
 	"gvisor.dev/gvisor/pkg/waiter"
 )
 
-// Errors of the client side of a flow, seen by the copy loops.
+// Errors of the stack's side of a flow, seen by the copy loops.
 var (
-	errClientReset = errors.New("client reset the connection")
-	errAborted     = errors.New("flow aborted")
+	errPeerReset = errors.New("connection reset by peer")
+	errAborted   = errors.New("flow aborted")
 )
 
 // epConn is a blocking io.Reader and io.Writer over a gVisor TCP endpoint.
-// Unlike gonet it returns typed errors (io.EOF on the client's FIN,
-// errClientReset on its RST) and holds no buffer while it waits. One
+// Unlike gonet it returns typed errors (io.EOF on the peer's FIN,
+// errPeerReset on its RST) and holds no buffer while it waits. One
 // goroutine may Read while another Writes; Abort on the endpoint unblocks
 // both.
 type epConn struct {
-	ep tcpip.Endpoint
-	wq *waiter.Queue
+	ep   tcpip.Endpoint
+	wq   *waiter.Queue
+	peer string // "client" or "server", for errors
 
 	rEntry, wEntry waiter.Entry
 	rCh, wCh       chan struct{}
 }
 
-func newEPConn(ep tcpip.Endpoint, wq *waiter.Queue) *epConn {
-	c := &epConn{ep: ep, wq: wq}
+func newEPConn(ep tcpip.Endpoint, wq *waiter.Queue, peer string) *epConn {
+	c := &epConn{ep: ep, wq: wq, peer: peer}
 	c.rEntry, c.rCh = waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
 	c.wEntry, c.wCh = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
 	wq.EventRegister(&c.rEntry)
@@ -73,7 +74,7 @@ func (c *epConn) Read(b []byte) (int, error) {
 			<-c.rCh
 			continue
 		}
-		return 0, epError("read", terr)
+		return 0, c.err("read", terr)
 	}
 }
 
@@ -92,19 +93,19 @@ func (c *epConn) Write(b []byte) (int, error) {
 			<-c.wCh
 			continue
 		}
-		return n, epError("write", terr)
+		return n, c.err("write", terr)
 	}
 	return n, nil
 }
 
-func epError(op string, terr tcpip.Error) error {
+func (c *epConn) err(op string, terr tcpip.Error) error {
 	switch terr.(type) {
 	case *tcpip.ErrClosedForReceive:
 		return io.EOF
 	case *tcpip.ErrConnectionReset:
-		return errClientReset
+		return fmt.Errorf("%s %s: %w", c.peer, op, errPeerReset)
 	case *tcpip.ErrAborted, *tcpip.ErrConnectionAborted, *tcpip.ErrClosedForSend:
-		return fmt.Errorf("client %s: %w (%s)", op, errAborted, terr)
+		return fmt.Errorf("%s %s: %w (%s)", c.peer, op, errAborted, terr)
 	}
-	return fmt.Errorf("client %s: %s", op, terr)
+	return fmt.Errorf("%s %s: %s", c.peer, op, terr)
 }

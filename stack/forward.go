@@ -100,7 +100,7 @@ func (st *Stack) reject(r *tcp.ForwarderRequest, err, ctxErr error, log interfac
 func (st *Stack) relay(f *flow, ep tcpip.Endpoint, wq *waiter.Queue, far FlowConn, log interface {
 	Debug(string, ...any)
 }) {
-	cl := newEPConn(ep, wq)
+	cl := newEPConn(ep, wq, "client")
 	var farOnce sync.Once
 	closeFar := func(reset bool) {
 		farOnce.Do(func() {

@@ -36,7 +36,10 @@ type runConfig struct {
 	// the near edge) is set.
 	Listen, Peer netip.AddrPort
 	// Policy is the egress policy; with no rules the edge runs no egress.
-	Policy      egress.Policy
+	Policy egress.Policy
+	// Transparent connects flows from the client's address through the
+	// TUN's stack (--egress transparent) instead of a kernel socket.
+	Transparent bool
 	DialTimeout time.Duration
 	MaxFlows    int
 	CaptureDir  string // pcap of the TUN's packets; "" for none
@@ -83,11 +86,11 @@ Flags:
 
 // runFlags holds the raw flag values.
 type runFlags struct {
-	config, tun, key, peerKey, listen, peer, cc, logLevel, control, capture string
-	tunSetup, check                                                         bool
-	tunAddrs, routes, allow                                                 []string
-	mtu, maxFlows                                                           int
-	dialTimeout                                                             time.Duration
+	config, tun, key, peerKey, listen, peer, cc, logLevel, control, capture, egress string
+	tunSetup, check                                                                 bool
+	tunAddrs, routes, allow                                                         []string
+	mtu, maxFlows                                                                   int
+	dialTimeout                                                                     time.Duration
 }
 
 func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
@@ -109,6 +112,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.StringVar(&f.listen, "listen", "", "accept the peer's tunnel on UDP `ADDR:PORT` (responder; ':PORT' for every address)")
 	fs.StringVar(&f.peer, "peer", "", "open the tunnel to the peer at UDP `ADDR:PORT` (initiator)")
 	fs.StringArrayVar(&f.allow, "allow", nil, "egress: connect flows to `CIDR[:PORTS]`, e.g. 198.18.2.0/24:80,443,8000-8100 (repeatable; none: no egress, every flow refused)")
+	fs.StringVar(&f.egress, "egress", "kernel", "egress: how to connect servers: kernel (a socket from this host's address; no privileges) or transparent (from the client's own address through the TUN's stack, so servers see the real client; needs --tun and the clients' networks routed into the TUN)")
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "egress: give up connecting to a server after this long")
 	fs.IntVar(&f.maxFlows, "max-flows", egress.DefaultMaxFlows, "egress: flows connected at once; more are refused")
 	fs.StringVar(&f.cc, "cc", "bbr", "tunnel congestion control: bbr or cubic")
@@ -235,6 +239,16 @@ func (f *runFlags) validate() (*runConfig, error) {
 	}
 	if c.Policy, err = egress.ParsePolicy(f.allow); err != nil {
 		return bad("--allow: %v", err)
+	}
+	switch strings.ToLower(f.egress) {
+	case "kernel":
+	case "transparent":
+		if f.tun == "" {
+			return bad("--egress transparent connects servers through the TUN device's stack: it needs --tun NAME, with the clients' networks routed into the device (--route CIDR)")
+		}
+		c.Transparent = true
+	default:
+		return bad("--egress %q: want kernel or transparent", f.egress)
 	}
 	if !c.Ingress() && !c.Egress() {
 		return bad("this edge would do nothing: give --tun NAME to intercept flows (near edge) and/or --allow CIDR[:PORTS] to connect them (far edge)")

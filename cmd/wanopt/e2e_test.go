@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -51,6 +52,7 @@ const (
 	echoPort      = 7000
 	forbiddenPort = 7001
 	closedPort    = 7002
+	whoamiPort    = 7003 // answers with the client address it sees
 	iperfPort     = 5001
 )
 
@@ -412,6 +414,35 @@ func serveEcho(ln net.Listener) {
 	}
 }
 
+// serveWhoami answers each connection with the address it came from.
+func serveWhoami(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		fmt.Fprintln(c, c.RemoteAddr())
+		c.Close()
+	}
+}
+
+// whoami asks the server which address the client's connection came from,
+// and returns it with the client's own end of the connection.
+func whoami(t *testing.T, ctx context.Context, ns string) (seen, local string) {
+	t.Helper()
+	c, err := dialIn(ctx, ns, whoamiPort, 5*time.Second)
+	if err != nil {
+		t.Fatalf("connect to the whoami server: %v", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatalf("whoami: %v", err)
+	}
+	return strings.TrimSpace(line), c.LocalAddr().String()
+}
+
 // dialIn connects from the client namespace to 198.18.2.2:port.
 func dialIn(ctx context.Context, ns string, port int, timeout time.Duration) (net.Conn, error) {
 	var c net.Conn
@@ -459,9 +490,10 @@ type edgeLab struct {
 func (e *edgeLab) sock(side string) string { return filepath.Join(e.dir, side+".sock") }
 
 // startEdgeLab builds the wanopt binary and the edges lab, starts the link
-// with cfg each way, an echo server, and both edges, and routes the server's
-// LAN into the near edge's TUN. It skips without root or the ip command.
-func startEdgeLab(t *testing.T, ctx context.Context, ab, ba wanem.Config) *edgeLab {
+// with cfg each way, an echo and a whoami server, and both edges (farArgs
+// added to the far edge's), and routes the server's LAN into the near edge's
+// TUN. It skips without root or the ip command.
+func startEdgeLab(t *testing.T, ctx context.Context, ab, ba wanem.Config, farArgs ...string) *edgeLab {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the end-to-end test builds network namespaces and needs root (run 'sudo go test ./cmd/wanopt/')")
@@ -490,10 +522,11 @@ func startEdgeLab(t *testing.T, ctx context.Context, ab, ba wanem.Config) *edgeL
 	}
 	echo := listenIn(t, l.Server.NS, echoPort)
 	go serveEcho(echo)
+	go serveWhoami(listenIn(t, l.Server.NS, whoamiPort))
 	e := &edgeLab{l: l, dir: dir}
-	e.far = startEdge(t, ctx, l, l.EdgeB, dir, "edgeB",
+	e.far = startEdge(t, ctx, l, l.EdgeB, dir, "edgeB", append([]string{
 		"--key", keyB, "--peer-key", pubA, "--listen", "198.18.0.2:4500",
-		"--allow", fmt.Sprintf("198.18.2.2/32:%d", echoPort), "--control", e.sock("far"))
+		"--allow", fmt.Sprintf("198.18.2.2/32:%d,%d,%d", echoPort, whoamiPort, closedPort), "--control", e.sock("far")}, farArgs...)...)
 	e.near = startEdge(t, ctx, l, l.EdgeA, dir, "edgeA",
 		"--key", keyA, "--peer-key", pubB, "--peer", "198.18.0.2:4500",
 		"--tun", "wo0", "--tun-setup", "--route", "198.18.2.0/24", "--control", e.sock("near"))
@@ -708,6 +741,48 @@ func TestEdgeLossyLink(t *testing.T) {
 	e.far.stop(t)
 }
 
+// TestEdgeTransparent runs the far edge with transparent egress: it has its
+// own TUN, the clients' network is routed into it, and it connects to the
+// server from the client's address and port. The server must see the
+// client itself (with kernel egress it sees the far edge, 198.18.2.1); a
+// hash-checked echo crosses each way with half-close, a closed port still
+// gives the client a RST, and no flow is left behind.
+func TestEdgeTransparent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	link := wanem.Config{Delay: 50 * time.Millisecond, RateBps: 100e6}
+	e := startEdgeLab(t, ctx, link, link,
+		"--tun", "wo1", "--tun-setup", "--route", "198.18.1.0/24", "--egress", "transparent")
+
+	seen, local := whoami(t, ctx, e.l.Client.NS)
+	t.Logf("the server saw the connection from %s; the client's end is %s", seen, local)
+	if seen != local {
+		t.Fatalf("the server saw the connection from %s, want the client's own address and port %s", seen, local)
+	}
+
+	const size = 8 << 20
+	el := echoHashed(t, ctx, e.l.Client.NS, size, 9, 60*time.Second)
+	t.Logf("100 ms RTT, transparent egress: 8 MB up and 8 MB back (client half-closed first), SHA-256 equal, in %v", el.Round(time.Millisecond))
+
+	start := time.Now()
+	_, err := dialIn(ctx, e.l.Client.NS, closedPort, 5*time.Second)
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("connect to a closed port through transparent egress: %v, want connection refused", err)
+	}
+	t.Logf("closed port: refused after %v", time.Since(start).Round(time.Millisecond))
+
+	e.waitNoFlows(t, 10*time.Second)
+	var st statusReport
+	if err := queryControl(e.sock("far"), "status", &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Egress.Connected < 2 || st.Egress.Refused != 1 {
+		t.Errorf("far edge's egress counters %+v: want at least 2 connected and 1 refused", st.Egress)
+	}
+	e.near.stop(t)
+	e.far.stop(t)
+}
+
 // TestEdgeFarRestart kills the far edge in the middle of a transfer and
 // starts it again: the client of the interrupted flow must see its
 // connection fail (not hang), and new connections must work again within
@@ -717,6 +792,9 @@ func TestEdgeFarRestart(t *testing.T) {
 	defer cancel()
 	link := wanem.Config{Delay: 25 * time.Millisecond, RateBps: 100e6}
 	e := startEdgeLab(t, ctx, link, link)
+	if seen, _ := whoami(t, ctx, e.l.Client.NS); !strings.HasPrefix(seen, "198.18.2.1:") {
+		t.Errorf("with kernel egress the server saw the connection from %s, want the far edge's LAN address 198.18.2.1", seen)
+	}
 
 	// A long echo: the client keeps writing and reading.
 	c, err := dialIn(ctx, e.l.Client.NS, echoPort, 5*time.Second)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -60,6 +61,9 @@ func (c *runConfig) summary() string {
 	}
 	if c.Egress() {
 		s += ", egress to " + c.Policy.String()
+		if c.Transparent {
+			s += " (transparent, from the clients' addresses through TUN " + c.TUN + ")"
+		}
 	} else {
 		s += ", no egress (flows from the peer are refused)"
 	}
@@ -84,17 +88,21 @@ type edge struct {
 // the device, and returns nil; errors are setup failures.
 func runEdge(ctx context.Context, cfg *runConfig, log *slog.Logger) error {
 	e := &edge{cfg: cfg, log: log, br: bridge.New(nil, log.With("sub", "bridge"))}
-	e.eg = egress.New(cfg.Policy, &net.Dialer{}, egress.Options{
-		DialTimeout: cfg.DialTimeout,
-		MaxFlows:    cfg.MaxFlows,
-		Logger:      log.With("sub", "egress"),
-	})
 	if cfg.Ingress() {
 		if err := e.openIngress(ctx); err != nil {
 			return err
 		}
 		defer e.closeIngress()
 	}
+	var dialer egress.Dialer = &egress.KernelDialer{}
+	if cfg.Transparent {
+		dialer = stackDialer{e.st}
+	}
+	e.eg = egress.New(cfg.Policy, dialer, egress.Options{
+		DialTimeout: cfg.DialTimeout,
+		MaxFlows:    cfg.MaxFlows,
+		Logger:      log.With("sub", "egress"),
+	})
 	if cfg.Control != "" {
 		stop, err := e.serveControl(cfg.Control)
 		if err != nil {
@@ -106,6 +114,18 @@ func runEdge(ctx context.Context, cfg *runConfig, log *slog.Logger) error {
 	e.tunnelLoop(ctx)
 	log.Info("edge stopped", "egress", fmt.Sprintf("%+v", e.eg.Stats()), "bridge", fmt.Sprintf("%+v", e.br.Stats()))
 	return nil
+}
+
+// stackDialer is the transparent egress: it connects from the client's
+// address through the TUN's stack.
+type stackDialer struct{ st *stack.Stack }
+
+func (d stackDialer) Connect(ctx context.Context, src, dst netip.AddrPort) (egress.Conn, error) {
+	c, err := d.st.DialTCP(ctx, src, dst)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // openIngress opens (or creates and sets up) the TUN and starts the stack.

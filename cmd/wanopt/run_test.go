@@ -57,6 +57,8 @@ func TestRunConfigErrors(t *testing.T) {
 		{far, "would do nothing"},
 		{append(far[:6:6], "--allow", "198.18.2.0/24:99999"), "--allow"},
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--cc", "reno"), "--cc"},
+		{append(far[:6:6], "--allow", "198.18.2.0/24", "--egress", "transparent"), "needs --tun NAME"},
+		{append(far[:6:6], "--allow", "198.18.2.0/24", "--egress", "magic"), "want kernel or transparent"},
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--log-level", "loud"), "--log-level"},
 		{append(far[:6:6], "--tun", "wo0", "--mtu", "100"), "--mtu"},
 		{append(far[:6:6], "--tun", "wo0", "--route", "198.18.2.0/24"), "need --tun-setup"},

@@ -1,7 +1,7 @@
 // Package egress is the far edge's end of the tunnel: it accepts the
 // streams the near edge opens for intercepted flows, checks each
-// destination against a Policy, connects to it with a kernel TCP socket and
-// answers the near edge with the outcome (which the near edge turns into
+// destination against a Policy, connects to it with a Dialer and answers
+// the near edge with the outcome (which the near edge turns into
 // what its client sees: a completed handshake, a RST or silence). Then it
 // copies both ways with half-close.
 //
@@ -54,9 +54,33 @@ import (
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
 
-// Dialer connects to a destination; *net.Dialer implements it.
+// Conn is a connection to a destination.
+type Conn interface {
+	io.ReadWriteCloser
+	// CloseWrite sends a FIN; the destination may go on sending.
+	CloseWrite() error
+}
+
+// Dialer connects a flow's destination dst. src is the client's address: a
+// transparent dialer connects from it, a kernel one ignores it.
+// Errors wrapping syscall errnos (ECONNREFUSED, EHOSTUNREACH, ETIMEDOUT…)
+// choose the answer the near edge gets. A Conn with an Abort method is
+// reset with it; a *net.TCPConn with SO_LINGER 0.
 type Dialer interface {
-	DialContext(ctx context.Context, network, address string) (net.Conn, error)
+	Connect(ctx context.Context, src, dst netip.AddrPort) (Conn, error)
+}
+
+// KernelDialer connects from this host's own address with a kernel TCP
+// socket.
+type KernelDialer struct{ net.Dialer }
+
+// Connect implements Dialer; src is not used.
+func (d *KernelDialer) Connect(ctx context.Context, _, dst netip.AddrPort) (Conn, error) {
+	c, err := d.DialContext(ctx, "tcp", dst.String())
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
 }
 
 // Defaults for Options.
@@ -128,7 +152,7 @@ type flow struct {
 }
 
 // New returns an Egress that connects to what policy allows with dialer
-// (nil: a net.Dialer).
+// (nil: a KernelDialer).
 func New(policy Policy, dialer Dialer, opts Options) *Egress {
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = DefaultDialTimeout
@@ -140,7 +164,7 @@ func New(policy Policy, dialer Dialer, opts Options) *Egress {
 		opts.CopyBuffer = DefaultCopyBuffer
 	}
 	if dialer == nil {
-		dialer = &net.Dialer{}
+		dialer = &KernelDialer{}
 	}
 	log := opts.Logger
 	if log == nil {
@@ -216,7 +240,7 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 		return
 	}
 	dctx, cancel := context.WithTimeout(ctx, e.opts.DialTimeout)
-	c, err := e.dialer.DialContext(dctx, "tcp", dst.String())
+	c, err := e.dialer.Connect(dctx, src, dst)
 	cancel()
 	if err != nil {
 		code := e.openCode(err)
@@ -266,7 +290,7 @@ func (e *Egress) openCode(err error) wire.OpenCode {
 
 // relay copies both ways until both directions ended; see the package doc
 // for how each end is passed on. ctx ending tears the flow down.
-func (e *Egress) relay(ctx context.Context, f *flow, s *driver.Stream, c net.Conn, log *slog.Logger) {
+func (e *Egress) relay(ctx context.Context, f *flow, s *driver.Stream, c Conn, log *slog.Logger) {
 	stop := context.AfterFunc(ctx, func() {
 		resetConn(c)
 		s.Reset(driver.CodeTCPReset)
@@ -289,7 +313,7 @@ func (e *Egress) relay(ctx context.Context, f *flow, s *driver.Stream, c net.Con
 			log.Debug("egress: server write failed; resetting stream", "err", werr)
 			resetBoth()
 		case rerr == io.EOF: // near edge's FIN
-			if err := closeWrite(c); err != nil {
+			if err := c.CloseWrite(); err != nil {
 				log.Debug("egress: server close-write failed; resetting stream", "err", err)
 				resetBoth()
 			}
@@ -339,17 +363,14 @@ func (e *Egress) copy(dst io.Writer, src io.Reader, n, total *atomic.Uint64) (re
 	}
 }
 
-func closeWrite(c net.Conn) error {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return c.Close()
-}
-
-// resetConn closes c with a RST where it is a TCP socket.
-func resetConn(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
+// resetConn closes c with a RST.
+func resetConn(c Conn) {
+	switch c := c.(type) {
+	case interface{ Abort() error }:
+		_ = c.Abort()
+		return
+	case *net.TCPConn:
+		_ = c.SetLinger(0)
 	}
 	_ = c.Close()
 }

@@ -124,7 +124,7 @@ func TestParseRule(t *testing.T) {
 // is nil.
 type fakeDialer struct{ err error }
 
-func (d fakeDialer) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
+func (d fakeDialer) Connect(ctx context.Context, _, _ netip.AddrPort) (Conn, error) {
 	if d.err != nil {
 		return nil, d.err
 	}

@@ -1,0 +1,229 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/pipe"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+)
+
+// refuseAll is a Dialer for stacks whose intercepting side is not under
+// test.
+type refuseAll struct{}
+
+func (refuseAll) DialFlow(context.Context, netip.AddrPort, netip.AddrPort) (FlowConn, error) {
+	return nil, ErrRefused
+}
+
+// outboundPair joins a Stack (the far edge) to a plain gVisor stack owning
+// only 198.18.2.2 (the server's host) with an in-memory pipe, and returns
+// both. No root, no TUN: the server's host sees exactly the packets the
+// edge's NIC sends.
+func outboundPair(t *testing.T) (*Stack, *gstack.Stack) {
+	t.Helper()
+	edgeEP, serverEP := pipe.New("", "", 1500)
+	st, err := NewWithEndpoint(context.Background(), edgeEP, refuseAll{}, Config{
+		MTU: 1500, Logger: slog.New(slog.DiscardHandler), KeepAliveIdle: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := gstack.New(gstack.Options{
+		NetworkProtocols:   []gstack.NetworkProtocolFactory{ipv4.NewProtocol},
+		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol},
+	})
+	if terr := srv.CreateNIC(1, serverEP); terr != nil {
+		t.Fatal(terr)
+	}
+	addr := tcpip.ProtocolAddress{
+		Protocol:          ipv4.ProtocolNumber,
+		AddressWithPrefix: tcpip.AddrFrom4([4]byte{198, 18, 2, 2}).WithPrefix(),
+	}
+	if terr := srv.AddProtocolAddress(1, addr, gstack.AddressProperties{}); terr != nil {
+		t.Fatal(terr)
+	}
+	srv.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
+	t.Cleanup(func() {
+		st.Close()
+		srv.Close()
+		srv.Wait()
+	})
+	return st, srv
+}
+
+func listenServer(t *testing.T, srv *gstack.Stack, port uint16) net.Listener {
+	t.Helper()
+	ln, err := gonet.ListenTCP(srv, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4([4]byte{198, 18, 2, 2}), Port: port}, ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// TestDialTCPTransparent connects from a client's address the edge does not
+// own: the server must see that address, and 4 MiB must cross each way
+// intact with each direction closed on its own (half-close).
+func TestDialTCPTransparent(t *testing.T) {
+	st, srv := outboundPair(t)
+	ln := listenServer(t, srv, 80)
+	const size = 4 << 20
+	type result struct {
+		remote string
+		sum    [32]byte
+		n      int64
+		err    error
+	}
+	got := make(chan result, 1)
+	go func() { // the server hashes what it receives, then sends its own payload
+		c, err := ln.Accept()
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		n, err := io.Copy(h, c)
+		r := result{remote: c.RemoteAddr().String(), n: n, err: err}
+		copy(r.sum[:], h.Sum(nil))
+		if err == nil {
+			_, r.err = c.Write(payload(2, size))
+		}
+		got <- r
+	}()
+
+	src := netip.MustParseAddrPort("198.18.1.2:40001")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := st.DialTCP(ctx, src, netip.MustParseAddrPort("198.18.2.2:80"))
+	if err != nil {
+		t.Fatalf("DialTCP: %v", err)
+	}
+	defer c.Close()
+	if c.LocalAddr() != src {
+		t.Errorf("LocalAddr = %v, want the client's %v", c.LocalAddr(), src)
+	}
+	up := payload(1, size)
+	if _, err := c.Write(up); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if err := c.CloseWrite(); err != nil {
+		t.Fatalf("CloseWrite: %v", err)
+	}
+	down, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("read the server's data after our FIN: %v", err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("server: %v", r.err)
+	}
+	if r.remote != src.String() {
+		t.Errorf("server saw the connection from %s, want the client's address %v", r.remote, src)
+	}
+	if r.n != size || r.sum != sha256.Sum256(up) {
+		t.Errorf("server received %d bytes (hash equal: %v), want %d intact", r.n, r.sum == sha256.Sum256(up), size)
+	}
+	if !bytes.Equal(down, payload(2, size)) {
+		t.Errorf("received %d bytes from the server, want %d intact", len(down), size)
+	}
+}
+
+func TestDialTCPRefused(t *testing.T) {
+	st, _ := outboundPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := st.DialTCP(ctx, netip.MustParseAddrPort("198.18.1.2:40002"), netip.MustParseAddrPort("198.18.2.2:81"))
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("DialTCP to a closed port: %v, want ECONNREFUSED", err)
+	}
+}
+
+// TestDialTCPGiveUp: a destination that never answers holds DialTCP until
+// ctx ends, and the half-open endpoint is released.
+func TestDialTCPGiveUp(t *testing.T) {
+	st, _ := outboundPair(t)
+	base := len(st.s.RegisteredEndpoints())
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := st.DialTCP(ctx, netip.MustParseAddrPort("198.18.1.2:40003"), netip.MustParseAddrPort("198.18.3.3:80"))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("DialTCP to a silent address: %v, want context.DeadlineExceeded", err)
+	}
+	for i := 0; len(st.s.RegisteredEndpoints()) > base; i++ {
+		if i > 100 {
+			t.Fatalf("%d endpoints registered after giving up, want %d", len(st.s.RegisteredEndpoints()), base)
+		}
+		runtime.Gosched()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDialTCPAbort: Abort resets the server's connection and unblocks our
+// own pending Read.
+func TestDialTCPAbort(t *testing.T) {
+	st, srv := outboundPair(t)
+	ln := listenServer(t, srv, 80)
+	srvErr := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			srvErr <- err
+			return
+		}
+		defer c.Close()
+		_, err = io.Copy(io.Discard, c)
+		srvErr <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := st.DialTCP(ctx, netip.MustParseAddrPort("198.18.1.2:40004"), netip.MustParseAddrPort("198.18.2.2:80"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 10))
+		readErr <- err
+	}()
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	c.Abort()
+	if err := <-readErr; err == nil || err == io.EOF {
+		t.Errorf("our Read after Abort: %v, want an abort error", err)
+	}
+	select {
+	case err := <-srvErr:
+		if err == nil {
+			t.Errorf("server read ended cleanly after our Abort, want a reset")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("server still reading 10 s after our Abort")
+	}
+}
+
+func TestDialTCPAfterClose(t *testing.T) {
+	st, _ := outboundPair(t)
+	st.Close()
+	_, err := st.DialTCP(context.Background(), netip.MustParseAddrPort("198.18.1.2:40005"), netip.MustParseAddrPort("198.18.2.2:80"))
+	if !errors.Is(err, ErrClosed) {
+		t.Fatalf("DialTCP after Close: %v, want ErrClosed", err)
+	}
+}
