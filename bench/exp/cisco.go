@@ -31,6 +31,8 @@ type CiscoOptions struct {
 	// before the measured runs; default 2 MiB.
 	WarmBytes int64
 	Wanopt    string // the wanopt binary (see FindWanopt)
+	// Transparent runs the far edge with transparent egress.
+	Transparent bool
 	// Progress, if set, is called after every run; what is "plain",
 	// "wanopt", "cold" or "plain-ref" (plain TCP at 0 ms, measured only as
 	// the reference when 0 ms is not among RTTs).
@@ -69,6 +71,8 @@ type CiscoResult struct {
 	Streams        int     `json:"streams"`
 	Runs           int     `json:"runs"`
 	CC             string  `json:"cc"`
+	// Egress is the far edge's egress mode: kernel or transparent.
+	Egress string `json:"egress,omitempty"`
 	// Plain0ms is plain TCP's 0 ms figure per profile, the reference of
 	// every row's ratio.
 	Plain0ms map[string]float64 `json:"plain_0ms_mbps"`
@@ -97,7 +101,10 @@ func (o *CiscoOptions) defaults() {
 func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	o.defaults()
 	res := CiscoResult{RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, BytesPerStream: o.BytesPerStream,
-		Streams: o.Streams, Runs: o.Runs, CC: o.CC, Plain0ms: map[string]float64{}}
+		Streams: o.Streams, Runs: o.Runs, CC: o.CC, Egress: "kernel", Plain0ms: map[string]float64{}}
+	if o.Transparent {
+		res.Egress = "transparent"
+	}
 	if o.Wanopt == "" {
 		return res, fmt.Errorf("no wanopt binary given (CiscoOptions.Wanopt)")
 	}
@@ -182,13 +189,16 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 			if err := ciscoWanopt(ctx, l, srv, o, &rows[i], func(what string, n int) ([]IperfResult, error) { return measure(pt, what, n) }); err != nil {
 				return res, fmt.Errorf("rtt %v profile %s through wanopt: %w", rtt, prof.Name, err)
 			}
-			if ref := res.Plain0ms[prof.Name]; ref > 0 {
-				rows[i].Ratio = rows[i].WanoptMbps / ref
-			}
 		}
 		res.Rows = append(res.Rows, rows...)
 		st := l.StopLink()
 		o.Logger.Debug("link counters", "rtt", rtt, "ab", st.AB, "ba", st.BA)
+	}
+	// After every row: 0 ms need not come first in RTTs.
+	for i := range res.Rows {
+		if ref := res.Plain0ms[res.Rows[i].Profile]; ref > 0 {
+			res.Rows[i].Ratio = res.Rows[i].WanoptMbps / ref
+		}
 	}
 	return res, nil
 }
@@ -196,7 +206,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 // ciscoWanopt measures one row through a fresh pair of wanopt edges: the
 // cold run, a warming transfer, then the runs.
 func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptions, row *CiscoRow, measure func(what string, n int) ([]IperfResult, error)) error {
-	edges, err := StartEdges(ctx, l, EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}})
+	edges, err := StartEdges(ctx, l, EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent})
 	if err != nil {
 		return err
 	}

@@ -23,8 +23,10 @@ import (
 // the server's LAN into its TUN device.
 const (
 	edgeTUN       = "wo0"
+	farEdgeTUN    = "wo1" // transparent egress only
 	farEdgeListen = "198.18.0.2:4500"
 	serverLAN     = "198.18.2.0/24"
+	clientLAN     = "198.18.1.0/24"
 )
 
 // EdgeOptions configure StartEdges.
@@ -39,6 +41,10 @@ type EdgeOptions struct {
 	Dir string
 	// Up bounds the wait for the tunnel; default 20 s.
 	Up time.Duration
+	// Transparent runs the far edge with transparent egress (on its own
+	// TUN, with the client's LAN routed into it): the server sees the
+	// client's address.
+	Transparent bool
 }
 
 // Edges is a pair of 'wanopt run' processes in an edges lab: the near edge
@@ -51,7 +57,8 @@ type Edges struct {
 	ownDir     bool
 	near, far  *edgeProc
 	stopped    bool
-	routeMoved bool
+	routeMoved bool // edgeA's route to the server's LAN points into wo0
+	farRoute   bool // edgeB's route to the client's LAN points into wo1
 }
 
 type edgeProc struct {
@@ -96,6 +103,10 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	for _, a := range o.Allow {
 		farArgs = append(farArgs, "--allow", a)
 	}
+	if o.Transparent {
+		e.farRoute = true // --tun-setup moves it; Stop puts it back
+		farArgs = append(farArgs, "--egress", "transparent", "--tun", farEdgeTUN, "--tun-setup", "--route", clientLAN)
+	}
 	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", farArgs...); err != nil {
 		return nil, err
 	}
@@ -111,7 +122,7 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 		return nil, err
 	}
 	e.routeMoved = true
-	if err := routeReplace(ctx, l, edgeTUN); err != nil {
+	if err := routeReplace(ctx, l.EdgeA, serverLAN, edgeTUN); err != nil {
 		return nil, err
 	}
 	ok = true
@@ -187,12 +198,17 @@ func (e *Edges) Stop() error {
 			}
 		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	if e.routeMoved {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := routeReplace(ctx, e.l, "wan0"); err != nil {
+		if err := routeReplace(ctx, e.l.EdgeA, serverLAN, "wan0"); err != nil {
 			errs = append(errs, err)
 		}
-		cancel()
+	}
+	if e.farRoute {
+		if err := routeReplace(ctx, e.l.EdgeB, clientLAN, "wan0"); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if e.ownDir {
 		_ = os.RemoveAll(e.dir)
@@ -266,11 +282,11 @@ func (p *edgeProc) stop() error {
 	}
 }
 
-// routeReplace points edgeA's route to the server's LAN at dev.
-func routeReplace(ctx context.Context, l *lab.Lab, dev string) error {
-	out, err := exec.CommandContext(ctx, "ip", "-n", l.EdgeA.NS, "route", "replace", serverLAN, "dev", dev).CombinedOutput()
+// routeReplace points h's route to prefix at dev.
+func routeReplace(ctx context.Context, h *lab.Host, prefix, dev string) error {
+	out, err := exec.CommandContext(ctx, "ip", "-n", h.NS, "route", "replace", prefix, "dev", dev).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("route %s via %s in %s: %w: %s", serverLAN, dev, l.EdgeA.NS, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("route %s via %s in %s: %w: %s", prefix, dev, h.NS, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

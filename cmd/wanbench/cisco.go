@@ -33,6 +33,7 @@ Flags:
 	pf := addPublishedFlags(fs, "cisco", []string{"modern", "legacy"})
 	cc := fs.String("cc", "cubic", "the end hosts' kernel congestion control")
 	wanopt := fs.String("wanopt", "", "the wanopt binary (default: next to wanbench, else on PATH)")
+	egressMode := fs.String("egress", "kernel", "the far edge's egress: kernel (its own socket) or transparent (from the client's address, through its own TUN)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
@@ -50,6 +51,13 @@ Flags:
 		return err
 	}
 	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc}
+	switch *egressMode {
+	case "kernel":
+	case "transparent":
+		o.Transparent = true
+	default:
+		return fmt.Errorf("--egress %q: want kernel or transparent", *egressMode)
+	}
 	if o.Wanopt, err = exp.FindWanopt(*wanopt); err != nil {
 		return err
 	}
@@ -65,8 +73,8 @@ Flags:
 	if err := res.WriteFiles(*pf.out); err != nil {
 		return err
 	}
-	fmt.Printf("\nPlain TCP and wanopt, link %.0f Mbit/s, %.1f MB drop-tail queue, iperf -n %dMB -P %d -R, %d runs per point, %s end hosts (%.0f s):\n\n",
-		res.RateMbps, float64(res.QueueBytes)/1e6, res.BytesPerStream>>20, res.Streams, res.Runs, res.CC, time.Since(start).Seconds())
+	fmt.Printf("\nPlain TCP and wanopt, link %.0f Mbit/s, %.1f MB drop-tail queue, iperf -n %dMB -P %d -R, %d runs per point, %s end hosts, %s egress (%.0f s):\n\n",
+		res.RateMbps, float64(res.QueueBytes)/1e6, res.BytesPerStream>>20, res.Streams, res.Runs, res.CC, res.Egress, time.Since(start).Seconds())
 	fmt.Print(res.Markdown())
 	fmt.Printf("\nwanopt / plain 0 ms: against plain TCP's own 0 ms figure in this run (%s). Cold tunnel: the first run on a fresh pair of edges.\n", fmtRefs(res.Plain0ms))
 	fmt.Printf("wrote %s/cisco.{json,md,png}\n", *pf.out)
