@@ -13,7 +13,7 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.MaxInFlight != 1024 || c.DialTimeout != 30*time.Second || c.ReceiveBuffer.Default != 1<<20 ||
-		c.CongestionControl != "cubic" || c.Logger == nil {
+		c.CongestionControl != "reno" || c.Logger == nil {
 		t.Fatalf("defaults: %+v", c)
 	}
 	for _, bad := range []Config{

@@ -73,6 +73,7 @@ func newStack(ctx context.Context, ep gstack.LinkEndpoint, link string, d Dialer
 	s := gstack.New(gstack.Options{
 		NetworkProtocols:   []gstack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol},
+		Clock:              cfg.clock,
 	})
 	st.s = s
 	nicCreated := false
