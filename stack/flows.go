@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/wanopt/wanopt/internal/meter"
 )
 
 // FlowState is where a flow is in its life.
@@ -47,8 +49,11 @@ type FlowInfo struct {
 	// BytesUp counts bytes from the client to the far side, BytesDown the
 	// other way.
 	BytesUp, BytesDown uint64
-	Started            time.Time
-	Age                time.Duration
+	// RateUpBps and RateDownBps are the rates over the last interval of
+	// SampleRates, in bits per second.
+	RateUpBps, RateDownBps uint64
+	Started                time.Time
+	Age                    time.Duration
 }
 
 type flow struct {
@@ -58,6 +63,8 @@ type flow struct {
 	state     atomic.Int32
 	up, down  atomic.Uint64
 	closeSide atomic.Int32 // bit 1: client FIN passed on, bit 2: far FIN passed on
+
+	rateUp, rateDown meter.Rate
 }
 
 func (f *flow) setState(s FlowState) { f.state.Store(int32(s)) }
@@ -113,6 +120,16 @@ func (t *flowTable) len() int {
 	return len(t.flows)
 }
 
+// sample updates every flow's rates, interval after the previous call.
+func (t *flowTable) sample(interval time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, f := range t.flows {
+		f.rateUp.Sample(f.up.Load(), interval)
+		f.rateDown.Sample(f.down.Load(), interval)
+	}
+}
+
 // snapshot returns the flows ordered by ID (oldest first).
 func (t *flowTable) snapshot(now time.Time) []FlowInfo {
 	t.mu.Lock()
@@ -122,6 +139,7 @@ func (t *flowTable) snapshot(now time.Time) []FlowInfo {
 			ID: f.id, Src: f.src, Dst: f.dst,
 			State:   FlowState(f.state.Load()),
 			BytesUp: f.up.Load(), BytesDown: f.down.Load(),
+			RateUpBps: f.rateUp.Bps(), RateDownBps: f.rateDown.Bps(),
 			Started: f.started, Age: now.Sub(f.started),
 		})
 	}

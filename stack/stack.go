@@ -198,6 +198,11 @@ func (st *Stack) Stats() Stats {
 // Flows returns a snapshot of the flow table, oldest first.
 func (st *Stack) Flows() []FlowInfo { return st.flows.snapshot(time.Now()) }
 
+// SampleRates updates the flows' current rates: the owner calls it at a
+// steady interval (every second) with the time since the previous call.
+// Calls must not overlap.
+func (st *Stack) SampleRates(interval time.Duration) { st.flows.sample(interval) }
+
 // enter registers a goroutine working for a flow; false after Close.
 func (st *Stack) enter() bool {
 	st.mu.Lock()

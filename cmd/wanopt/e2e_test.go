@@ -188,10 +188,43 @@ func TestEndToEnd(t *testing.T) {
 			}
 			t.Logf("%s edge, wanopt flows:\n%s", side, out)
 		}
+		// Watch the near edge's flow table while the rest moves.
+		var (
+			maxRateBps uint64
+			srtt       time.Duration
+			watchDone  = make(chan struct{})
+			watched    = make(chan struct{})
+		)
+		go func() {
+			defer close(watched)
+			for {
+				var fl []flowReport
+				if queryControl(filepath.Join(dir, "near.sock"), "flows", &fl) == nil {
+					for _, f := range fl {
+						maxRateBps = max(maxRateBps, f.RateUpBps, f.RateDownBps)
+						srtt = max(srtt, f.TunnelRTT)
+					}
+				}
+				select {
+				case <-watchDone:
+					return
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}()
 		m, err := io.Copy(h, c)
+		close(watchDone)
+		<-watched
 		n += m
 		if err != nil || n != size {
 			t.Fatalf("echo: read %d of %d bytes: %v", n, size, err)
+		}
+		t.Logf("near edge's flow table during the echo: highest current rate %.1f Mbit/s, tunnel srtt %v", float64(maxRateBps)/1e6, srtt.Round(time.Millisecond))
+		if maxRateBps == 0 {
+			t.Error("the flow table never showed a current rate above 0 during the echo")
+		}
+		if srtt < rtt || srtt > 10*rtt {
+			t.Errorf("the flow table showed the tunnel's srtt as %v on a %v link", srtt, rtt)
 		}
 		if err := <-werr; err != nil {
 			t.Fatalf("echo: write: %v", err)

@@ -103,6 +103,8 @@ func runEdge(ctx context.Context, cfg *runConfig, log *slog.Logger) error {
 		MaxFlows:    cfg.MaxFlows,
 		Logger:      log.With("sub", "egress"),
 	})
+	stopRates := e.sampleRates()
+	defer stopRates()
 	if cfg.Control != "" {
 		stop, err := e.serveControl(cfg.Control)
 		if err != nil {
@@ -114,6 +116,33 @@ func runEdge(ctx context.Context, cfg *runConfig, log *slog.Logger) error {
 	e.tunnelLoop(ctx)
 	log.Info("edge stopped", "egress", fmt.Sprintf("%+v", e.eg.Stats()), "bridge", fmt.Sprintf("%+v", e.br.Stats()))
 	return nil
+}
+
+// sampleRates updates the flows' current rates every second until the
+// returned stop function is called (which waits for it).
+func (e *edge) sampleRates() (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(time.Second)
+		defer tk.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tk.C:
+				if e.st != nil {
+					e.st.SampleRates(now.Sub(last))
+				}
+				e.eg.SampleRates(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
 
 // stackDialer is the transparent egress: it connects from the client's
@@ -307,12 +336,18 @@ type tunnelReport struct {
 
 // flowReport is one line of "flows".
 type flowReport struct {
-	Side      string        `json:"side"` // ingress (intercepted here) or egress (connected here)
-	Src       string        `json:"src"`
-	Dst       string        `json:"dst"`
-	State     string        `json:"state"`
-	BytesUp   uint64        `json:"bytes_up"`
-	BytesDown uint64        `json:"bytes_down"`
+	Side      string `json:"side"` // ingress (intercepted here) or egress (connected here)
+	Src       string `json:"src"`
+	Dst       string `json:"dst"`
+	State     string `json:"state"`
+	BytesUp   uint64 `json:"bytes_up"`
+	BytesDown uint64 `json:"bytes_down"`
+	// RateUpBps and RateDownBps are the rates over the last second.
+	RateUpBps   uint64 `json:"rate_up_bps"`
+	RateDownBps uint64 `json:"rate_down_bps"`
+	// TunnelRTT is the tunnel's smoothed RTT, which every flow crosses
+	// (0: tunnel down).
+	TunnelRTT time.Duration `json:"tunnel_srtt_ns"`
 	Age       time.Duration `json:"age_ns"`
 }
 
@@ -339,13 +374,19 @@ func (e *edge) status(started time.Time) statusReport {
 
 func (e *edge) flows() []flowReport {
 	var out []flowReport
+	var srtt time.Duration
+	if t := e.br.Tunnel(); t != nil {
+		srtt = t.Stats().Tunnel.SmoothedRTT
+	}
 	if e.st != nil {
 		for _, f := range e.st.Flows() {
-			out = append(out, flowReport{Side: "ingress", Src: f.Src.String(), Dst: f.Dst.String(), State: f.State.String(), BytesUp: f.BytesUp, BytesDown: f.BytesDown, Age: f.Age})
+			out = append(out, flowReport{Side: "ingress", Src: f.Src.String(), Dst: f.Dst.String(), State: f.State.String(),
+				BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: f.Age})
 		}
 	}
 	for _, f := range e.eg.Flows() {
-		out = append(out, flowReport{Side: "egress", Src: f.Src.String(), Dst: f.Dst.String(), State: "relaying", BytesUp: f.BytesUp, BytesDown: f.BytesDown, Age: time.Since(f.Started)})
+		out = append(out, flowReport{Side: "egress", Src: f.Src.String(), Dst: f.Dst.String(), State: "relaying",
+			BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: time.Since(f.Started)})
 	}
 	return out
 }
@@ -506,13 +547,10 @@ func runFlows(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SIDE\tSOURCE\tDESTINATION\tSTATE\tUP (B)\tDOWN (B)\tAGE\tAVG Mbit/s")
+	fmt.Fprintln(tw, "SIDE\tSOURCE\tDESTINATION\tSTATE\tUP (B)\tDOWN (B)\tUP Mbit/s\tDOWN Mbit/s\tTUNNEL RTT\tAGE")
 	for _, f := range fl {
-		rate := 0.0
-		if f.Age > 0 {
-			rate = float64(f.BytesUp+f.BytesDown) * 8 / f.Age.Seconds() / 1e6
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%v\t%.1f\n", f.Side, f.Src, f.Dst, f.State, f.BytesUp, f.BytesDown, f.Age.Round(time.Millisecond), rate)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%v\t%v\n", f.Side, f.Src, f.Dst, f.State, f.BytesUp, f.BytesDown,
+			float64(f.RateUpBps)/1e6, float64(f.RateDownBps)/1e6, f.TunnelRTT.Round(100*time.Microsecond), f.Age.Round(time.Millisecond))
 	}
 	return tw.Flush()
 }

@@ -50,6 +50,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wanopt/wanopt/internal/meter"
 	"github.com/wanopt/wanopt/tunnel/driver"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
@@ -124,7 +125,10 @@ type Stats struct {
 type FlowInfo struct {
 	Src, Dst           netip.AddrPort
 	BytesUp, BytesDown uint64
-	Started            time.Time
+	// RateUpBps and RateDownBps are the rates over the last interval of
+	// SampleRates, in bits per second.
+	RateUpBps, RateDownBps uint64
+	Started                time.Time
 }
 
 // Egress serves the streams of one or more tunnels. Its methods are safe
@@ -146,9 +150,10 @@ type Egress struct {
 }
 
 type flow struct {
-	src, dst netip.AddrPort
-	started  time.Time
-	up, down atomic.Uint64
+	src, dst         netip.AddrPort
+	started          time.Time
+	up, down         atomic.Uint64
+	rateUp, rateDown meter.Rate
 }
 
 // New returns an Egress that connects to what policy allows with dialer
@@ -392,12 +397,25 @@ func (e *Egress) Stats() Stats {
 	}
 }
 
+// SampleRates updates the flows' current rates: the owner calls it at a
+// steady interval (every second) with the time since the previous call.
+// Calls must not overlap.
+func (e *Egress) SampleRates(interval time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for f := range e.flows {
+		f.rateUp.Sample(f.up.Load(), interval)
+		f.rateDown.Sample(f.down.Load(), interval)
+	}
+}
+
 // Flows returns a snapshot of the flows being relayed, oldest first.
 func (e *Egress) Flows() []FlowInfo {
 	e.mu.Lock()
 	out := make([]FlowInfo, 0, len(e.flows))
 	for f := range e.flows {
-		out = append(out, FlowInfo{Src: f.src, Dst: f.dst, BytesUp: f.up.Load(), BytesDown: f.down.Load(), Started: f.started})
+		out = append(out, FlowInfo{Src: f.src, Dst: f.dst, BytesUp: f.up.Load(), BytesDown: f.down.Load(),
+			RateUpBps: f.rateUp.Bps(), RateDownBps: f.rateDown.Bps(), Started: f.started})
 	}
 	e.mu.Unlock()
 	slices.SortFunc(out, func(a, b FlowInfo) int { return a.Started.Compare(b.Started) })
