@@ -43,13 +43,54 @@ type runConfig struct {
 	DialTimeout time.Duration
 	MaxFlows    int
 	CaptureDir  string // pcap of the TUN's packets; "" for none
-	CC          tunnel.CongestionControl
-	LogLevel    slog.Level
+	// MemoryMiB is the memory budget for flow buffers (see buffers).
+	MemoryMiB int
+	CC        tunnel.CongestionControl
+	LogLevel  slog.Level
 	// Control is the unix socket 'wanopt status' and 'flows' query; empty:
 	// none.
 	Control string
 	// Check validates and exits.
 	Check bool
+}
+
+// The memory budget (--memory-mib). The default gives the tunnel its
+// 64 MiB stream budget (enough for 250 Mbit/s at 1 s of RTT twice over) and
+// the intercepted connections gVisor's own buffer maxima (4 MiB receive,
+// 6 MiB send).
+const (
+	defaultMemoryMiB = 128
+	minMemoryMiB     = 16
+	maxMemoryMiB     = 1 << 20
+)
+
+// bufferPlan is how the memory budget is split.
+type bufferPlan struct {
+	// TunnelBytes bounds the tunnel's stream buffers and windows over all
+	// flows (tunnel stream.Config.BudgetBytes).
+	TunnelBytes uint64
+	// Receive and send buffer ranges of each intercepted connection.
+	RecvMin, RecvDefault, RecvMax int
+	SendMin, SendDefault, SendMax int
+}
+
+// buffers splits the memory budget. Only the tunnel's share is a hard cap
+// over all flows; gVisor has no stack-wide limit, so the connections' share
+// is a per-connection maximum, and buffers are only allocated as data waits
+// in them. The LAN side's round trip is short: those buffers need not hold
+// the WAN's bandwidth-delay product, which the tunnel's stream windows
+// (sized from it) already do.
+func (c *runConfig) buffers() bufferPlan {
+	total := c.MemoryMiB << 20
+	clamp := func(v, lo, hi int) int { return max(lo, min(v, hi)) }
+	p := bufferPlan{
+		TunnelBytes: uint64(total / 2),
+		RecvMin:     4 << 10, SendMin: 4 << 10,
+		RecvMax: clamp(total/32, 256<<10, 4<<20),
+		SendMax: clamp(total*3/64, 256<<10, 6<<20),
+	}
+	p.RecvDefault, p.SendDefault = min(1<<20, p.RecvMax), min(1<<20, p.SendMax)
+	return p
 }
 
 // Ingress reports whether this edge intercepts flows on a TUN.
@@ -89,7 +130,7 @@ type runFlags struct {
 	config, tun, key, peerKey, listen, peer, cc, logLevel, control, capture, egress string
 	tunSetup, check                                                                 bool
 	tunAddrs, routes, allow                                                         []string
-	mtu, maxFlows                                                                   int
+	mtu, maxFlows, memoryMiB                                                        int
 	dialTimeout                                                                     time.Duration
 }
 
@@ -115,6 +156,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.StringVar(&f.egress, "egress", "kernel", "egress: how to connect servers: kernel (a socket from this host's address; no privileges) or transparent (from the client's own address through the TUN's stack, so servers see the real client; needs --tun and the clients' networks routed into the TUN)")
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "egress: give up connecting to a server after this long")
 	fs.IntVar(&f.maxFlows, "max-flows", egress.DefaultMaxFlows, "egress: flows connected at once; more are refused")
+	fs.IntVar(&f.memoryMiB, "memory-mib", defaultMemoryMiB, "memory budget for flow data, `MiB`: half for the tunnel's stream buffers and windows (all flows), and each intercepted connection's TCP buffers grow to at most 1/32 (receive) and 3/64 (send) of it")
 	fs.StringVar(&f.cc, "cc", "bbr", "tunnel congestion control: bbr or cubic")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.control, "control", "", "answer 'wanopt status' and 'wanopt flows' on the unix socket `PATH`")
@@ -285,6 +327,10 @@ func (f *runFlags) validate() (*runConfig, error) {
 	if f.maxFlows <= 0 {
 		return bad("--max-flows %d: must be positive", f.maxFlows)
 	}
+	if f.memoryMiB < minMemoryMiB || f.memoryMiB > maxMemoryMiB {
+		return bad("--memory-mib %d: want %d to %d", f.memoryMiB, minMemoryMiB, maxMemoryMiB)
+	}
+	c.MemoryMiB = f.memoryMiB
 	switch strings.ToLower(f.cc) {
 	case "bbr":
 		c.CC = tunnel.CCBBR

@@ -26,6 +26,7 @@ import (
 	"github.com/wanopt/wanopt/tun"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/driver"
+	"github.com/wanopt/wanopt/tunnel/stream"
 )
 
 // runRun is 'wanopt run': the edge daemon.
@@ -55,7 +56,7 @@ func (c *runConfig) summary() string {
 	} else {
 		s += " on " + c.Listen.String()
 	}
-	s += fmt.Sprintf(", public key %s, peer %s, cc %v", c.PrivateKey.PublicKey().Base64(), c.PeerKey.Base64(), c.CC)
+	s += fmt.Sprintf(", public key %s, peer %s, cc %v, memory %d MiB", c.PrivateKey.PublicKey().Base64(), c.PeerKey.Base64(), c.CC, c.MemoryMiB)
 	if c.Ingress() {
 		s += ", ingress on TUN " + c.TUN
 	}
@@ -175,7 +176,11 @@ func (e *edge) openIngress(ctx context.Context) error {
 			return fmt.Errorf("set up TUN %s: %w", cfg.TUN, err)
 		}
 	}
-	scfg := stack.Config{MTU: dev.MTU(), Logger: e.log.With("sub", "stack")}
+	bp := cfg.buffers()
+	scfg := stack.Config{MTU: dev.MTU(), Logger: e.log.With("sub", "stack"),
+		ReceiveBuffer: stack.BufferRange{Min: bp.RecvMin, Default: bp.RecvDefault, Max: bp.RecvMax},
+		SendBuffer:    stack.BufferRange{Min: bp.SendMin, Default: bp.SendDefault, Max: bp.SendMax},
+	}
 	if cfg.CaptureDir != "" {
 		if err := os.MkdirAll(cfg.CaptureDir, 0o750); err != nil {
 			dev.Close()
@@ -276,6 +281,7 @@ func (e *edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 			PrivateKey:    cfg.PrivateKey,
 			PeerPublicKey: cfg.PeerKey,
 			Congestion:    cfg.CC,
+			Stream:        stream.Config{BudgetBytes: cfg.buffers().TunnelBytes},
 			Logger:        e.log.With("sub", "tunnel"),
 		},
 		Logger: e.log.With("sub", "driver"),
@@ -332,6 +338,9 @@ type tunnelReport struct {
 	PacketsLost   uint64        `json:"packets_lost"`
 	Retransmitted uint64        `json:"stream_bytes_retransmitted"`
 	StreamsOpen   int           `json:"streams_open"`
+	// The stream memory budget: in use and limit.
+	BudgetUsedBytes uint64 `json:"budget_used_bytes"`
+	BudgetBytes     uint64 `json:"budget_bytes"`
 }
 
 // flowReport is one line of "flows".
@@ -362,7 +371,8 @@ func (e *edge) status(started time.Time) statusReport {
 			Cwnd: s.Tunnel.CongestionWindow, InFlight: s.Tunnel.BytesInFlight,
 			BytesSent: s.Tunnel.BytesSent, BytesReceived: s.Tunnel.BytesReceived,
 			PacketsLost: s.Tunnel.PacketsLost, Retransmitted: s.Tunnel.StreamBytesRetransmitted,
-			StreamsOpen: s.Tunnel.StreamsOpen,
+			StreamsOpen:     s.Tunnel.StreamsOpen,
+			BudgetUsedBytes: s.Tunnel.BudgetUsedBytes, BudgetBytes: s.Tunnel.BudgetBytes,
 		}
 	}
 	if e.st != nil {
@@ -509,8 +519,8 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "tunnel: up, peer %s, %s, srtt %v, min rtt %v, bandwidth %.1f Mbit/s, pacing %.1f Mbit/s, cwnd %d B, in flight %d B\n",
 			t.Peer, t.Congestion, t.SmoothedRTT.Round(100*time.Microsecond), t.MinRTT.Round(100*time.Microsecond),
 			float64(t.BandwidthBps)/1e6, float64(t.PacingRateBps)/1e6, t.Cwnd, t.InFlight)
-		fmt.Fprintf(stdout, "        sent %d B, received %d B, lost %d packets, retransmitted %d B, %d streams open\n",
-			t.BytesSent, t.BytesReceived, t.PacketsLost, t.Retransmitted, t.StreamsOpen)
+		fmt.Fprintf(stdout, "        sent %d B, received %d B, lost %d packets, retransmitted %d B, %d streams open, stream buffers %.1f of %.0f MiB\n",
+			t.BytesSent, t.BytesReceived, t.PacketsLost, t.Retransmitted, t.StreamsOpen, float64(t.BudgetUsedBytes)/(1<<20), float64(t.BudgetBytes)/(1<<20))
 	} else {
 		fmt.Fprintln(stdout, "tunnel: down")
 	}

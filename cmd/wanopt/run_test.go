@@ -31,6 +31,23 @@ func testKeys(t *testing.T) (keyFile, peerPub string) {
 	return keyFile, p.PublicKey().Base64()
 }
 
+func TestMemoryBudget(t *testing.T) {
+	for _, tc := range []struct {
+		mib  int
+		want bufferPlan
+	}{
+		// The default keeps the tunnel's 64 MiB and gVisor's own maxima.
+		{128, bufferPlan{TunnelBytes: 64 << 20, RecvMin: 4 << 10, RecvDefault: 1 << 20, RecvMax: 4 << 20, SendMin: 4 << 10, SendDefault: 1 << 20, SendMax: 6 << 20}},
+		{16, bufferPlan{TunnelBytes: 8 << 20, RecvMin: 4 << 10, RecvDefault: 512 << 10, RecvMax: 512 << 10, SendMin: 4 << 10, SendDefault: 768 << 10, SendMax: 768 << 10}},
+		{4096, bufferPlan{TunnelBytes: 2 << 30, RecvMin: 4 << 10, RecvDefault: 1 << 20, RecvMax: 4 << 20, SendMin: 4 << 10, SendDefault: 1 << 20, SendMax: 6 << 20}},
+	} {
+		c := runConfig{MemoryMiB: tc.mib}
+		if got := c.buffers(); got != tc.want {
+			t.Errorf("--memory-mib %d: %+v, want %+v", tc.mib, got, tc.want)
+		}
+	}
+}
+
 func TestRunConfigErrors(t *testing.T) {
 	key, peer := testKeys(t)
 	dir := t.TempDir()
@@ -59,6 +76,7 @@ func TestRunConfigErrors(t *testing.T) {
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--cc", "reno"), "--cc"},
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--egress", "transparent"), "needs --tun NAME"},
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--egress", "magic"), "want kernel or transparent"},
+		{append(far[:6:6], "--allow", "198.18.2.0/24", "--memory-mib", "8"), "--memory-mib 8"},
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--log-level", "loud"), "--log-level"},
 		{append(far[:6:6], "--tun", "wo0", "--mtu", "100"), "--mtu"},
 		{append(far[:6:6], "--tun", "wo0", "--route", "198.18.2.0/24"), "need --tun-setup"},
