@@ -28,6 +28,9 @@ type epConn struct {
 
 	rEntry, wEntry waiter.Entry
 	rCh, wCh       chan struct{}
+	// closed, when not nil, ends every wait: a Conn's Close may release
+	// the waiters while another goroutine blocks in Read or Write.
+	closed chan struct{}
 }
 
 func newEPConn(ep tcpip.Endpoint, wq *waiter.Queue, peer string) *epConn {
@@ -49,7 +52,11 @@ func (c *epConn) release() {
 // pending), without holding a buffer.
 func (c *epConn) waitReadable() {
 	for !c.readable() {
-		<-c.rCh
+		select {
+		case <-c.rCh:
+		case <-c.closed:
+			return
+		}
 	}
 }
 
@@ -71,7 +78,11 @@ func (c *epConn) Read(b []byte) (int, error) {
 			return res.Count, nil
 		}
 		if _, ok := terr.(*tcpip.ErrWouldBlock); ok {
-			<-c.rCh
+			select {
+			case <-c.rCh:
+			case <-c.closed:
+				return 0, fmt.Errorf("%s read: %w (closed)", c.peer, errAborted)
+			}
 			continue
 		}
 		return 0, c.err("read", terr)
@@ -90,7 +101,11 @@ func (c *epConn) Write(b []byte) (int, error) {
 			continue
 		}
 		if _, ok := terr.(*tcpip.ErrWouldBlock); ok {
-			<-c.wCh
+			select {
+			case <-c.wCh:
+			case <-c.closed:
+				return n, fmt.Errorf("%s write: %w (closed)", c.peer, errAborted)
+			}
 			continue
 		}
 		return n, c.err("write", terr)

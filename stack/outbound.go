@@ -75,7 +75,9 @@ func (st *Stack) DialTCP(ctx context.Context, src, dst netip.AddrPort) (*Conn, e
 		ep.Close()
 		return nil, fmt.Errorf("stack: connect %v from %v: %w", dst, src, connectErrno(terr))
 	}
-	return &Conn{epConn: newEPConn(ep, &wq, "server"), ep: ep}, nil
+	c := &Conn{epConn: newEPConn(ep, &wq, "server"), ep: ep}
+	c.closed = make(chan struct{})
+	return c, nil
 }
 
 // connectErrno maps a gVisor connect error to the errno a kernel socket
@@ -120,6 +122,7 @@ func (c *Conn) CloseWrite() error {
 // it; the stack finishes TIME-WAIT by itself.
 func (c *Conn) Close() error {
 	c.once.Do(func() {
+		close(c.closed) // wakes a Read or Write blocked on the waiters
 		c.ep.Close()
 		c.release()
 	})

@@ -219,6 +219,43 @@ func TestDialTCPAbort(t *testing.T) {
 	}
 }
 
+// TestDialTCPCloseUnblocks: Close while a Read and a Write wait (the
+// server neither sends nor reads) returns both.
+func TestDialTCPCloseUnblocks(t *testing.T) {
+	st, srv := outboundPair(t)
+	ln := listenServer(t, srv, 80)
+	hold := make(chan struct{})
+	defer close(hold)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			<-hold // hold the connection, do nothing
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := st.DialTCP(ctx, netip.MustParseAddrPort("198.18.1.2:40006"), netip.MustParseAddrPort("198.18.2.2:80"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	go func() { _, err := c.Read(make([]byte, 10)); errs <- err }()
+	go func() { _, err := c.Write(make([]byte, 64<<20)); errs <- err }() // more than every buffer
+	time.Sleep(100 * time.Millisecond)                                   // let both block
+	c.Close()
+	for range 2 {
+		select {
+		case err := <-errs:
+			if err == nil {
+				t.Error("a blocked call returned no error after Close")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Read or Write still blocked 5 s after Close")
+		}
+	}
+}
+
 func TestDialTCPAfterClose(t *testing.T) {
 	st, _ := outboundPair(t)
 	st.Close()
