@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"io"
 	"math/rand/v2"
+	"os"
+	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // chunkReader returns the same chunk n times, then io.EOF.
@@ -29,6 +32,57 @@ func TestCopyAdaptive(t *testing.T) {
 	rerr, werr := copyAdaptive(&dst, bytes.NewReader(src), &n)
 	if rerr != io.EOF || werr != nil || !bytes.Equal(dst.Bytes(), src) || n.Load() != uint64(len(src)) {
 		t.Fatalf("copy: rerr %v werr %v, %d bytes counted, equal %v", rerr, werr, n.Load(), bytes.Equal(dst.Bytes(), src))
+	}
+}
+
+// trickle is a deadlineReader handing out one chunk per Read; with nothing
+// left it reports a passed deadline if one is set, else io.EOF.
+type trickle struct {
+	data     []byte
+	chunk    int
+	deadline bool
+}
+
+func (r *trickle) Read(b []byte) (int, error) {
+	if len(r.data) == 0 {
+		if r.deadline {
+			return 0, os.ErrDeadlineExceeded
+		}
+		return 0, io.EOF
+	}
+	k := copy(b[:min(len(b), r.chunk)], r.data)
+	r.data = r.data[k:]
+	return k, nil
+}
+
+func (r *trickle) SetReadDeadline(t time.Time) error { r.deadline = !t.IsZero(); return nil }
+
+// writeSizes records the size of each Write.
+type writeSizes struct {
+	bytes.Buffer
+	sizes []int
+}
+
+func (w *writeSizes) Write(b []byte) (int, error) {
+	w.sizes = append(w.sizes, len(b))
+	return w.Buffer.Write(b)
+}
+
+// TestCopyCoalesces: a source delivering 1000 bytes at a time (the tunnel
+// at full rate) reaches the client in 32 KiB writes, except the first read,
+// which is not held back.
+func TestCopyCoalesces(t *testing.T) {
+	src := payload(4, 99000)
+	var dst writeSizes
+	var n atomic.Uint64
+	rerr, werr := copyAdaptive(&dst, &trickle{data: src, chunk: 1000}, &n)
+	if rerr != io.EOF || werr != nil || !bytes.Equal(dst.Bytes(), src) {
+		t.Fatalf("copy: rerr %v werr %v, equal %v", rerr, werr, bytes.Equal(dst.Bytes(), src))
+	}
+	// Unloaded: 1000, 33000, 33000, 32000. A scheduling pause of more than
+	// streamingGap between two reads ends one gathering early.
+	if len(dst.sizes) > 6 || dst.sizes[0] != 1000 || slices.Max(dst.sizes) < coalesceBytes {
+		t.Errorf("writes of %v bytes, want the first of 1000 and then about three of 32 KiB", dst.sizes)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -217,6 +218,8 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64) (rerr, werr er
 		readable() bool
 		waitReadable()
 	})
+	coalescer, canCoalesce := src.(deadlineReader)
+	var lastData time.Time // when the previous read returned data
 	var small, big *[]byte
 	release := func() {
 		if small != nil {
@@ -243,6 +246,20 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64) (rerr, werr er
 			buf = *small
 		}
 		k, err := src.Read(buf)
+		if canCoalesce && k > 0 && err == nil {
+			now := time.Now()
+			streaming := now.Sub(lastData) < streamingGap
+			lastData = now
+			if streaming && k < coalesceBytes {
+				if big == nil { // gather in the large buffer
+					big = bigPool.Get().(*[]byte)
+					copy(*big, buf[:k])
+					smallPool.Put(small)
+					small, buf = nil, *big
+				}
+				k, err = coalesce(coalescer, buf, k)
+			}
+		}
 		if k > 0 {
 			if _, werr := dst.Write(buf[:k]); werr != nil {
 				return nil, werr
@@ -261,6 +278,53 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64) (rerr, werr er
 			return err, nil
 		}
 	}
+}
+
+// Coalescing the far side's data. The tunnel delivers a bulk flow a
+// packet or two at a time, and gVisor sends each Write to the client at
+// once: one TUN write and about one client ACK per 2 KB (measured: 2.0 KB
+// per write at 235 Mbit/s, the near edge's largest CPU cost). While data
+// streams (a read returning data within streamingGap of the previous
+// one), a short read waits up to coalesceWait for more, up to
+// coalesceBytes, so that gVisor sends it as one large TSO segment. The
+// first read after a pause is never delayed, so a request's answer or a
+// keystroke goes out at once.
+const (
+	coalesceWait  = 500 * time.Microsecond
+	coalesceBytes = 32 << 10
+	streamingGap  = 2 * time.Millisecond
+)
+
+// deadlineReader is a source that can bound a Read's wait (the tunnel's
+// stream).
+type deadlineReader interface {
+	io.Reader
+	SetReadDeadline(time.Time) error
+}
+
+// coalesce reads more into buf after its first k bytes until it holds
+// coalesceBytes or coalesceWait has passed. A passed deadline is not an
+// error; any other error ends the read and is returned with the bytes.
+func coalesce(src deadlineReader, buf []byte, k int) (int, error) {
+	if err := src.SetReadDeadline(time.Now().Add(coalesceWait)); err != nil {
+		return k, nil
+	}
+	var err error
+	for k < coalesceBytes && k < len(buf) {
+		var n int
+		n, err = src.Read(buf[k:])
+		k += n
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				err = nil
+			}
+			break
+		}
+	}
+	if derr := src.SetReadDeadline(time.Time{}); derr != nil && err == nil {
+		err = derr
+	}
+	return k, err
 }
 
 func toAddr(a tcpip.Address) netip.Addr {

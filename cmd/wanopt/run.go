@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,7 +46,34 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if dir := os.Getenv("WANOPT_CPUPROFILE_DIR"); dir != "" {
+		stopProfile, err := startCPUProfile(dir, cfg.Role(), log)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
+	}
 	return runEdge(ctx, cfg, log)
+}
+
+// startCPUProfile writes a CPU profile of the whole run to
+// DIR/ROLE-PID.pprof: a debugging aid for the lab (wanbench passes its
+// environment on to the edges it starts).
+func startCPUProfile(dir, role string, log *slog.Logger) (stop func(), err error) {
+	path := filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", role, os.Getpid()))
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("WANOPT_CPUPROFILE_DIR: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("WANOPT_CPUPROFILE_DIR: %w", err)
+	}
+	log.Info("writing a CPU profile", "file", path)
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // summary describes the configuration in one line (no secrets).
