@@ -193,16 +193,17 @@ func TestBBRAppLimitedLossRoundKeepsBwLo(t *testing.T) {
 	}
 }
 
-// TestBBRMinRTTToleranceSkipsProbeRTT: a full-size packet's RTT within one
-// packet's serialisation at the bottleneck of a min RTT set by a small
-// packet refreshes the ProbeRTT timer (keeping the lower min RTT); a
-// sample beyond it does not.
+// TestBBRMinRTTToleranceSkipsProbeRTT: an RTT sample within the tolerance
+// (the larger of one packet's serialisation at the bottleneck and 2 % of
+// the min RTT) of the min RTT refreshes the ProbeRTT timer, keeping the
+// lower min RTT; a sample beyond it does not.
 func TestBBRMinRTTToleranceSkipsProbeRTT(t *testing.T) {
 	b, s := warmBBR(t, 820)
 	st := b.State()
-	tol := time.Duration(float64(DefaultMSS*8) / float64(st.BwBps) * float64(time.Second))
-	if got := b.minRTTTolerance(); got < tol-time.Microsecond || got > tol+time.Microsecond {
-		t.Fatalf("tolerance %v, want one packet at %d bit/s (%v)", got, st.BwBps, tol)
+	serialisation := time.Duration(float64(DefaultMSS*8) / float64(st.BwBps) * float64(time.Second))
+	want := func(minRTT time.Duration) time.Duration { return max(serialisation, minRTT/minRTTToleranceDiv) }
+	if got, w := b.minRTTTolerance(), want(st.MinRTT); got < w-time.Microsecond || got > w+time.Microsecond {
+		t.Fatalf("tolerance %v at min RTT %v and %d bit/s, want %v", got, st.MinRTT, st.BwBps, w)
 	}
 	t0 := s.now.Add(time.Second)
 	small := st.MinRTT - time.Millisecond // a small packet sets a new min
@@ -210,8 +211,9 @@ func TestBBRMinRTTToleranceSkipsProbeRTT(t *testing.T) {
 	if b.State().MinRTT != small {
 		t.Fatalf("min RTT %v, want %v", b.State().MinRTT, small)
 	}
-	// Full-size samples within the tolerance for 12 s: no ProbeRTT due,
-	// min RTT kept at the small packet's value.
+	tol := want(small)
+	// Samples within the tolerance for 12 s: no ProbeRTT due, min RTT kept
+	// at the small packet's value.
 	for now := t0; now < t0.Add(12*time.Second); now = now.Add(500 * time.Millisecond) {
 		b.updateMinRTT(now, &RateSample{RTT: small + tol*9/10})
 		if b.probeRTTExpired {
