@@ -61,6 +61,12 @@ type CiscoRow struct {
 	// measured wanopt runs.
 	NearCPUPct float64 `json:"near_cpu_pct"`
 	FarCPUPct  float64 `json:"far_cpu_pct"`
+	// The far edge's tunnel (the sender of the download) during the
+	// measured runs: BBR's ProbeRTT episodes, packets lost, and stream
+	// bytes retransmitted as a share of the bytes it sent.
+	FarProbeRTTs   int     `json:"far_probe_rtts"`
+	FarPacketsLost uint64  `json:"far_packets_lost"`
+	FarRetransPct  float64 `json:"far_retrans_pct"`
 }
 
 // CiscoResult is the whole experiment.
@@ -131,7 +137,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 		total += len(o.Profiles) * o.Runs
 	}
 	done := 0
-	timeout := 60*time.Second + time.Duration(float64(o.BytesPerStream*int64(o.Streams))*8/5e6)*time.Second
+	timeout := runTimeout(o.BytesPerStream*int64(o.Streams), float64(o.RateBps))
 	measure := func(pt Point, what string, n int) ([]IperfResult, error) {
 		var runs []IperfResult
 		for i := 0; i < n; i++ {
@@ -194,13 +200,18 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 		st := l.StopLink()
 		o.Logger.Debug("link counters", "rtt", rtt, "ab", st.AB, "ba", st.BA)
 	}
-	// After every row: 0 ms need not come first in RTTs.
-	for i := range res.Rows {
-		if ref := res.Plain0ms[res.Rows[i].Profile]; ref > 0 {
-			res.Rows[i].Ratio = res.Rows[i].WanoptMbps / ref
+	res.FillRatios()
+	return res, nil
+}
+
+// FillRatios sets each row's ratio once the rows are measured: 0 ms need
+// not come first in RTTs. Rows whose profile has no 0 ms figure keep 0.
+func (r *CiscoResult) FillRatios() {
+	for i := range r.Rows {
+		if ref := r.Plain0ms[r.Rows[i].Profile]; ref > 0 {
+			r.Rows[i].Ratio = r.Rows[i].WanoptMbps / ref
 		}
 	}
-	return res, nil
 }
 
 // ciscoWanopt measures one row through a fresh pair of wanopt edges: the
@@ -223,6 +234,10 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	if err != nil {
 		return err
 	}
+	tun0, err := edges.Tunnel("far")
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if row.WanoptRuns, err = measure("wanopt", o.Runs); err != nil {
 		return err
@@ -234,6 +249,13 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	}
 	row.NearCPUPct = 100 * (near1 - near0).Seconds() / wall.Seconds()
 	row.FarCPUPct = 100 * (far1 - far0).Seconds() / wall.Seconds()
+	tun1, err := edges.Tunnel("far")
+	if err != nil {
+		return err
+	}
+	row.FarProbeRTTs = tun1.ProbeRTTs - tun0.ProbeRTTs
+	row.FarPacketsLost = tun1.PacketsLost - tun0.PacketsLost
+	row.FarRetransPct = 100 * float64(tun1.Retransmitted-tun0.Retransmitted) / float64(max(1, tun1.BytesSent-tun0.BytesSent))
 	o.Logger.Debug("edges' CPU", "rtt_ms", row.RTTms, "profile", row.Profile, "wall", wall, "near_cpu", near1-near0, "far_cpu", far1-far0)
 	row.WanoptMbps, _ = trimmedMean(row.WanoptRuns)
 	return edges.Stop()
@@ -259,9 +281,9 @@ func profileOf(ps []Profile, name string) Profile {
 // Markdown renders the experiment as a markdown table.
 func (r CiscoResult) Markdown() string {
 	var b strings.Builder
-	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s | near edge CPU % | far edge CPU % |\n|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s | near edge CPU % | far edge CPU % | ProbeRTTs |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range r.Rows {
-		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.0f |\n", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps, row.NearCPUPct, row.FarCPUPct)
+		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.0f | %d |\n", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps, row.NearCPUPct, row.FarCPUPct, row.FarProbeRTTs)
 	}
 	return b.String()
 }

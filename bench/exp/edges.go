@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,7 +102,7 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	if err != nil {
 		return nil, err
 	}
-	farArgs := []string{"--key", keyB, "--peer-key", pubA, "--listen", farEdgeListen}
+	farArgs := []string{"--key", keyB, "--peer-key", pubA, "--listen", farEdgeListen, "--control", e.socket("far")}
 	for _, a := range o.Allow {
 		farArgs = append(farArgs, "--allow", a)
 	}
@@ -112,7 +115,7 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	}
 	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near",
 		"--key", keyA, "--peer-key", pubB, "--peer", farEdgeListen,
-		"--tun", edgeTUN, "--tun-setup", "--route", serverLAN); err != nil {
+		"--tun", edgeTUN, "--tun-setup", "--route", serverLAN, "--control", e.socket("near")); err != nil {
 		return nil, err
 	}
 	if err := e.near.waitLog(ctx, "tunnel up", o.Up); err != nil {
@@ -177,6 +180,43 @@ func procCPUTime(pid int) (time.Duration, error) {
 		return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
 	}
 	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// socket is the control socket of the "near" or "far" edge.
+func (e *Edges) socket(side string) string { return filepath.Join(e.dir, side+".sock") }
+
+// TunnelStatus is what the bench reads from an edge's 'wanopt status'
+// (the fields it reports; see cmd/wanopt).
+type TunnelStatus struct {
+	SmoothedRTT   time.Duration `json:"srtt_ns"`
+	MinRTT        time.Duration `json:"min_rtt_ns"`
+	PacketsLost   uint64        `json:"packets_lost"`
+	Retransmitted uint64        `json:"stream_bytes_retransmitted"`
+	BytesSent     uint64        `json:"bytes_sent"`
+	ProbeRTTs     int           `json:"probe_rtts"`
+}
+
+// Tunnel asks the "near" or "far" edge for its tunnel's counters.
+func (e *Edges) Tunnel(side string) (TunnelStatus, error) {
+	c, err := net.DialTimeout("unix", e.socket(side), 2*time.Second)
+	if err != nil {
+		return TunnelStatus{}, fmt.Errorf("%s edge's control socket: %w", side, err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "status\n"); err != nil {
+		return TunnelStatus{}, fmt.Errorf("%s edge's control socket: %w", side, err)
+	}
+	var r struct {
+		Tunnel *TunnelStatus `json:"tunnel"`
+	}
+	if err := json.NewDecoder(c).Decode(&r); err != nil {
+		return TunnelStatus{}, fmt.Errorf("%s edge's status: %w", side, err)
+	}
+	if r.Tunnel == nil {
+		return TunnelStatus{}, fmt.Errorf("%s edge reports its tunnel down", side)
+	}
+	return *r.Tunnel, nil
 }
 
 // Dir is the folder with the edges' keys and logs (near.log, far.log).

@@ -369,6 +369,9 @@ type tunnelReport struct {
 	// The stream memory budget: in use and limit.
 	BudgetUsedBytes uint64 `json:"budget_used_bytes"`
 	BudgetBytes     uint64 `json:"budget_bytes"`
+	// BBR's state and its ProbeRTT episodes so far (BBR only).
+	BBRMode   string `json:"bbr_mode,omitempty"`
+	ProbeRTTs int    `json:"probe_rtts"`
 }
 
 // flowReport is one line of "flows".
@@ -401,6 +404,9 @@ func (e *edge) status(started time.Time) statusReport {
 			PacketsLost: s.Tunnel.PacketsLost, Retransmitted: s.Tunnel.StreamBytesRetransmitted,
 			StreamsOpen:     s.Tunnel.StreamsOpen,
 			BudgetUsedBytes: s.Tunnel.BudgetUsedBytes, BudgetBytes: s.Tunnel.BudgetBytes,
+		}
+		if s.Tunnel.Congestion == "bbr" {
+			r.Tunnel.BBRMode, r.Tunnel.ProbeRTTs = s.Tunnel.BBR.Mode.String(), s.Tunnel.BBR.ProbeRTTCount
 		}
 	}
 	if e.st != nil {
@@ -544,8 +550,12 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "edge: %s, up %v\n", r.Config, r.Uptime.Round(time.Second))
 	if t := r.Tunnel; t != nil {
+		cc := t.Congestion
+		if t.BBRMode != "" {
+			cc = fmt.Sprintf("%s (%s, %d ProbeRTTs)", cc, t.BBRMode, t.ProbeRTTs)
+		}
 		fmt.Fprintf(stdout, "tunnel: up, peer %s, %s, srtt %v, min rtt %v, bandwidth %.1f Mbit/s, pacing %.1f Mbit/s, cwnd %d B, in flight %d B\n",
-			t.Peer, t.Congestion, t.SmoothedRTT.Round(100*time.Microsecond), t.MinRTT.Round(100*time.Microsecond),
+			t.Peer, cc, t.SmoothedRTT.Round(100*time.Microsecond), t.MinRTT.Round(100*time.Microsecond),
 			float64(t.BandwidthBps)/1e6, float64(t.PacingRateBps)/1e6, t.Cwnd, t.InFlight)
 		fmt.Fprintf(stdout, "        sent %d B, received %d B, lost %d packets, retransmitted %d B, %d streams open, stream buffers %.1f of %.0f MiB\n",
 			t.BytesSent, t.BytesReceived, t.PacketsLost, t.Retransmitted, t.StreamsOpen, float64(t.BudgetUsedBytes)/(1<<20), float64(t.BudgetBytes)/(1<<20))
