@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"time"
 
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
@@ -105,7 +104,7 @@ func Baseline(ctx context.Context, o BaselineOptions) (BaselineResult, error) {
 							caps = append(caps, c)
 						}
 					}
-					timeout := 60*time.Second + time.Duration(float64(o.BytesPerStream*int64(o.Streams))*8/5e6)*time.Second
+					timeout := runTimeout(o.BytesPerStream*int64(o.Streams), float64(o.RateBps))
 					r, err := runIperf(ctx, l, l.Client, srv, o.BytesPerStream, o.Streams, timeout)
 					for _, c := range caps {
 						if cerr := c.stop(); cerr != nil && err == nil {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/wanopt/wanopt/bench/lab"
@@ -71,6 +72,18 @@ func (s *iperfServer) ensure(ctx context.Context) error {
 	return fmt.Errorf("iperf server in %s not listening after 2.5 s", s.host.NS)
 }
 
+// kill ends the server (ensure starts a new one) and waits for it.
+func (s *iperfServer) kill() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+}
+
 // died reports whether the server exited (it should run until stopped).
 func (s *iperfServer) died() bool {
 	s.mu.Lock()
@@ -91,6 +104,18 @@ type IperfResult struct {
 	Bytes   int64   `json:"bytes"`   // payload bytes moved, all streams
 	Seconds float64 `json:"seconds"` // iperf's [SUM] interval
 	Mbps    float64 `json:"mbps"`    // Bytes*8/Seconds/1e6
+	// Retried counts the attempts that failed before this one (the iperf
+	// server restarted each time); see runIperf.
+	Retried int `json:"retried,omitempty"`
+}
+
+// runTimeout bounds one iperf run of bytes at a link of rateBps: a minute
+// plus the transfer at a twelfth of the link (plain TCP with 512 KB
+// windows at 250 ms gets a sixth), so that a wedged run is retried within
+// minutes, not after the time a 5 Mbit/s transfer would take.
+func runTimeout(bytes int64, rateBps float64) time.Duration {
+	floorBps := max(2e6, rateBps/12)
+	return time.Minute + time.Duration(float64(bytes)*8/floorBps*float64(time.Second))
 }
 
 var sumRE = regexp.MustCompile(`\[(?:SUM|\s*\*?\d+)\]\s+([0-9.]+)-([0-9.]+)\s+sec\s+([0-9.]+)\s+([KMG]?)Bytes`)
@@ -153,10 +178,17 @@ func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServe
 			continue
 		}
 		if err != nil {
+			// iperf 2.1.8's server can wedge: its stream threads wait on
+			// each other forever after reading the client's header (seen
+			// once in 130 runs, on plain and wanopt paths alike). Start a
+			// fresh server for the next attempt.
 			lastErr = fmt.Errorf("iperf client: %w: %s", err, tail(string(out), 400))
+			srv.kill()
 			continue
 		}
-		return parseIperf(string(out), streams, bytesPerStream)
+		r, err := parseIperf(string(out), streams, bytesPerStream)
+		r.Retried = attempt
+		return r, err
 	}
 	return IperfResult{}, lastErr
 }

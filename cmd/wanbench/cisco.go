@@ -68,6 +68,15 @@ Flags:
 	}
 	res, err := exp.Cisco(ctx, o)
 	if err != nil {
+		if len(res.Rows) == 0 {
+			return err
+		}
+		// Keep the rows measured before the failure.
+		res.FillRatios()
+		if werr := res.WriteFiles(*pf.out); werr == nil {
+			fmt.Fprintf(os.Stderr, "wrote the %d rows measured before the failure to %s\n", len(res.Rows), *pf.out)
+		}
+		fmt.Print(res.Markdown())
 		return err
 	}
 	if err := res.WriteFiles(*pf.out); err != nil {
