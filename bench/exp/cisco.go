@@ -230,6 +230,9 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	if _, err := runIperf(ctx, l, l.Client, srv, o.WarmBytes, o.Streams, 60*time.Second); err != nil {
 		return fmt.Errorf("warming transfer: %w", err)
 	}
+	if err := edges.WaitNoFlows(10 * time.Second); err != nil {
+		return err
+	}
 	near0, far0, err := edges.CPUTimes()
 	if err != nil {
 		return err
@@ -239,8 +242,15 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 		return err
 	}
 	start := time.Now()
-	if row.WanoptRuns, err = measure("wanopt", o.Runs); err != nil {
-		return err
+	for range o.Runs {
+		runs, err := measure("wanopt", 1)
+		if err != nil {
+			return err
+		}
+		row.WanoptRuns = append(row.WanoptRuns, runs...)
+		if err := edges.WaitNoFlows(10 * time.Second); err != nil {
+			return err
+		}
 	}
 	wall := time.Since(start)
 	near1, far1, err := edges.CPUTimes()

@@ -198,25 +198,58 @@ type TunnelStatus struct {
 
 // Tunnel asks the "near" or "far" edge for its tunnel's counters.
 func (e *Edges) Tunnel(side string) (TunnelStatus, error) {
-	c, err := net.DialTimeout("unix", e.socket(side), 2*time.Second)
-	if err != nil {
-		return TunnelStatus{}, fmt.Errorf("%s edge's control socket: %w", side, err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, "status\n"); err != nil {
-		return TunnelStatus{}, fmt.Errorf("%s edge's control socket: %w", side, err)
-	}
 	var r struct {
 		Tunnel *TunnelStatus `json:"tunnel"`
 	}
-	if err := json.NewDecoder(c).Decode(&r); err != nil {
-		return TunnelStatus{}, fmt.Errorf("%s edge's status: %w", side, err)
+	if err := e.query(side, "status", &r); err != nil {
+		return TunnelStatus{}, err
 	}
 	if r.Tunnel == nil {
 		return TunnelStatus{}, fmt.Errorf("%s edge reports its tunnel down", side)
 	}
 	return *r.Tunnel, nil
+}
+
+// WaitNoFlows waits up to d until neither edge lists a flow: the flows of
+// a transfer the client has finished still close across the WAN (a FIN
+// takes half a round trip to the server), and a new run should not start
+// beside them.
+func (e *Edges) WaitNoFlows(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		busy := 0
+		for _, side := range []string{"near", "far"} {
+			var flows []json.RawMessage
+			if err := e.query(side, "flows", &flows); err != nil {
+				return err
+			}
+			busy += len(flows)
+		}
+		if busy == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the edges still list %d flows %v after the transfer", busy, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// query sends req to the side's control socket and decodes the answer.
+func (e *Edges) query(side, req string, v any) error {
+	c, err := net.DialTimeout("unix", e.socket(side), 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("%s edge's control socket: %w", side, err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, req+"\n"); err != nil {
+		return fmt.Errorf("%s edge's control socket: %w", side, err)
+	}
+	if err := json.NewDecoder(c).Decode(v); err != nil {
+		return fmt.Errorf("%s edge's %s: %w", side, req, err)
+	}
+	return nil
 }
 
 // Dir is the folder with the edges' keys and logs (near.log, far.log).

@@ -105,8 +105,10 @@ type IperfResult struct {
 	Seconds float64 `json:"seconds"` // iperf's [SUM] interval
 	Mbps    float64 `json:"mbps"`    // Bytes*8/Seconds/1e6
 	// Retried counts the attempts that failed before this one (the iperf
-	// server restarted each time); see runIperf.
-	Retried int `json:"retried,omitempty"`
+	// server restarted each time), and RetryReason is the last failure;
+	// see runIperf.
+	Retried     int    `json:"retried,omitempty"`
+	RetryReason string `json:"retry_reason,omitempty"`
 }
 
 // runTimeout bounds one iperf run of bytes at a link of rateBps: a minute
@@ -188,6 +190,9 @@ func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServe
 		}
 		r, err := parseIperf(string(out), streams, bytesPerStream)
 		r.Retried = attempt
+		if lastErr != nil {
+			r.RetryReason = lastErr.Error()
+		}
 		return r, err
 	}
 	return IperfResult{}, lastErr
