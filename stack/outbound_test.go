@@ -16,11 +16,9 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/link/pipe"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 )
 
 // refuseAll is a Dialer for stacks whose intercepting side is not under
@@ -44,26 +42,8 @@ func outboundPair(t *testing.T) (*Stack, *gstack.Stack) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := gstack.New(gstack.Options{
-		NetworkProtocols:   []gstack.NetworkProtocolFactory{ipv4.NewProtocol},
-		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol},
-	})
-	if terr := srv.CreateNIC(1, serverEP); terr != nil {
-		t.Fatal(terr)
-	}
-	addr := tcpip.ProtocolAddress{
-		Protocol:          ipv4.ProtocolNumber,
-		AddressWithPrefix: tcpip.AddrFrom4([4]byte{198, 18, 2, 2}).WithPrefix(),
-	}
-	if terr := srv.AddProtocolAddress(1, addr, gstack.AddressProperties{}); terr != nil {
-		t.Fatal(terr)
-	}
-	srv.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
-	t.Cleanup(func() {
-		st.Close()
-		srv.Close()
-		srv.Wait()
-	})
+	srv := plainHost(t, serverEP, [4]byte{198, 18, 2, 2})
+	t.Cleanup(func() { st.Close() }) // before plainHost's cleanup
 	return st, srv
 }
 

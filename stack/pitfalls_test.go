@@ -31,7 +31,6 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/link/pipe"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -329,23 +328,8 @@ func lossyPair(t *testing.T, far *genFar, cfg Config, lossPct float64, seed uint
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli := gstack.New(gstack.Options{
-		NetworkProtocols:   []gstack.NetworkProtocolFactory{ipv4.NewProtocol},
-		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol},
-	})
-	if terr := cli.CreateNIC(1, la); terr != nil {
-		t.Fatal(terr)
-	}
-	addr := tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: tcpip.AddrFrom4([4]byte{198, 18, 1, 2}).WithPrefix()}
-	if terr := cli.AddProtocolAddress(1, addr, gstack.AddressProperties{}); terr != nil {
-		t.Fatal(terr)
-	}
-	cli.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
-	t.Cleanup(func() {
-		st.Close()
-		cli.Close()
-		cli.Wait()
-	})
+	cli := plainHost(t, la, [4]byte{198, 18, 1, 2})
+	t.Cleanup(func() { st.Close() }) // before plainHost's cleanup
 	return cli, st, [2]*lossyLink{la, lb}
 }
 

@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/internal/control"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 )
 
@@ -237,17 +236,8 @@ func (e *Edges) WaitNoFlows(d time.Duration) error {
 
 // query sends req to the side's control socket and decodes the answer.
 func (e *Edges) query(side, req string, v any) error {
-	c, err := net.DialTimeout("unix", e.socket(side), 2*time.Second)
-	if err != nil {
-		return fmt.Errorf("%s edge's control socket: %w", side, err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, req+"\n"); err != nil {
-		return fmt.Errorf("%s edge's control socket: %w", side, err)
-	}
-	if err := json.NewDecoder(c).Decode(v); err != nil {
-		return fmt.Errorf("%s edge's %s: %w", side, req, err)
+	if err := control.Query(e.socket(side), req, v); err != nil {
+		return fmt.Errorf("%s edge: %w", side, err)
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/wanopt/wanopt/internal/control"
 	"github.com/wanopt/wanopt/stack"
 	"github.com/wanopt/wanopt/stack/bridge"
 	"github.com/wanopt/wanopt/stack/egress"
@@ -499,27 +500,7 @@ func queryControl(path, req string, v any) error {
 	if path == "" {
 		return fmt.Errorf("%w: --control PATH is required: the socket 'wanopt run --control PATH' listens on", errUsage)
 	}
-	c, err := net.DialTimeout("unix", path, 2*time.Second)
-	if err != nil {
-		return fmt.Errorf("connect to the edge's control socket: %w (is 'wanopt run --control %s' running, and may you open the socket?)", err, path)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, req+"\n"); err != nil {
-		return fmt.Errorf("control socket %s: %w", path, err)
-	}
-	raw, err := io.ReadAll(c)
-	if err != nil {
-		return fmt.Errorf("control socket %s: %w", path, err)
-	}
-	var ce struct{ Error string }
-	if json.Unmarshal(raw, &ce) == nil && ce.Error != "" {
-		return fmt.Errorf("control socket %s: %s", path, ce.Error)
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("control socket %s: bad answer: %w", path, err)
-	}
-	return nil
+	return control.Query(path, req, v)
 }
 
 func controlFlags(name string, stderr io.Writer) (*pflag.FlagSet, *string, *bool) {
