@@ -1,10 +1,7 @@
 package exp
 
 import (
-	"context"
 	"os"
-	"os/signal"
-	"syscall"
 	"testing"
 
 	"github.com/wanopt/wanopt/bench/lab"
@@ -15,14 +12,6 @@ import (
 const linkHelperEnv = "WANOPT_EXP_TEST_LINK_HELPER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(linkHelperEnv) == "1" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		if err := lab.RunLink(ctx, os.Stdin, os.Stdout); err != nil {
-			os.Stderr.WriteString("link helper: " + err.Error() + "\n")
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	lab.RunLinkHelperIf(linkHelperEnv)
 	os.Exit(m.Run())
 }

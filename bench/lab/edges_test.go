@@ -16,15 +16,7 @@ import (
 const helperEnv = "WANOPT_LAB_TEST_LINK_HELPER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "1" {
-		ctx, stop := signalContext()
-		defer stop()
-		if err := lab.RunLink(ctx, os.Stdin, os.Stdout); err != nil {
-			os.Stderr.WriteString("link helper: " + err.Error() + "\n")
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	lab.RunLinkHelperIf(helperEnv)
 	os.Exit(m.Run())
 }
 

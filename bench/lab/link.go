@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -195,4 +196,23 @@ func realtimeWorks() bool {
 		realtimeOK = &ok
 	}
 	return *realtimeOK
+}
+
+// RunLinkHelperIf makes a test binary double as the link helper: when the
+// environment variable env is "1" (the test set it before starting the
+// lab with its own executable as LinkCommand), it runs the link on standard
+// input and output until SIGINT or SIGTERM and exits; otherwise it returns
+// and the tests run. Call it first in TestMain.
+func RunLinkHelperIf(env string) {
+	if os.Getenv(env) != "1" {
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := RunLink(ctx, os.Stdin, os.Stdout)
+	stop()
+	if err != nil {
+		os.Stderr.WriteString("link helper: " + err.Error() + "\n")
+		os.Exit(1)
+	}
+	os.Exit(0)
 }

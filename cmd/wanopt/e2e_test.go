@@ -13,7 +13,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -34,15 +33,7 @@ import (
 const linkHelperEnv = "WANOPT_E2E_LINK_HELPER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(linkHelperEnv) == "1" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		if err := lab.RunLink(ctx, os.Stdin, os.Stdout); err != nil {
-			os.Stderr.WriteString("link helper: " + err.Error() + "\n")
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	lab.RunLinkHelperIf(linkHelperEnv)
 	os.Exit(m.Run())
 }
 

@@ -11,17 +11,15 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/stack"
 	"github.com/wanopt/wanopt/stack/egress"
-	"github.com/wanopt/wanopt/tunnel"
-	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
-	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/driver"
+	"github.com/wanopt/wanopt/tunnel/driver/drivertest"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
 
@@ -35,42 +33,10 @@ func testLogger() *slog.Logger {
 // tunnelPair connects two tunnels in memory; both close at the test's end.
 func tunnelPair(t testing.TB) (near, far *driver.Tunnel) {
 	t.Helper()
-	ck, _ := crypt.GenerateKey(rand.Reader)
-	sk, _ := crypt.GenerateKey(rand.Reader)
-	a, b := bindtest.NewPair(bindtest.Config{})
-	ccfg := driver.Config{Tunnel: tunnel.Config{PrivateKey: ck, PeerPublicKey: sk.PublicKey()}, Bind: a, RemoteAddr: b.LocalAddr(), Logger: testLogger()}
-	scfg := driver.Config{Tunnel: tunnel.Config{PrivateKey: sk, PeerPublicKey: ck.PublicKey()}, Bind: b, Logger: testLogger()}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	type res struct {
-		t   *driver.Tunnel
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() { s, err := driver.Listen(ctx, scfg); ch <- res{s, err} }()
-	near, err := driver.Dial(ctx, ccfg)
-	r := <-ch
-	if err != nil || r.err != nil {
-		t.Fatalf("dial: %v; listen: %v", err, r.err)
-	}
-	t.Cleanup(func() { near.Close(); r.t.Close() })
-	return near, r.t
+	return drivertest.Pair(t, testLogger())
 }
 
-func checkGoroutines(t *testing.T) {
-	base := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > base {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Errorf("%d goroutines leaked:\n%s", n-base, buf)
-		}
-	})
-}
+func checkGoroutines(t *testing.T) { leaktest.Check(t) }
 
 // TestErrorMapping: each far-edge answer becomes the stack error that gives
 // the client what it would see without wanopt. The far side rejects with
