@@ -20,16 +20,23 @@ const (
 	// handshake initiation (113 bytes) and room for frames.
 	MinUDPPayloadBytes = 256
 	// DefaultIdleTimeout closes a connection that heard nothing from its
-	// peer for this long.
-	DefaultIdleTimeout = 30 * time.Second
+	// peer for this long. It is longer than Linux TCP's default
+	// retransmission budget (tcp_retries2 = 15: about 15.4 minutes), so a
+	// flow that would have outlived a WAN outage without wanopt outlives
+	// it with wanopt (RFC 3135 §4, fate sharing). A peer that restarted
+	// is noticed long before: REJECT tells a client, a new initiation a
+	// server (Conn.NewSuccessor).
+	DefaultIdleTimeout = 20 * time.Minute
 	// MaxKeepAliveInterval is the longest default keepalive interval; the
 	// default is min(MaxKeepAliveInterval, IdleTimeout/3).
 	MaxKeepAliveInterval = 10 * time.Second
 	// DefaultHandshakeRetransmit is the first handshake retransmission
 	// interval; it doubles per attempt up to MaxHandshakeRetransmit.
 	DefaultHandshakeRetransmit = time.Second
-	// MaxHandshakeRetransmit bounds the handshake retransmission interval.
-	MaxHandshakeRetransmit = 8 * time.Second
+	// MaxHandshakeRetransmit bounds the handshake retransmission interval:
+	// an initiation (113 bytes) every second finds a returning path within
+	// a second, for a few bytes per second while it is down.
+	MaxHandshakeRetransmit = time.Second
 	// DefaultMaxStreams is the default limit of open streams per direction
 	// (opened by us, and opened by the peer).
 	DefaultMaxStreams = 4096

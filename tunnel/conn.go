@@ -146,7 +146,7 @@ func NewClientConn(cfg Config, now monotime.Time) (*Conn, error) {
 // initiation from the client (its response was lost) is answered with a
 // fresh session as long as the client has not confirmed the previous one;
 // after that, initiations are dropped (no rekeying yet: a restarted client
-// is served by a new Conn once this one has timed out). With no client for
+// is served by a successor, see NewSuccessor). With no client for
 // cfg.IdleTimeout it closes with ErrHandshakeTimeout.
 func NewServerConn(cfg Config, now monotime.Time) (*Conn, error) {
 	cfg, err := cfg.withDefaults(false)
@@ -314,6 +314,43 @@ func (c *Conn) AppendReject(buf, b []byte) []byte {
 func (c *Conn) IsHandshakeResponse(b []byte) bool {
 	hdr, _, err := wire.ParseHeader(b)
 	return err == nil && hdr.Type == wire.PacketHandshakeResp && hdr.ReceiverIndex == c.localIndex
+}
+
+// IsHandshakeInitiation reports whether b is a handshake initiation: the
+// datagram a restarted client sends to a server that still holds its old
+// session (see NewSuccessor).
+func IsHandshakeInitiation(b []byte) bool {
+	hdr, _, err := wire.ParseHeader(b)
+	return err == nil && hdr.Type == wire.PacketHandshakeInit
+}
+
+// OwnsDatagram reports whether b is a data packet for this Conn's session
+// (by its receiver index; nothing is authenticated): how a driver that runs
+// two Conns on one socket routes the packets of the newer one.
+func (c *Conn) OwnsDatagram(b []byte) bool {
+	hdr, _, err := wire.ParseHeader(b)
+	return err == nil && hdr.Type == wire.PacketData && c.sess != nil && hdr.ReceiverIndex == c.sess.LocalIndex()
+}
+
+// NewSuccessor (server) returns a fresh server Conn with c's configuration
+// that shares c's handshake replay memory: it answers only an initiation
+// newer than every one c accepted. A server's Conn drops initiations once
+// established, so a client that restarted (new process, new timestamp)
+// would otherwise wait for the idle timeout, which is long so that flows
+// outlive WAN outages. The driver feeds such an initiation to the
+// successor and replaces c with it once the client confirms the new keys;
+// a replayed old initiation is refused by the shared memory and changes
+// nothing.
+func (c *Conn) NewSuccessor(now monotime.Time) (*Conn, error) {
+	if c.client {
+		return nil, fmt.Errorf("%w: NewSuccessor is for a server Conn", ErrConfig)
+	}
+	n, err := newConn(c.cfg, false, now)
+	if err != nil {
+		return nil, err
+	}
+	n.responder = c.responder
+	return n, nil
 }
 
 // handleInit answers a handshake initiation (server only).

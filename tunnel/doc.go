@@ -15,8 +15,8 @@
 // # Handshake and packets
 //
 // The client (NewClientConn) knows the server's static key and sends a
-// Noise IK initiation (package crypt), retransmitted with exponential
-// backoff from 1 s to 8 s until answered or Config.IdleTimeout passes
+// Noise IK initiation (package crypt), retransmitted every second
+// until answered or Config.IdleTimeout passes
 // (ErrHandshakeTimeout). The server (NewServerConn) answers only an
 // initiation that authenticates, comes from a key its policy allows and
 // carries a fresh timestamp; anything else costs no state and gets no
@@ -90,14 +90,22 @@
 // # Liveness
 //
 // Any authenticated packet from the peer restarts the idle timer
-// (Config.IdleTimeout, 30 s by default); so does our first ack-eliciting
-// packet after it. When it expires the connection closes with
-// ErrIdleTimeout, silently, at both ends. While data is outstanding, probe
-// timeouts with exponential backoff keep retrying, so an outage shorter
-// than the idle timeout loses no stream. With nothing to send, a PING goes
-// out every Config.KeepAliveInterval (10 s by default). Close sends CLOSE
-// (repeated if the peer keeps sending, for three probe timeouts); the peer
-// reports ErrPeerClosed.
+// (Config.IdleTimeout, 20 minutes by default: longer than Linux TCP's
+// retransmission budget, so the tunnel never ends a flow that TCP would
+// have kept through an outage); so does our first ack-eliciting packet
+// after it. When it expires the connection closes with ErrIdleTimeout,
+// silently, at both ends. While data is outstanding, probe timeouts keep
+// retrying with exponential backoff capped at one second
+// (recovery.SenderConfig.MaxProbeInterval), so the path's return is
+// noticed within a second plus one round trip, and the streams go on where
+// they stopped. With nothing to send, a PING goes out every
+// Config.KeepAliveInterval (10 s by default). Close sends CLOSE (repeated
+// if the peer keeps sending, for three probe timeouts); the peer reports
+// ErrPeerClosed.
+//
+// A server's established Conn ignores handshake initiations; the driver
+// offers a new one to NewSuccessor, which shares the replay memory and so
+// answers only a restarted client (a newer timestamp).
 //
 // # Not done yet
 //

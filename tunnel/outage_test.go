@@ -51,7 +51,7 @@ func TestOutageShorterThanIdleTimeoutLosesNothing(t *testing.T) {
 func TestOutageLongerThanIdleTimeoutClosesBothEnds(t *testing.T) {
 	path := pathConfig{rateBps: 50_000_000, rtt: 100 * time.Millisecond,
 		outages: []netsim.Outage{{Start: 1 * time.Second, End: 41 * time.Second}}}
-	n := newTestNet(t, 22, path, nil)
+	n := newTestNet(t, 22, path, func(cli, srv *Config) { cli.IdleTimeout, srv.IdleTimeout = 30*time.Second, 30*time.Second })
 	bulkNet(n, 64<<20, false, 2)
 	n.runUntil(t, 60*time.Second, func() bool { return n.client.c.Closed() && n.server.c.Closed() })
 	for _, e := range []*simEnd{n.client, n.server} {
@@ -82,5 +82,69 @@ func TestIdleConnectionStaysUpWithKeepalive(t *testing.T) {
 	fs := n.sim.FlowStats(n.flow)
 	if fs.ForwardPackets > 60 || fs.ReversePackets > 60 {
 		t.Errorf("idle traffic: %d / %d packets in 2 minutes", fs.ForwardPackets, fs.ReversePackets)
+	}
+}
+
+// outageRecovery runs a warm bulk transfer from client to server over path,
+// takes the link down both ways for outage starting 1 s into the
+// transfer, and returns how long after the link's return the goodput
+// (over 200 ms windows) is back at 80 % of the link rate. The transfer
+// must finish with every byte intact and neither end closed.
+func outageRecovery(t *testing.T, seed uint64, path pathConfig, outage time.Duration, mod func(cli, srv *Config)) time.Duration {
+	t.Helper()
+	n := newTestNet(t, seed, path, mod)
+	warmUp(t, n, seed, path)
+	at := n.sim.Elapsed() + time.Second
+	back := at + outage
+	for _, l := range []*netsim.Link{n.fwd, n.rev} {
+		cfg := l.Config()
+		cfg.Outages = []netsim.Outage{{Start: at, End: back}}
+		l.SetConfig(cfg)
+	}
+	// Enough data for 1 s before and 4 s after the outage.
+	const streams = 4
+	perStream := int(float64(path.rateBps) / 8 * 5 / streams)
+	cli, srv := newBulkApp(n.client.c, perStream, true, 0xa11ce), newBulkApp(n.server.c, 0, true, 0xb0b)
+	n.client.onEvent, n.server.onEvent = cli.onEvent, srv.onEvent
+	cli.open(n.sim.Now(), streams)
+	n.sim.Wake(n.flow)
+
+	const window = 200 * time.Millisecond
+	var recovered time.Duration
+	var lastBytes int
+	var sample func()
+	sample = func() {
+		b, _ := srv.received()
+		rate := float64(b-lastBytes) * 8 / window.Seconds()
+		lastBytes = b
+		if el := n.sim.Elapsed(); recovered == 0 && el > back && rate >= 0.8*float64(path.rateBps) {
+			recovered = el - back
+		}
+		n.sim.At(n.sim.Now().Add(window), sample)
+	}
+	n.sim.At(n.sim.Now().Add(window), sample)
+	n.runUntil(t, outage+time.Minute, func() bool { b, f := srv.received(); return f && b == streams*perStream })
+	checkHashes(t, seed, cli, srv)
+	if n.sim.Elapsed() < back {
+		t.Fatalf("finished at %v, before the outage ended at %v", n.sim.Elapsed(), back)
+	}
+	for _, e := range []*simEnd{n.client, n.server} {
+		if err := e.closedErr(); err != nil {
+			t.Errorf("closed: %v", err)
+		}
+	}
+	cs := n.client.c.Stats()
+	t.Logf("%v outage: back to 80%% of the link %v after the link returned (done %v after); client PTOs %d, lost %d, BBR %v bw %.1f Mbit/s",
+		outage, recovered, n.sim.Elapsed()-back, cs.PTOs, cs.PacketsLost, cs.BBR.Mode, float64(cs.BandwidthBps)/1e6)
+	return recovered
+}
+
+func TestOutageRecoveryTime(t *testing.T) {
+	path := pathConfig{rateBps: 100_000_000, rtt: 100 * time.Millisecond}
+	long := func(cli, srv *Config) { cli.IdleTimeout, srv.IdleTimeout = 10*time.Minute, 10*time.Minute }
+	for _, outage := range []time.Duration{5 * time.Second, 60 * time.Second} {
+		if r := outageRecovery(t, 31, path, outage, long); r == 0 || r > 2*time.Second {
+			t.Errorf("%v outage: back to 80%% of the link %v after it returned, want within 2 s", outage, r)
+		}
 	}
 }

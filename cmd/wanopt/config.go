@@ -41,6 +41,9 @@ type runConfig struct {
 	// TUN's stack (--egress transparent) instead of a kernel socket.
 	Transparent bool
 	DialTimeout time.Duration
+	// PeerTimeout ends the tunnel, and with it every flow, after this long
+	// without a word from the peer (tunnel.Config.IdleTimeout).
+	PeerTimeout time.Duration
 	MaxFlows    int
 	CaptureDir  string // pcap of the TUN's packets; "" for none
 	// MemoryMiB is the memory budget for flow buffers (see buffers).
@@ -63,6 +66,10 @@ const (
 	minMemoryMiB     = 16
 	maxMemoryMiB     = 1 << 20
 )
+
+// minPeerTimeout keeps a few keepalives (every 10 s, or a third of the
+// timeout) inside --peer-timeout.
+const minPeerTimeout = 5 * time.Second
 
 // bufferPlan is how the memory budget is split.
 type bufferPlan struct {
@@ -131,7 +138,7 @@ type runFlags struct {
 	tunSetup, check                                                                 bool
 	tunAddrs, routes, allow                                                         []string
 	mtu, maxFlows, memoryMiB                                                        int
-	dialTimeout                                                                     time.Duration
+	dialTimeout, peerTimeout                                                        time.Duration
 }
 
 func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
@@ -155,6 +162,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.StringArrayVar(&f.allow, "allow", nil, "egress: connect flows to `CIDR[:PORTS]`, e.g. 198.18.2.0/24:80,443,8000-8100 (repeatable; none: no egress, every flow refused)")
 	fs.StringVar(&f.egress, "egress", "kernel", "egress: how to connect servers: kernel (a socket from this host's address; no privileges) or transparent (from the client's own address through the TUN's stack, so servers see the real client; needs --tun and the clients' networks routed into the TUN)")
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "egress: give up connecting to a server after this long")
+	fs.DurationVar(&f.peerTimeout, "peer-timeout", tunnel.DefaultIdleTimeout, "end the tunnel and reset its flows after this long without a word from the peer; the default outlasts Linux TCP's own retransmission budget (about 15 minutes), so flows outlive any outage TCP would have survived")
 	fs.IntVar(&f.maxFlows, "max-flows", egress.DefaultMaxFlows, "egress: flows connected at once; more are refused")
 	fs.IntVar(&f.memoryMiB, "memory-mib", defaultMemoryMiB, "memory budget for flow data, `MiB`: half for the tunnel's stream buffers and windows (all flows), and each intercepted connection's TCP buffers grow to at most 1/32 (receive) and 3/64 (send) of it")
 	fs.StringVar(&f.cc, "cc", "bbr", "tunnel congestion control: bbr or cubic")
@@ -236,7 +244,7 @@ func (f *runFlags) validate() (*runConfig, error) {
 	bad := func(format string, a ...any) (*runConfig, error) {
 		return nil, fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 	}
-	c := &runConfig{TUN: f.tun, TUNSetup: f.tunSetup, MTU: f.mtu, KeyFile: f.key, DialTimeout: f.dialTimeout, MaxFlows: f.maxFlows, Control: f.control, Check: f.check, CaptureDir: f.capture}
+	c := &runConfig{TUN: f.tun, TUNSetup: f.tunSetup, MTU: f.mtu, KeyFile: f.key, DialTimeout: f.dialTimeout, PeerTimeout: f.peerTimeout, MaxFlows: f.maxFlows, Control: f.control, Check: f.check, CaptureDir: f.capture}
 	switch {
 	case f.capture != "" && f.tun == "":
 		return bad("--capture records the packets of the TUN device: it needs --tun (the near edge)")
@@ -323,6 +331,9 @@ func (f *runFlags) validate() (*runConfig, error) {
 	}
 	if f.dialTimeout <= 0 {
 		return bad("--dial-timeout %v: must be positive", f.dialTimeout)
+	}
+	if f.peerTimeout < minPeerTimeout {
+		return bad("--peer-timeout %v: want at least %v (keepalives go every 10 s)", f.peerTimeout, minPeerTimeout)
 	}
 	if f.maxFlows <= 0 {
 		return bad("--max-flows %d: must be positive", f.maxFlows)

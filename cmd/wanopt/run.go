@@ -310,6 +310,7 @@ func (e *edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 			PrivateKey:    cfg.PrivateKey,
 			PeerPublicKey: cfg.PeerKey,
 			Congestion:    cfg.CC,
+			IdleTimeout:   cfg.PeerTimeout,
 			Stream:        stream.Config{BudgetBytes: cfg.buffers().TunnelBytes},
 			Logger:        e.log.With("sub", "tunnel"),
 		},

@@ -112,11 +112,19 @@ type driverState struct {
 	txBufs [][]byte // BatchSize buffers of MaxUDPPayloadBytes
 	txOut  [][]byte // the filled prefixes handed to WriteBatch
 
-	// next is the client's new handshake, started when the server
-	// rejected our session (it restarted?) while conn goes on; nil when
-	// none runs. nextTried is when the last one started.
+	// next is a new handshake beside conn, which goes on meanwhile; nil
+	// when none runs. A client starts one when the server rejected our
+	// session (it restarted?); a server when an established session's
+	// client sends a new initiation (it restarted: see
+	// tunnel.Conn.NewSuccessor), answered at nextPeer. nextTried is when
+	// the last one started.
 	next      *tunnel.Conn
+	nextPeer  netip.AddrPort
 	nextTried monotime.Time
+	// initTokens and initRefill rate-limit the initiations a server
+	// examines while established (each costs two X25519).
+	initTokens float64
+	initRefill monotime.Time
 	// lastReject is when the server last sent a REJECT (rate limit).
 	lastReject monotime.Time
 	rejectBuf  []byte
@@ -138,6 +146,7 @@ type counters struct {
 	sleepWakeups              uint64
 	txErrors, acceptOverflow  uint64
 	rejectsSent, rehandshakes uint64
+	clientRestarts            uint64
 }
 
 // rejectInterval is the least time between two REJECTs a server sends;
@@ -146,6 +155,15 @@ type counters struct {
 const (
 	rejectInterval      = 50 * time.Millisecond
 	rehandshakeInterval = time.Second
+)
+
+// An established server examines at most initRate new initiations per
+// second (burst initBurst): a restarted client retransmits its initiation
+// every second, and a flood of replayed ones must not take the driver
+// goroutine from the session's data.
+const (
+	initRate  = 20
+	initBurst = 20
 )
 
 func (d *driverState) init(t *Tunnel, conn *tunnel.Conn, cfg Config) {
@@ -421,8 +439,15 @@ func (d *driverState) handleRx(b *rxBatch) {
 	d.ctr.datagramsIn += uint64(b.n)
 	for i := range b.n {
 		p := b.bufs[i][:b.sizes[i]]
-		if d.next != nil && d.next.IsHandshakeResponse(p) {
-			d.next.HandleDatagram(now, p) // the new handshake's answer
+		if d.next != nil && (d.next.IsHandshakeResponse(p) || d.next.OwnsDatagram(p)) {
+			d.next.HandleDatagram(now, p) // the new handshake's answer, or its first data
+			if !d.t.client && d.next != nil && d.next.OwnsDatagram(p) {
+				d.nextPeer = b.eps[i]
+			}
+			continue
+		}
+		if !d.t.client && d.estDone && tunnel.IsHandshakeInitiation(p) {
+			d.offerSuccessor(now, p, b.eps[i])
 			continue
 		}
 		if b.eps[i] == d.peer {
@@ -474,6 +499,43 @@ func (d *driverState) maybeReject(now monotime.Time, p []byte, ep netip.AddrPort
 	d.t.log.Debug("driver: data for an unknown session; REJECT sent", "to", ep)
 }
 
+// offerSuccessor (server) gives p, a handshake initiation from ep that
+// arrived while the session is established, to a successor Conn: if it is
+// newer than every initiation accepted so far (the client restarted), the
+// successor answers and replaces the session once the client confirms the
+// keys (pollNext, switchConn). Replays and forgeries cost the rate-limited
+// check and leave nothing behind.
+func (d *driverState) offerSuccessor(now monotime.Time, p []byte, ep netip.AddrPort) {
+	if d.initRefill == 0 {
+		d.initTokens, d.initRefill = initBurst, now
+	}
+	d.initTokens = min(initBurst, d.initTokens+now.Sub(d.initRefill).Seconds()*initRate)
+	d.initRefill = now
+	if d.initTokens < 1 {
+		return
+	}
+	d.initTokens--
+	if d.next != nil {
+		// A retransmitted initiation (our response was lost): the
+		// successor answers it again while unconfirmed.
+		d.next.HandleDatagram(now, p)
+		d.nextPeer = ep
+		return
+	}
+	next, err := d.conn.NewSuccessor(now)
+	if err != nil {
+		d.t.log.Warn("driver: cannot examine a new initiation", "err", err)
+		return
+	}
+	before := next.Stats().PacketsReceived
+	next.HandleDatagram(now, p)
+	if next.Stats().PacketsReceived == before {
+		return // replayed, forged or not allowed: no answer
+	}
+	d.next, d.nextPeer, d.nextTried = next, ep, now
+	d.t.log.Info("driver: new handshake from the peer while established (it restarted?); answering, the current session goes on until it confirms", "from", ep)
+}
+
 // startRehandshake (client) begins a new handshake with the server after
 // it rejected our session, keeping the current one: REJECT is not
 // authenticated, so only a completed handshake replaces the session
@@ -483,6 +545,9 @@ func (d *driverState) startRehandshake(now monotime.Time) {
 		(d.nextTried != 0 && now.Sub(d.nextTried) < rehandshakeInterval) {
 		return
 	}
+	// The same timestamp as the first handshake, on purpose: a server
+	// that restarted has forgotten it and answers, while a live server
+	// (the REJECT was forged) takes it for a replay and keeps the session.
 	conn, err := tunnel.NewClientConn(d.t.cfg.Tunnel, now)
 	if err != nil {
 		d.t.log.Warn("driver: the server rejected our session; cannot start a new handshake", "err", err)
@@ -506,7 +571,7 @@ func (d *driverState) pollNext() {
 			d.switchConn()
 		case tunnel.EventClosed:
 			d.t.log.Info("driver: new handshake failed; keeping the current session", "err", ev.Err)
-			d.next = nil
+			d.next, d.nextPeer = nil, netip.AddrPort{}
 		}
 	}
 }
@@ -519,6 +584,10 @@ func (d *driverState) pollNext() {
 func (d *driverState) switchConn() {
 	old := d.conn
 	d.conn, d.next = d.next, nil
+	if !d.t.client {
+		d.peer, d.nextPeer = d.nextPeer, netip.AddrPort{}
+		d.ctr.clientRestarts++
+	}
 	for id, s := range d.streams {
 		s.d.gone = true
 		if !s.d.peerReset {
@@ -535,8 +604,8 @@ func (d *driverState) switchConn() {
 		signal(s.readable)
 		signal(s.writable)
 	}
-	d.t.log.Info("driver: new session with the server established; streams of the old one reset",
-		"old_packets_received", old.Stats().PacketsReceived)
+	d.t.log.Info("driver: new session with the peer established; streams of the old one reset",
+		"peer", d.peer, "old_packets_received", old.Stats().PacketsReceived)
 }
 
 // flush sends every datagram the Conn allows now, in batches of up to
@@ -545,7 +614,11 @@ func (d *driverState) flush() monotime.Time {
 	now := monotime.Now()
 	if d.next != nil {
 		if n := d.next.PollTransmit(now, d.txBufs[0]); n > 0 {
-			d.send([][]byte{d.txBufs[0][:n]})
+			to := d.peer
+			if !d.t.client {
+				to = d.nextPeer
+			}
+			d.sendTo([][]byte{d.txBufs[0][:n]}, to)
 		}
 	}
 	for {
@@ -571,17 +644,20 @@ func (d *driverState) flush() monotime.Time {
 
 // send writes one batch to the peer. Errors are counted and logged once
 // per kind; the Conn's loss recovery resends what mattered.
-func (d *driverState) send(bufs [][]byte) {
+func (d *driverState) send(bufs [][]byte) { d.sendTo(bufs, d.peer) }
+
+// sendTo writes one batch to ep.
+func (d *driverState) sendTo(bufs [][]byte, ep netip.AddrPort) {
 	d.ctr.txBatches++
-	if !d.peer.IsValid() {
+	if !ep.IsValid() {
 		d.ctr.txErrors++
 		return
 	}
-	if err := d.t.bc.WriteBatch(bufs, d.peer); err != nil {
+	if err := d.t.bc.WriteBatch(bufs, ep); err != nil {
 		d.ctr.txErrors++
 		if s := err.Error(); s != d.lastTxErr {
 			d.lastTxErr = s
-			d.t.log.Warn("driver: send failed; the tunnel retransmits what was lost", "peer", d.peer, "err", err)
+			d.t.log.Warn("driver: send failed; the tunnel retransmits what was lost", "peer", ep, "err", err)
 		}
 		return
 	}
@@ -828,6 +904,7 @@ func (d *driverState) fillStats(s *Stats) {
 		AcceptOverflow: d.ctr.acceptOverflow,
 		RejectsSent:    d.ctr.rejectsSent,
 		Rehandshakes:   d.ctr.rehandshakes,
+		ClientRestarts: d.ctr.clientRestarts,
 		PeerAddr:       d.peer,
 	}
 }

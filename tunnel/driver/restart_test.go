@@ -170,3 +170,115 @@ func TestForgedReject(t *testing.T) {
 	c.Close()
 	s.Close()
 }
+
+// initBind records the first handshake initiation it sends.
+type initBind struct {
+	crashBind
+	first atomic.Pointer[[]byte]
+}
+
+func (c *initBind) WriteBatch(bufs [][]byte, ep netip.AddrPort) error {
+	for _, b := range bufs {
+		if h, _, err := wire.ParseHeader(b); err == nil && h.Type == wire.PacketHandshakeInit && c.first.Load() == nil {
+			p := append([]byte(nil), b...)
+			c.first.Store(&p)
+		}
+	}
+	return c.crashBind.WriteBatch(bufs, ep)
+}
+
+// TestNearEdgeRestart: the client dies without a word while the server's
+// session is established, and a new client process (same key, newer
+// handshake timestamp) dials from another port. The server answers at
+// once, without waiting for its idle timeout, resets the old session's
+// streams and serves the new one; a replay of the old client's initiation
+// afterwards changes nothing.
+func TestNearEdgeRestart(t *testing.T) {
+	checkLeaks(t)
+	cb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib := &initBind{crashBind: crashBind{Conn: cb}}
+	ccfg, scfg := pairConfigs(t, 41)
+	ccfg.RemoteAddr, ccfg.Bind = sb.LocalAddr(), ib
+	scfg.Bind = sb
+	cli, srv := connect(t, ccfg, scfg)
+	c, s := openAccepted(t, cli, srv)
+	c.Write([]byte("before"))
+	mustRead(t, s, []byte("before"))
+
+	// The near edge dies: its CLOSE never leaves.
+	ib.dead.Store(true)
+	cli.Close()
+	rerr := make(chan error, 1)
+	go func() {
+		_, err := s.Read(make([]byte, 10))
+		rerr <- err
+	}()
+	start := time.Now()
+
+	// A new process: same key, a later handshake timestamp, a new port.
+	ccfg2, _ := pairConfigs(t, 41)
+	ccfg2.Tunnel.Rand = seeded(42)
+	ccfg2.RemoteAddr, ccfg2.Network, ccfg2.LocalAddr = sb.LocalAddr(), "udp4", netip.MustParseAddrPort("127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cli2, err := Dial(ctx, ccfg2)
+	if err != nil {
+		t.Fatalf("the restarted client could not dial the established server: %v", err)
+	}
+	defer cli2.Close()
+	var se *StreamError
+	select {
+	case err := <-rerr:
+		if !errors.As(err, &se) || se.Code != CodePeerRestarted {
+			t.Fatalf("server read on a stream of the old session: %v; want a reset with CodePeerRestarted", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("stream of the old session not reset within 5 s")
+	}
+	s.Close()
+	c2, s2 := openAccepted(t, cli2, srv)
+	c2.Write([]byte("new session"))
+	mustRead(t, s2, []byte("new session"))
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the restarted client was served after %v; want well under the idle timeout (2 s)", d)
+	} else {
+		t.Logf("restarted client served %v after the crash", d)
+	}
+	if st := srv.Stats(); st.ClientRestarts != 1 || st.PeerAddr != cli2.LocalAddr() {
+		t.Errorf("server: ClientRestarts %d, peer %v; want 1 and %v", st.ClientRestarts, st.PeerAddr, cli2.LocalAddr())
+	}
+
+	// A replay of the dead client's initiation, from anywhere, is refused.
+	old := ib.first.Load()
+	if old == nil {
+		t.Fatal("no initiation recorded")
+	}
+	replayer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replayer.Close()
+	for range 3 {
+		if _, err := replayer.WriteToUDPAddrPort(*old, sb.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	for i := range 3 {
+		msg := []byte{'a' + byte(i)}
+		c2.Write(msg)
+		mustRead(t, s2, msg)
+	}
+	if st := srv.Stats(); st.ClientRestarts != 1 || st.PeerAddr != cli2.LocalAddr() {
+		t.Errorf("after the replay: ClientRestarts %d, peer %v; want 1 and %v", st.ClientRestarts, st.PeerAddr, cli2.LocalAddr())
+	}
+	c2.Close()
+	s2.Close()
+}

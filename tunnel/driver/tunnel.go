@@ -247,6 +247,9 @@ type Stats struct {
 	// Rehandshakes counts new handshakes a client started on a REJECT
 	// naming its session; the session is replaced only when one completes.
 	RejectsSent, Rehandshakes uint64
+	// ClientRestarts counts sessions a server replaced because its client
+	// handshook again while established (a restarted near edge).
+	ClientRestarts uint64
 	// PeerAddr is where datagrams go (the server learns it).
 	PeerAddr netip.AddrPort
 }

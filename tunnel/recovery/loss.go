@@ -219,11 +219,13 @@ func (s *Sender) ptoDeadline() monotime.Time {
 	if s.ackElicitingInFlight == 0 {
 		return 0
 	}
-	d := s.ptoPeriod()
-	for i := 0; i < s.ptoCount && d < maxPTOPeriod; i++ {
+	base := s.ptoPeriod()
+	limit := min(max(2*base, s.cfg.MaxProbeInterval), maxPTOPeriod)
+	d := base
+	for i := 0; i < s.ptoCount && d < limit; i++ {
 		d *= 2
 	}
-	return s.lastAckElicitingSent.Add(min(d, maxPTOPeriod))
+	return s.lastAckElicitingSent.Add(min(d, limit))
 }
 
 // NextTimeout returns when OnTimeout must be called next: the

@@ -19,6 +19,7 @@ const (
 	DefaultProbePackets     = 2                     // packets sent per PTO expiry
 	DefaultInitialCapacity  = 1024                  // sent-packet records preallocated
 	DefaultLostHistory      = 1024                  // lost packets remembered for spurious-loss detection
+	DefaultMaxProbeInterval = time.Second           // longest backed-off probe timeout (see SenderConfig)
 )
 
 // persistentCongestionThreshold is kPersistentCongestionThreshold.
@@ -62,6 +63,14 @@ type SenderConfig struct {
 	// LostHistory is how many recently lost packets are remembered to
 	// count spurious losses. DefaultLostHistory if <= 0.
 	LostHistory int
+	// MaxProbeInterval caps the exponential backoff of the probe timeout:
+	// a backed-off PTO never exceeds max(MaxProbeInterval, twice the PTO
+	// without backoff). RFC 9002 backs off without bound, so after a 60 s outage
+	// the next probe could come half a minute after the path returned; a
+	// tunnel that must outlive outages as TCP does probes at least this
+	// often instead, which costs one or two packets per interval.
+	// DefaultMaxProbeInterval if <= 0.
+	MaxProbeInterval time.Duration
 }
 
 func (c *SenderConfig) setDefaults() {
@@ -88,6 +97,9 @@ func (c *SenderConfig) setDefaults() {
 	}
 	if c.LostHistory <= 0 {
 		c.LostHistory = DefaultLostHistory
+	}
+	if c.MaxProbeInterval <= 0 {
+		c.MaxProbeInterval = DefaultMaxProbeInterval
 	}
 }
 

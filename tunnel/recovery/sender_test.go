@@ -227,7 +227,9 @@ func TestTimeThresholdLossByTimer(t *testing.T) {
 }
 
 func TestPTOBackoffAndReset(t *testing.T) {
-	s, m, _ := newTestSender(t)
+	m := newMock(100 * 1200)
+	// RFC 9002's unbounded backoff; TestPTOBackoffCapped covers the cap.
+	s := NewSender(m, cc.NewRTTStats(0), SenderConfig{MaxProbeInterval: time.Hour})
 	m.cwnd = 1200
 	s.OnPacketSent(t0, 0, 1200, true, 0)
 	// No sample: PTO = 333ms + 4 × 166.5ms + 25ms = 1024ms.
@@ -520,5 +522,55 @@ func TestRingGrowsAndKeepsRecords(t *testing.T) {
 	}
 	if st := s.Stats(); st.TrackedPackets != 0 {
 		t.Fatalf("TrackedPackets = %d after everything resolved", st.TrackedPackets)
+	}
+}
+
+// TestPTOBackoffCapped: during an outage the backed-off PTO stops growing at
+// max(MaxProbeInterval, two un-backed-off PTOs), so the path's return is
+// noticed within about a second whatever the outage's length.
+func TestPTOBackoffCapped(t *testing.T) {
+	s, m, rtt := newTestSender(t)
+	m.cwnd = 1200
+	rtt.UpdateRTT(100*time.Millisecond, 0)
+	base := s.ptoPeriod()
+	if base >= DefaultMaxProbeInterval/2 {
+		t.Fatalf("base PTO %v too long for this test", base)
+	}
+	s.OnPacketSent(t0, 0, 1200, true, 0)
+	now := t0
+	var gaps []time.Duration
+	for range 12 {
+		next := s.NextTimeout()
+		gaps = append(gaps, next.Sub(now))
+		now = next
+		if p := s.OnTimeout(now, nil); p == 0 {
+			t.Fatalf("PTO at %v gave no probes", now)
+		}
+		sendN(s, now, 1)
+	}
+	// The first gap runs from t0; each later one from the probe's sending.
+	for i, g := range gaps {
+		want := base << i
+		if want > DefaultMaxProbeInterval {
+			want = DefaultMaxProbeInterval
+		}
+		if g != want {
+			t.Errorf("PTO %d after %v, want %v (base %v)", i+1, g, want, base)
+		}
+	}
+	// A path whose un-backed-off PTO exceeds half the cap still backs off
+	// once.
+	s2, m2, rtt2 := newTestSender(t)
+	m2.cwnd = 1200
+	rtt2.UpdateRTT(900*time.Millisecond, 0)
+	base2 := s2.ptoPeriod()
+	s2.OnPacketSent(t0, 0, 1200, true, 0)
+	s2.OnTimeout(s2.NextTimeout(), nil)
+	sendN(s2, s2.NextTimeout(), 1)
+	at := s2.NextTimeout()
+	s2.OnTimeout(at, nil)
+	sendN(s2, at, 1)
+	if got := s2.NextTimeout().Sub(at); got != 2*base2 {
+		t.Errorf("long path: third PTO after %v, want 2 x %v", got, base2)
 	}
 }
