@@ -95,9 +95,9 @@
 // have kept through an outage); so does our first ack-eliciting packet
 // after it. When it expires the connection closes with ErrIdleTimeout,
 // silently, at both ends. While data is outstanding, probe timeouts keep
-// retrying with exponential backoff capped at one second
+// retrying with exponential backoff capped at half a second
 // (recovery.SenderConfig.MaxProbeInterval), so the path's return is
-// noticed within a second plus one round trip, and the streams go on where
+// noticed within half a second plus one round trip, and the streams go on where
 // they stopped. With nothing to send, a PING goes out every
 // Config.KeepAliveInterval (10 s by default). Close sends CLOSE (repeated
 // if the peer keeps sending, for three probe timeouts); the peer reports

@@ -11,15 +11,15 @@ import (
 
 // Defaults of SenderConfig (RFC 9002 §6.1 and §18.2 where it names them).
 const (
-	DefaultPeerMaxAckDelay  = 25 * time.Millisecond // RFC 9000 max_ack_delay default
-	DefaultPacketThreshold  = 3                     // kPacketThreshold
-	DefaultTimeThresholdNum = 9                     // kTimeThreshold = 9/8
-	DefaultTimeThresholdDen = 8                     //
-	DefaultGranularity      = time.Millisecond      // kGranularity
-	DefaultProbePackets     = 2                     // packets sent per PTO expiry
-	DefaultInitialCapacity  = 1024                  // sent-packet records preallocated
-	DefaultLostHistory      = 1024                  // lost packets remembered for spurious-loss detection
-	DefaultMaxProbeInterval = time.Second           // longest backed-off probe timeout (see SenderConfig)
+	DefaultPeerMaxAckDelay  = 25 * time.Millisecond  // RFC 9000 max_ack_delay default
+	DefaultPacketThreshold  = 3                      // kPacketThreshold
+	DefaultTimeThresholdNum = 9                      // kTimeThreshold = 9/8
+	DefaultTimeThresholdDen = 8                      //
+	DefaultGranularity      = time.Millisecond       // kGranularity
+	DefaultProbePackets     = 2                      // packets sent per PTO expiry
+	DefaultInitialCapacity  = 1024                   // sent-packet records preallocated
+	DefaultLostHistory      = 1024                   // lost packets remembered for spurious-loss detection
+	DefaultMaxProbeInterval = 500 * time.Millisecond // longest backed-off probe timeout (see SenderConfig)
 )
 
 // persistentCongestionThreshold is kPersistentCongestionThreshold.

@@ -527,11 +527,11 @@ func TestRingGrowsAndKeepsRecords(t *testing.T) {
 
 // TestPTOBackoffCapped: during an outage the backed-off PTO stops growing at
 // max(MaxProbeInterval, two un-backed-off PTOs), so the path's return is
-// noticed within about a second whatever the outage's length.
+// noticed within about half a second whatever the outage's length.
 func TestPTOBackoffCapped(t *testing.T) {
 	s, m, rtt := newTestSender(t)
 	m.cwnd = 1200
-	rtt.UpdateRTT(100*time.Millisecond, 0)
+	rtt.UpdateRTT(20*time.Millisecond, 0)
 	base := s.ptoPeriod()
 	if base >= DefaultMaxProbeInterval/2 {
 		t.Fatalf("base PTO %v too long for this test", base)
