@@ -83,10 +83,10 @@ func Bars(o BarsOptions) ([]Bar, error) {
 			return bars, err
 		}
 	}
-	if err := ratio("2a", SimOptions{RateBps: 250e6, RTT: 100 * time.Millisecond, LossPct: 1}, 0.85); err != nil {
+	if err := ratio("2a", SimOptions{RateBps: 250e6, RTT: 100 * time.Millisecond, LinkImpairments: LinkImpairments{LossPct: 1}}, 0.85); err != nil {
 		return bars, err
 	}
-	if err := ratio("2b", SimOptions{RateBps: 50e6, RTT: 600 * time.Millisecond, LossPct: 0.5}, 0.85); err != nil {
+	if err := ratio("2b", SimOptions{RateBps: 50e6, RTT: 600 * time.Millisecond, LinkImpairments: LinkImpairments{LossPct: 0.5}}, 0.85); err != nil {
 		return bars, err
 	}
 	ramp, err := SimRamp(SimOptions{RateBps: 250e6, RTT: 100 * time.Millisecond, CC: o.CC, Seed: o.Seed})

@@ -105,7 +105,7 @@ func Baseline(ctx context.Context, o BaselineOptions) (BaselineResult, error) {
 						}
 					}
 					timeout := runTimeout(o.BytesPerStream*int64(o.Streams), float64(o.RateBps))
-					r, err := runIperf(ctx, l, l.Client, srv, o.BytesPerStream, o.Streams, timeout)
+					r, err := runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.BytesPerStream, Streams: o.Streams, Timeout: timeout})
 					for _, c := range caps {
 						if cerr := c.stop(); cerr != nil && err == nil {
 							err = cerr

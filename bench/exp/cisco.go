@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"image/color"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,16 @@ type CiscoOptions struct {
 	Wanopt    string // the wanopt binary (see FindWanopt)
 	// Transparent runs the far edge with transparent egress.
 	Transparent bool
+	// LinkImpairments are added to both directions of the link, for
+	// plain TCP and wanopt alike; an outage hits every measured transfer
+	// (not the warming one).
+	LinkImpairments
+	// QueueDelay, if set, sizes the drop-tail queue as time at the link
+	// rate instead of Published.QueueBytes.
+	QueueDelay time.Duration
+	// Seed seeds the link's random impairments: Seed one way, Seed+1 the
+	// other.
+	Seed int64
 	// Progress, if set, is called after every run; what is "plain",
 	// "wanopt", "cold" or "plain-ref" (plain TCP at 0 ms, measured only as
 	// the reference when 0 ms is not among RTTs).
@@ -67,6 +78,15 @@ type CiscoRow struct {
 	FarProbeRTTs   int     `json:"far_probe_rtts"`
 	FarPacketsLost uint64  `json:"far_packets_lost"`
 	FarRetransPct  float64 `json:"far_retrans_pct"`
+	// With an outage: the runs that failed (they count in no mean), and
+	// the mean recovery time of the runs that recovered (see
+	// IperfResult.RecoveryS; NotRecovered if none of the runs the outage
+	// hit did, 0 if it hit none).
+	PlainFailed     int     `json:"plain_failed,omitempty"`
+	WanoptFailed    int     `json:"wanopt_failed,omitempty"`
+	PlainRecoveryS  float64 `json:"plain_recovery_s,omitempty"`
+	WanoptRecoveryS float64 `json:"wanopt_recovery_s,omitempty"`
+	ColdRecoveryS   float64 `json:"cold_recovery_s,omitempty"`
 }
 
 // CiscoResult is the whole experiment.
@@ -79,6 +99,16 @@ type CiscoResult struct {
 	CC             string  `json:"cc"`
 	// Egress is the far edge's egress mode: kernel or transparent.
 	Egress string `json:"egress,omitempty"`
+	// QueueDelayMs is the queue as given in time at the link rate, if it
+	// was (QueueBytes is then its size in bytes).
+	QueueDelayMs float64 `json:"queue_delay_ms,omitempty"`
+	// Impairments are the link's other impairments, both ways; Seed the
+	// seed of the A→B direction (B→A uses Seed+1).
+	Impairments LinkImpairments `json:"impairments"`
+	Seed        int64           `json:"seed"`
+	// RecoveryBarMbps is the throughput a transfer must reach again after
+	// an outage: RecoveryBar of GoodputLimitMbps.
+	RecoveryBarMbps float64 `json:"recovery_bar_mbps,omitempty"`
 	// Plain0ms is plain TCP's 0 ms figure per profile, the reference of
 	// every row's ratio.
 	Plain0ms map[string]float64 `json:"plain_0ms_mbps"`
@@ -98,12 +128,28 @@ func (o *CiscoOptions) defaults() {
 	}
 }
 
+// linkConfig returns the two directions of the link at rtt with o's rate,
+// queue and impairments.
+func (o CiscoOptions) linkConfig(rtt time.Duration) (ab, ba wanem.Config) {
+	ab = wanem.Config{Delay: rtt / 2, RateBps: o.RateBps, QueueBytes: o.QueueBytes, Seed: o.Seed}
+	if o.QueueDelay > 0 {
+		ab.QueueBytes, ab.QueueDelay = 0, o.QueueDelay
+	}
+	o.LinkImpairments.apply(&ab)
+	ba = ab
+	ba.Seed = o.Seed + 1 // the same losses both ways would be a coincidence no link has
+	return ab, ba
+}
+
 // Cisco runs the published experiment on the edges lab, plain TCP and
 // wanopt side by side: for each RTT, the link is restarted with that delay;
 // for each profile, Runs transfers 'iperf -c SERVER -n N -P 4 -R' go
 // through edges that just forward; then a fresh pair of wanopt edges
 // starts, the first run on its cold tunnel is reported apart, a short
-// transfer warms it, and Runs transfers are measured through it.
+// transfer warms it, and Runs transfers are measured through it. The link
+// carries o's impairments throughout; with an outage, every measured
+// transfer (cold included) loses the link for a while, and a transfer that
+// fails is recorded as failed, not retried.
 func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	o.defaults()
 	res := CiscoResult{RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, BytesPerStream: o.BytesPerStream,
@@ -113,6 +159,25 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	}
 	if o.Wanopt == "" {
 		return res, fmt.Errorf("no wanopt binary given (CiscoOptions.Wanopt)")
+	}
+	if err := o.LinkImpairments.Validate(); err != nil {
+		return res, fmt.Errorf("link impairments: %w", err)
+	}
+	res.Impairments, res.Seed = o.LinkImpairments, o.Seed
+	if o.HasOutage() {
+		res.RecoveryBarMbps = RecoveryBar * GoodputLimitMbps(float64(o.RateBps))
+	}
+	for _, rtt := range append([]time.Duration{0}, o.RTTs...) {
+		// Check every link before building the lab.
+		cfg, _ := o.linkConfig(rtt)
+		p, err := wanem.NewPipe(cfg)
+		if err != nil {
+			return res, fmt.Errorf("link at RTT %v: %w", rtt, err)
+		}
+		res.QueueBytes = int(p.QueueLimitBytes())
+	}
+	if o.QueueDelay > 0 {
+		res.QueueDelayMs = ms(o.QueueDelay)
 	}
 	restore, err := allowCongestionControl(o.CC)
 	if err != nil {
@@ -137,14 +202,19 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 		total += len(o.Profiles) * o.Runs
 	}
 	done := 0
-	timeout := runTimeout(o.BytesPerStream*int64(o.Streams), float64(o.RateBps))
 	measure := func(pt Point, what string, n int) ([]IperfResult, error) {
+		rtt := time.Duration(pt.RTTms * float64(time.Millisecond))
+		// Plain TCP crawls on a lossy link; the transfer waits out the
+		// outage too.
+		timeout := lossyRunTimeout(o.BytesPerStream*int64(o.Streams), float64(o.RateBps), o.Streams, rtt, o.LossPct+o.BurstLossPct) + o.OutageFor
 		var runs []IperfResult
 		for i := 0; i < n; i++ {
 			if err := applyTCP(ctx, l, o.CC, profileOf(o.Profiles, pt.Profile)); err != nil {
 				return nil, err
 			}
-			r, err := runIperf(ctx, l, l.Client, srv, o.BytesPerStream, o.Streams, timeout)
+			run := iperfRun{BytesPerStream: o.BytesPerStream, Streams: o.Streams, Timeout: timeout,
+				OutageAt: o.OutageAt, OutageFor: o.OutageFor, LinkBps: float64(o.RateBps), Interval: ReportInterval(rtt)}
+			r, err := runIperf(ctx, l, l.Client, srv, run)
 			if err != nil {
 				return nil, fmt.Errorf("rtt %gms profile %s, %s run %d: %w", pt.RTTms, pt.Profile, what, i+1, err)
 			}
@@ -157,8 +227,8 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 		return runs, nil
 	}
 	startLink := func(rtt time.Duration) error {
-		cfg := wanem.Config{Delay: rtt / 2, RateBps: o.RateBps, QueueBytes: o.QueueBytes}
-		return l.StartLink(ctx, cfg, cfg)
+		ab, ba := o.linkConfig(rtt)
+		return l.StartLink(ctx, ab, ba)
 	}
 
 	if !haveZero {
@@ -171,7 +241,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 			if err != nil {
 				return res, err
 			}
-			res.Plain0ms[prof.Name], _ = trimmedMean(runs)
+			res.Plain0ms[prof.Name] = measuredMean(runs)
 		}
 	}
 	for _, rtt := range o.RTTs {
@@ -185,7 +255,8 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 			if rows[i].PlainRuns, err = measure(pt, "plain", o.Runs); err != nil {
 				return res, err
 			}
-			rows[i].PlainMbps, _ = trimmedMean(rows[i].PlainRuns)
+			rows[i].PlainMbps = measuredMean(rows[i].PlainRuns)
+			rows[i].PlainFailed, rows[i].PlainRecoveryS = outageSummary(rows[i].PlainRuns)
 			if rtt == 0 {
 				res.Plain0ms[prof.Name] = rows[i].PlainMbps
 			}
@@ -202,6 +273,43 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	}
 	res.FillRatios()
 	return res, nil
+}
+
+// measuredMean is the published reduction (trimmedMean) of the runs that
+// did not fail; 0 if all failed.
+func measuredMean(runs []IperfResult) float64 {
+	ok := slices.DeleteFunc(slices.Clone(runs), func(r IperfResult) bool { return r.Failed })
+	if len(ok) == 0 {
+		return 0
+	}
+	m, _ := trimmedMean(ok)
+	return m
+}
+
+// outageSummary counts the failed runs and returns the mean recovery time
+// of those that recovered: NotRecovered if the outage hit some and none
+// recovered, 0 if it hit none that did not fail.
+func outageSummary(runs []IperfResult) (failed int, recoveryS float64) {
+	var hit, recovered int
+	for _, r := range runs {
+		switch {
+		case r.Failed:
+			failed++
+		case r.RecoveryS > 0:
+			recovered++
+			recoveryS += r.RecoveryS
+			hit++
+		case r.RecoveryS == NotRecovered:
+			hit++
+		}
+	}
+	switch {
+	case recovered > 0:
+		return failed, recoveryS / float64(recovered)
+	case hit > 0:
+		return failed, NotRecovered
+	}
+	return failed, 0
 }
 
 // FillRatios sets each row's ratio once the rows are measured: 0 ms need
@@ -227,7 +335,11 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 		return err
 	}
 	row.Cold, row.ColdMbps = cold[0], cold[0].Mbps
-	if _, err := runIperf(ctx, l, l.Client, srv, o.WarmBytes, o.Streams, 60*time.Second); err != nil {
+	_, row.ColdRecoveryS = outageSummary(cold)
+	if cold[0].Failed {
+		waitAfterFailure(o, edges)
+	}
+	if _, err := runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.WarmBytes, Streams: o.Streams, Timeout: 60 * time.Second}); err != nil {
 		return fmt.Errorf("warming transfer: %w", err)
 	}
 	if err := edges.WaitNoFlows(10 * time.Second); err != nil {
@@ -248,6 +360,10 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 			return err
 		}
 		row.WanoptRuns = append(row.WanoptRuns, runs...)
+		if runs[0].Failed {
+			waitAfterFailure(o, edges)
+			continue
+		}
 		if err := edges.WaitNoFlows(10 * time.Second); err != nil {
 			return err
 		}
@@ -267,8 +383,19 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	row.FarPacketsLost = tun1.PacketsLost - tun0.PacketsLost
 	row.FarRetransPct = 100 * float64(tun1.Retransmitted-tun0.Retransmitted) / float64(max(1, tun1.BytesSent-tun0.BytesSent))
 	o.Logger.Debug("edges' CPU", "rtt_ms", row.RTTms, "profile", row.Profile, "wall", wall, "near_cpu", near1-near0, "far_cpu", far1-far0)
-	row.WanoptMbps, _ = trimmedMean(row.WanoptRuns)
+	row.WanoptMbps = measuredMean(row.WanoptRuns)
+	row.WanoptFailed, row.WanoptRecoveryS = outageSummary(row.WanoptRuns)
 	return edges.Stop()
+}
+
+// waitAfterFailure gives the edges time to drop the flows of a run that
+// failed during an outage. Flows still listed then are logged, not fatal:
+// the failure is the run's result, and the next run shows whether the
+// edges recovered.
+func waitAfterFailure(o CiscoOptions, edges *Edges) {
+	if err := edges.WaitNoFlows(30 * time.Second); err != nil {
+		o.Logger.Warn("after a failed run", "err", err)
+	}
 }
 
 func maxRef(m map[string]float64) float64 {
@@ -288,14 +415,56 @@ func profileOf(ps []Profile, name string) Profile {
 	return Modern
 }
 
-// Markdown renders the experiment as a markdown table.
+// Markdown renders the experiment as a markdown table. With an outage it
+// adds each path's recovery time (see recoveryCell) and the failed runs.
 func (r CiscoResult) Markdown() string {
 	var b strings.Builder
-	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s | near edge CPU % | far edge CPU % | ProbeRTTs |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	outage := r.Impairments.HasOutage()
+	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s | near edge CPU % | far edge CPU % | ProbeRTTs |")
+	if outage {
+		b.WriteString(" plain TCP recovery s | wanopt recovery s | cold recovery s | failed runs plain/wanopt/cold |")
+	}
+	b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+	if outage {
+		b.WriteString("---:|---:|---:|---:|")
+	}
+	b.WriteString("\n")
 	for _, row := range r.Rows {
-		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.0f | %d |\n", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps, row.NearCPUPct, row.FarCPUPct, row.FarProbeRTTs)
+		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.0f | %d |", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps, row.NearCPUPct, row.FarCPUPct, row.FarProbeRTTs)
+		if outage {
+			coldFailed := 0
+			if row.Cold.Failed {
+				coldFailed = 1
+			}
+			fmt.Fprintf(&b, " %s | %s | %s | %d/%d/%d |", recoveryCell(row.PlainRuns), recoveryCell(row.WanoptRuns), recoveryCell([]IperfResult{row.Cold}),
+				row.PlainFailed, row.WanoptFailed, coldFailed)
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// recoveryCell sums up the recovery of runs with an outage: the mean
+// recovery time of those that recovered, "never" if none did, with how
+// many did not; "–" if the outage hit none of the runs that completed
+// (they ended before it, or failed).
+func recoveryCell(runs []IperfResult) string {
+	_, mean := outageSummary(runs)
+	never := 0
+	for _, r := range runs {
+		if !r.Failed && r.RecoveryS == NotRecovered {
+			never++
+		}
+	}
+	switch {
+	case mean == 0:
+		return "–"
+	case mean == NotRecovered:
+		return "never"
+	case never > 0:
+		return fmt.Sprintf("%.1f (%d never)", mean, never)
+	}
+	return fmt.Sprintf("%.1f", mean)
 }
 
 // Line is the closing key=value summary for the last row (the last RTT).

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCiscoReport(t *testing.T) {
@@ -154,4 +155,59 @@ func netnsWithPrefix(prefix string) string {
 		}
 	}
 	return strings.Join(found, ", ")
+}
+
+// TestCiscoReportWithOutage: with an outage the table gains the recovery
+// and failure columns, failed runs count in no mean, and all of it
+// survives the JSON round trip (--replot).
+func TestCiscoReportWithOutage(t *testing.T) {
+	plain := []IperfResult{
+		{Mbps: 50, OutageStartS: 2, OutageEndS: 7, RecoveryS: 3},
+		{Mbps: 60, OutageStartS: 2, OutageEndS: 7, RecoveryS: NotRecovered},
+		{Mbps: 70, OutageStartS: 2, OutageEndS: 7, RecoveryS: 5},
+		{Failed: true, Error: "iperf client: exit status 1: read failed: Connection reset by peer", OutageStartS: 2, OutageEndS: 7},
+	}
+	wan := []IperfResult{{Mbps: 200}, {Mbps: 210}} // both ended before the outage
+	failed, rec := outageSummary(plain)
+	if failed != 1 || rec != 4 {
+		t.Fatalf("outageSummary = %d failed, %v s; want 1 and the mean of 3 and 5", failed, rec)
+	}
+	if m := measuredMean(plain); m != 60 {
+		t.Fatalf("measuredMean = %v, want 60 (the failed run left out, then the trimmed mean)", m)
+	}
+	if _, rec := outageSummary(plain[1:2]); rec != NotRecovered {
+		t.Fatalf("a run that never recovered: %v, want NotRecovered", rec)
+	}
+	r := CiscoResult{RateMbps: 100, Streams: 1, Runs: 4, CC: "cubic",
+		Impairments: LinkImpairments{OutageAt: 2 * time.Second, OutageFor: 5 * time.Second},
+		Plain0ms:    map[string]float64{"modern": 96},
+		Rows: []CiscoRow{{RTTms: 100, Profile: "modern", PlainMbps: 60, WanoptMbps: 205, PlainFailed: 1,
+			PlainRuns: plain, WanoptRuns: wan, Cold: IperfResult{Failed: true, Error: "reset"}}},
+	}
+	md := r.Markdown()
+	for _, want := range []string{
+		"| plain TCP recovery s | wanopt recovery s | cold recovery s | failed runs plain/wanopt/cold |",
+		"| 4.0 (1 never) | – | – | 1/0/1 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("table lacks %q:\n%s", want, md)
+		}
+	}
+	js, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back CiscoResult
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Markdown() != md {
+		t.Errorf("the JSON does not round-trip:\n%s", back.Markdown())
+	}
+	if !strings.Contains(string(js), `"failed":true`) || !strings.Contains(string(js), `"recovery_s":-1`) {
+		t.Errorf("JSON lacks the failed run or the run that never recovered: %s", js)
+	}
+	if strings.Contains((CiscoResult{Rows: r.Rows}).Markdown(), "recovery") {
+		t.Error("recovery columns without an outage")
+	}
 }

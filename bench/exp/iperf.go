@@ -2,11 +2,14 @@ package exp
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,6 +112,42 @@ type IperfResult struct {
 	// see runIperf.
 	Retried     int    `json:"retried,omitempty"`
 	RetryReason string `json:"retry_reason,omitempty"`
+	// Failed is set when a run with an outage did not complete (for
+	// example, its connections were reset during the outage): such a run
+	// is a result, not retried. Error says what happened; Bytes, Seconds
+	// and Mbps are zero and the run counts in no mean.
+	Failed bool   `json:"failed,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// With an outage (LinkImpairments.OutageFor): when the link went down
+	// and came back, in seconds since the iperf client started; both 0
+	// if the transfer ended before the outage was due.
+	OutageStartS float64 `json:"outage_start_s,omitempty"`
+	OutageEndS   float64 `json:"outage_end_s,omitempty"`
+	// RecoveryS is the seconds from the link's return until the end of
+	// the first report interval in which the transfer's throughput was at
+	// least RecoveryBar of the link's goodput limit (GoodputLimitMbps);
+	// NotRecovered (-1) if it never was again before the transfer ended,
+	// 0 when no outage happened during the transfer.
+	RecoveryS float64 `json:"recovery_s,omitempty"`
+	// IntervalS and Intervals are iperf's interval reports (-i), all
+	// streams added up, in seconds since the iperf client started; only
+	// runs with an outage ask for them.
+	IntervalS float64        `json:"interval_s,omitempty"`
+	Intervals []RateInterval `json:"intervals,omitempty"`
+}
+
+// iperfRun describes one measured transfer for runIperf.
+type iperfRun struct {
+	BytesPerStream int64
+	Streams        int
+	Timeout        time.Duration
+	// OutageAt and OutageFor, if OutageFor > 0: the lab's link goes down
+	// OutageAt after the iperf client starts, for OutageFor, and the run
+	// reports its throughput every Interval (at least 0.1 s) to time the
+	// recovery against RecoveryBar of GoodputLimitMbps(LinkBps).
+	OutageAt, OutageFor time.Duration
+	Interval            time.Duration
+	LinkBps             float64
 }
 
 // runTimeout bounds one iperf run of bytes at a link of rateBps: a minute
@@ -116,7 +155,20 @@ type IperfResult struct {
 // windows at 250 ms gets a sixth), so that a wedged run is retried within
 // minutes, not after the time a 5 Mbit/s transfer would take.
 func runTimeout(bytes int64, rateBps float64) time.Duration {
+	return lossyRunTimeout(bytes, rateBps, 1, 0, 0)
+}
+
+// lossyRunTimeout is runTimeout on a link that loses lossPct of packets:
+// plain TCP then gets at most about MSS/RTT·√(3/2)/√p per stream (Mathis
+// et al.), 1.4 Mbit/s at 100 ms and 1 %, far below a twelfth of the link;
+// the floor is lowered to half of that for all streams.
+func lossyRunTimeout(bytes int64, rateBps float64, streams int, rtt time.Duration, lossPct float64) time.Duration {
 	floorBps := max(2e6, rateBps/12)
+	if lossPct > 0 {
+		p := min(lossPct, 100) / 100
+		mathis := 1448 * 8 / max(rtt, time.Millisecond).Seconds() * math.Sqrt(1.5/p)
+		floorBps = min(floorBps, 0.5*float64(max(streams, 1))*mathis)
+	}
 	return time.Minute + time.Duration(float64(bytes)*8/floorBps*float64(time.Second))
 }
 
@@ -124,7 +176,9 @@ var sumRE = regexp.MustCompile(`\[(?:SUM|\s*\*?\d+)\]\s+([0-9.]+)-([0-9.]+)\s+se
 
 // parseIperf reads iperf 2's text output (-f m) and returns the transfer
 // as a whole: the [SUM] line when there are several streams, else the
-// only stream's line.
+// only stream's line (the last one: with -i the interval reports come
+// before it). A transfer that reports less than all its bytes (a stream
+// was reset) is an error.
 func parseIperf(out string, streams int, bytesPerStream int64) (IperfResult, error) {
 	var best []string
 	sc := bufio.NewScanner(strings.NewReader(out))
@@ -148,8 +202,148 @@ func parseIperf(out string, streams int, bytesPerStream int64) (IperfResult, err
 		return IperfResult{}, fmt.Errorf("iperf reported an empty interval: %q", best[0])
 	}
 	r := IperfResult{Bytes: int64(streams) * bytesPerStream, Seconds: secs}
+	// iperf prints three significant digits: allow 1 % for rounding.
+	if moved := iperfBytes(best[3], best[4]); moved < 0.99*float64(r.Bytes) {
+		return IperfResult{}, fmt.Errorf("iperf moved %.0f of %d bytes: %q", moved, r.Bytes, best[0])
+	}
 	r.Mbps = float64(r.Bytes) * 8 / secs / 1e6
 	return r, nil
+}
+
+// iperfBytes converts iperf 2's transfer column (binary multiples) to
+// bytes.
+func iperfBytes(num, unit string) float64 {
+	v, _ := strconv.ParseFloat(num, 64)
+	switch unit {
+	case "K":
+		v *= 1 << 10
+	case "M":
+		v *= 1 << 20
+	case "G":
+		v *= 1 << 30
+	}
+	return v
+}
+
+// streamLineRE matches one stream's report: its id, the interval in
+// seconds of iperf's clock, and the bytes moved.
+var streamLineRE = regexp.MustCompile(`^\[\s*\*?(\d+)\]\s+([0-9.]+)-([0-9.]+)\s+sec\s+([0-9.]+)\s+([KMG]?)Bytes`)
+
+// timedLine is one line of a command's output and when it arrived, since
+// the command started.
+type timedLine struct {
+	at   time.Duration
+	text string
+}
+
+// iperfIntervals adds up the streams' interval reports of a run with
+// '-i interval' into one throughput per interval, in seconds since the
+// client started.
+//
+// It reads the streams' own lines, not the [SUM] lines: with -R, iperf
+// 2.1.8 prints the [SUM] interval reports with garbage times (see the
+// test's sample). Each stream's closing report (0 to its end) and any
+// report seen twice are skipped. Reports are placed on the interval grid
+// by their start, so a stream's last, shorter interval joins the others'.
+//
+// iperf's clock starts when it is connected, not when the process starts;
+// a report for an interval ending at t is printed right after t, so the
+// smallest (arrival − t) over the reports is where iperf's clock starts on
+// the run's clock. lines with no arrival times (all zero) are taken on
+// iperf's clock.
+func iperfIntervals(lines []timedLine, interval time.Duration) []RateInterval {
+	step := interval.Seconds()
+	type agg struct {
+		from, to float64
+		bytes    float64
+	}
+	groups := map[int]*agg{}
+	seen := map[[2]int]bool{}
+	offset := math.Inf(1)
+	for _, l := range lines {
+		m := streamLineRE.FindStringSubmatch(strings.TrimSpace(l.text))
+		if m == nil {
+			continue
+		}
+		id, _ := strconv.Atoi(m[1])
+		from, _ := strconv.ParseFloat(m[2], 64)
+		to, _ := strconv.ParseFloat(m[3], 64)
+		if to <= from || to-from > step*1.01+1e-4 {
+			continue // a stream's closing report
+		}
+		slot := int(math.Round(from / step))
+		if seen[[2]int{id, slot}] {
+			continue
+		}
+		seen[[2]int{id, slot}] = true
+		g := groups[slot]
+		if g == nil {
+			g = &agg{from: from, to: to}
+			groups[slot] = g
+		}
+		g.from, g.to = min(g.from, from), max(g.to, to)
+		g.bytes += iperfBytes(m[4], m[5])
+		offset = min(offset, l.at.Seconds()-to)
+	}
+	if len(groups) == 0 {
+		return nil
+	}
+	offset = max(offset, 0)
+	slots := make([]int, 0, len(groups))
+	for k := range groups {
+		slots = append(slots, k)
+	}
+	slices.Sort(slots)
+	out := make([]RateInterval, 0, len(slots))
+	for _, k := range slots {
+		g := groups[k]
+		out = append(out, RateInterval{StartS: round(g.from+offset, 4), EndS: round(g.to+offset, 4), Mbps: round(g.bytes*8/(g.to-g.from)/1e6, 3)})
+	}
+	return out
+}
+
+// timedOutput collects a command's output (standard output and error
+// together) line by line, with the time each line arrived.
+type timedOutput struct {
+	start time.Time
+	mu    sync.Mutex
+	part  []byte // the incomplete last line
+	lines []timedLine
+	all   strings.Builder
+}
+
+func (w *timedOutput) Write(p []byte) (int, error) {
+	at := time.Since(w.start)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.all.Write(p)
+	w.part = append(w.part, p...)
+	for {
+		i := bytes.IndexByte(w.part, '\n')
+		if i < 0 {
+			break
+		}
+		w.lines = append(w.lines, timedLine{at: at, text: string(w.part[:i])})
+		w.part = w.part[i+1:]
+	}
+	return len(p), nil
+}
+
+func (w *timedOutput) result() (string, []timedLine) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lines := w.lines
+	if len(w.part) > 0 {
+		lines = append(lines, timedLine{at: time.Since(w.start), text: string(w.part)})
+	}
+	return w.all.String(), lines
+}
+
+// round rounds v to digits decimals, for the JSON's sake: iperf's
+// figures have four at most.
+func round(v float64, digits int) float64 {
+	p := math.Pow10(digits)
+	return math.Round(v*p) / p
 }
 
 func tail(s string, n int) string {
@@ -159,21 +353,95 @@ func tail(s string, n int) string {
 	return s
 }
 
-// runIperf runs 'iperf -c server -n N -P streams -R' from client, retrying
-// once with a restarted server if the server died (iperf 2.1.8 bug).
-func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServer, bytesPerStream int64, streams int, timeout time.Duration) (IperfResult, error) {
+// outageTimes is when an outage began and ended, in seconds since the
+// run started; started is false if the run ended before it was due.
+type outageTimes struct {
+	started      bool
+	startS, endS float64
+	err          error
+}
+
+// runOutage takes the lab's link down at after start and brings it up
+// dur later, unless finished closes first. Once begun, the outage lasts
+// its full length even if the transfer ends (the next run must not start
+// inside it); only ctx ends it early. An error bringing the link back is
+// fatal to the experiment and is returned.
+func runOutage(ctx context.Context, l *lab.Lab, start time.Time, at, dur time.Duration, finished <-chan struct{}) outageTimes {
+	t := time.NewTimer(time.Until(start.Add(at)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-finished:
+		return outageTimes{}
+	case <-ctx.Done():
+		return outageTimes{}
+	}
+	if err := l.SetLinkDown(true); err != nil {
+		return outageTimes{err: fmt.Errorf("take the link down for the outage: %w", err)}
+	}
+	ot := outageTimes{started: true, startS: round(time.Since(start).Seconds(), 3)}
+	t.Reset(dur)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	if err := l.SetLinkDown(false); err != nil {
+		ot.err = fmt.Errorf("bring the link back up after the outage: %w", err)
+	}
+	ot.endS = round(time.Since(start).Seconds(), 3)
+	return ot
+}
+
+// runIperf runs 'iperf -c server -n N -P streams -R' from client. Without
+// an outage, it retries up to twice with a restarted server if the server
+// died or the client failed (iperf 2.1.8 bugs). With one, it does not
+// retry: a failed run is returned as a result with Failed set, and the
+// error is for what stops the experiment (the lab or ctx).
+func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServer, run iperfRun) (IperfResult, error) {
+	outage := run.OutageFor > 0
+	interval := max(run.Interval, 100*time.Millisecond)
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		if err := srv.ensure(ctx); err != nil {
 			return IperfResult{}, err
 		}
-		rctx, cancel := context.WithTimeout(ctx, timeout)
-		cmd := l.Command(rctx, client, "iperf", "-c", l.Server.Addr.String(), "-p", "5001",
-			"-n", strconv.FormatInt(bytesPerStream, 10), "-P", strconv.Itoa(streams), "-R", "-f", "m")
-		out, err := cmd.CombinedOutput()
+		rctx, cancel := context.WithTimeout(ctx, run.Timeout)
+		args := []string{"iperf", "-c", l.Server.Addr.String(), "-p", "5001",
+			"-n", strconv.FormatInt(run.BytesPerStream, 10), "-P", strconv.Itoa(run.Streams), "-R", "-f", "m"}
+		if outage {
+			args = append(args, "-i", strconv.FormatFloat(interval.Seconds(), 'f', -1, 64))
+		}
+		cmd := l.Command(rctx, client, args...)
+		w := &timedOutput{start: time.Now()}
+		cmd.Stdout, cmd.Stderr = w, w
+		if err := cmd.Start(); err != nil {
+			cancel()
+			return IperfResult{}, fmt.Errorf("start the iperf client in %s: %w", client.NS, err)
+		}
+		finished := make(chan struct{})
+		otc := make(chan outageTimes, 1)
+		if outage {
+			go func() { otc <- runOutage(ctx, l, w.start, run.OutageAt, run.OutageFor, finished) }()
+		}
+		err := cmd.Wait()
+		close(finished)
+		var ot outageTimes
+		if outage {
+			ot = <-otc
+		}
+		if err != nil && rctx.Err() == context.DeadlineExceeded {
+			err = fmt.Errorf("%w (killed after the run's timeout of %v)", err, run.Timeout)
+		}
 		cancel()
+		out, lines := w.result()
 		if ctx.Err() != nil {
 			return IperfResult{}, ctx.Err()
+		}
+		if ot.err != nil {
+			return IperfResult{}, ot.err
+		}
+		if outage {
+			return outageResult(srv, run, interval, out, lines, err, ot), nil
 		}
 		if srv.died() {
 			lastErr = fmt.Errorf("iperf server died during the run (restarting it): %s", tail(srv.stderr.String(), 200))
@@ -184,11 +452,11 @@ func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServe
 			// each other forever after reading the client's header (seen
 			// once in 130 runs, on plain and wanopt paths alike). Start a
 			// fresh server for the next attempt.
-			lastErr = fmt.Errorf("iperf client: %w: %s", err, tail(string(out), 400))
+			lastErr = fmt.Errorf("iperf client: %w: %s", err, tail(out, 400))
 			srv.kill()
 			continue
 		}
-		r, err := parseIperf(string(out), streams, bytesPerStream)
+		r, err := parseIperf(out, run.Streams, run.BytesPerStream)
 		r.Retried = attempt
 		if lastErr != nil {
 			r.RetryReason = lastErr.Error()
@@ -196,4 +464,31 @@ func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServe
 		return r, err
 	}
 	return IperfResult{}, lastErr
+}
+
+// outageResult makes the result of a run with an outage out of iperf's
+// output and exit (err), failed or not, and restarts a server that may be
+// wedged after a failure.
+func outageResult(srv *iperfServer, run iperfRun, interval time.Duration, out string, lines []timedLine, err error, ot outageTimes) IperfResult {
+	var r IperfResult
+	switch {
+	case srv.died():
+		r = IperfResult{Failed: true, Error: fmt.Sprintf("iperf server died during the run: %s; client said: %s", tail(srv.stderr.String(), 200), tail(out, 300))}
+	case err != nil:
+		r = IperfResult{Failed: true, Error: fmt.Sprintf("iperf client: %v: %s", err, tail(out, 400))}
+		srv.kill()
+	default:
+		var perr error
+		if r, perr = parseIperf(out, run.Streams, run.BytesPerStream); perr != nil {
+			r = IperfResult{Failed: true, Error: perr.Error()}
+			srv.kill()
+		}
+	}
+	r.IntervalS = interval.Seconds()
+	r.Intervals = iperfIntervals(lines, interval)
+	if ot.started {
+		r.OutageStartS, r.OutageEndS = ot.startS, ot.endS
+		r.RecoveryS = recoveryTime(r.Intervals, ot.endS, RecoveryBar*GoodputLimitMbps(run.LinkBps))
+	}
+	return r
 }

@@ -8,16 +8,23 @@ import (
 
 	"github.com/wanopt/wanopt/bench/netsim"
 	"github.com/wanopt/wanopt/bench/netsim/simtcp"
+	"github.com/wanopt/wanopt/internal/monotime"
 )
 
 // SimOptions describe one simulated scenario: a dumbbell whose bottleneck
-// has the given rate, RTT, loss and queue, and Streams transfers of
+// has the given rate, RTT, impairments and queue, and Streams transfers of
 // BytesPerStream each (iperf's -P and -n).
 type SimOptions struct {
-	RateBps        int64
-	RTT            time.Duration
-	LossPct        float64 // random loss on the bottleneck, each way
-	QueueBytes     int     // drop-tail queue; 0 means 2 × BDP (at least 64 KiB)
+	RateBps int64
+	RTT     time.Duration
+	// LinkImpairments apply to both directions of the bottleneck, the
+	// twin of the lab's (each direction draws its own random numbers).
+	// The outage starts OutageAt after the measured transfer starts (after
+	// the warm-up); unlike the lab's emulator, which drops packets as they
+	// arrive, the simulator drops those whose transmission ends inside it,
+	// so the queue drains into it.
+	LinkImpairments
+	QueueBytes     int // drop-tail queue; 0 means 2 × BDP (at least 64 KiB)
 	Streams        int
 	BytesPerStream int64
 	CC             string // bbr, cubic, fixed (tunnel); cubic, reno (plain TCP)
@@ -42,6 +49,13 @@ type SimResult struct {
 	BwEstimateMbps float64 `json:"bw_estimate_mbps,omitempty"`
 	ProbeRTTs      int     `json:"probe_rtts,omitempty"`
 	CwndBytes      int     `json:"cwnd_bytes,omitempty"`
+	// With an outage, as in the lab (see IperfResult): when it began and
+	// ended in seconds since the measured transfer started (both 0 if the
+	// transfer ended first), and the recovery time, from the receiver's
+	// bytes sampled every ReportInterval.
+	OutageStartS float64 `json:"outage_start_s,omitempty"`
+	OutageEndS   float64 `json:"outage_end_s,omitempty"`
+	RecoveryS    float64 `json:"recovery_s,omitempty"`
 }
 
 // Line is the key=value summary of a result.
@@ -66,10 +80,78 @@ func (o *SimOptions) defaults() {
 	}
 }
 
-// dumbbell builds the bottleneck: one link each way with half the RTT.
+// dumbbell builds the bottleneck: one link each way with half the RTT and
+// the impairments (the outage comes later, see trackOutage). o's
+// impairments must be valid.
 func dumbbell(sim *netsim.Sim, o SimOptions, overhead int) (fwd, rev *netsim.Link) {
-	cfg := netsim.LinkConfig{RateBps: o.RateBps, Delay: o.RTT / 2, QueueBytes: o.QueueBytes, OverheadBytes: overhead, LossPercent: o.LossPct}
+	cfg := netsim.LinkConfig{RateBps: o.RateBps, Delay: o.RTT / 2, QueueBytes: o.QueueBytes, OverheadBytes: overhead}
+	o.LinkImpairments.applySim(&cfg)
 	return sim.NewLink(cfg), sim.NewLink(cfg)
+}
+
+// simOutage is the outage of a measured transfer in the simulator and the
+// throughput samples that time its recovery.
+type simOutage struct {
+	sim       *netsim.Sim
+	o         SimOptions
+	start     monotime.Time
+	step      time.Duration
+	delivered func() int64
+	last      int64
+	lastAt    monotime.Time
+	iv        []RateInterval
+}
+
+// trackOutage places o's outage on links, OutageAt from now (the measured
+// transfer's start), and samples delivered (the receivers' bytes) every
+// ReportInterval. It returns nil if o has no outage.
+func trackOutage(sim *netsim.Sim, o SimOptions, links []*netsim.Link, delivered func() int64) *simOutage {
+	if !o.HasOutage() {
+		return nil
+	}
+	el := sim.Elapsed()
+	for _, l := range links {
+		cfg := l.Config()
+		// Outages count from the simulation's start; the warm-up came first.
+		cfg.Outages = []netsim.Outage{{Start: el + o.OutageAt, End: el + o.OutageAt + o.OutageFor}}
+		l.SetConfig(cfg)
+	}
+	t := &simOutage{sim: sim, o: o, start: sim.Now(), step: ReportInterval(o.RTT), delivered: delivered}
+	t.last, t.lastAt = delivered(), t.start
+	var tick func()
+	tick = func() {
+		t.sample()
+		sim.At(sim.Now().Add(t.step), tick)
+	}
+	sim.At(t.start.Add(t.step), tick)
+	return t
+}
+
+// sample records the interval since the last sample.
+func (t *simOutage) sample() {
+	now, n := t.sim.Now(), t.delivered()
+	if now > t.lastAt {
+		t.iv = append(t.iv, RateInterval{StartS: t.lastAt.Sub(t.start).Seconds(), EndS: now.Sub(t.start).Seconds(),
+			Mbps: float64(n-t.last) * 8 / now.Sub(t.lastAt).Seconds() / 1e6})
+	}
+	t.last, t.lastAt = n, now
+}
+
+// fill records the outage and the recovery in r once the transfer has
+// ended after elapsed. A last interval shorter than half a step is left
+// out: streams finishing one by one make it no measure of the link.
+func (t *simOutage) fill(r *SimResult, elapsed time.Duration) {
+	if t == nil || elapsed <= t.o.OutageAt {
+		return
+	}
+	if end := t.start.Add(elapsed); end.Sub(t.lastAt) >= t.step/2 {
+		n := t.delivered()
+		t.iv = append(t.iv, RateInterval{StartS: t.lastAt.Sub(t.start).Seconds(), EndS: elapsed.Seconds(),
+			Mbps: float64(n-t.last) * 8 / end.Sub(t.lastAt).Seconds() / 1e6})
+	}
+	r.OutageStartS = t.o.OutageAt.Seconds()
+	r.OutageEndS = (t.o.OutageAt + t.o.OutageFor).Seconds()
+	r.RecoveryS = recoveryTime(t.iv, r.OutageEndS, RecoveryBar*GoodputLimitMbps(float64(t.o.RateBps)))
 }
 
 // startupReset clears the bottleneck's queue-delay statistics once startup
@@ -82,11 +164,15 @@ func startupReset(sim *netsim.Sim, link *netsim.Link, rtt time.Duration) {
 // stream, 3 MiB buffers, the kernel-like CUBIC (or Reno) of simtcp.
 func SimTCP(o SimOptions) (SimResult, error) {
 	o.defaults()
+	if err := o.LinkImpairments.Validate(); err != nil {
+		return SimResult{}, fmt.Errorf("link impairments: %w", err)
+	}
 	cpu0 := cpuTime()
 	sim := netsim.New(o.Seed)
 	fwd, rev := dumbbell(sim, o, 0)
 	start := sim.Now()
 	senders := make([]*simtcp.Sender, o.Streams)
+	receivers := make([]*simtcp.Receiver, o.Streams)
 	for i := range senders {
 		cfg := simtcp.Config{TotalBytes: o.BytesPerStream}
 		switch strings.ToLower(o.CC) {
@@ -98,9 +184,16 @@ func SimTCP(o SimOptions) (SimResult, error) {
 			return SimResult{}, fmt.Errorf("plain TCP congestion control %q: want cubic or reno", o.CC)
 		}
 		s, r := simtcp.NewPair(cfg)
-		senders[i] = s
+		senders[i], receivers[i] = s, r
 		sim.AddFlow(s, r, fwd, rev, netsim.FlowOptions{})
 	}
+	outage := trackOutage(sim, o, []*netsim.Link{fwd, rev}, func() int64 {
+		var n int64
+		for _, r := range receivers {
+			n += r.Stats().DeliveredBytes
+		}
+		return n
+	})
 	startupReset(sim, fwd, o.RTT)
 	done := func() bool {
 		for _, s := range senders {
@@ -131,6 +224,7 @@ func SimTCP(o SimOptions) (SimResult, error) {
 		res.RetransPct = float64(rexmits) / float64(segs) * 100
 	}
 	res.QueueP95Ms = ms(fwd.QueueDelay().P95)
+	outage.fill(&res, elapsed)
 	res.CPUSeconds = cpuTime() - cpu0
 	if err != nil && res.Complete {
 		err = nil

@@ -16,7 +16,7 @@ func TestSimTCPBaseline(t *testing.T) {
 	if r.GoodputMbps > window*1.02 || r.GoodputMbps < window*0.6 {
 		t.Errorf("one flow, 3 MiB window, 200 ms: %.1f Mbit/s, want at most the window's %.1f and not far below", r.GoodputMbps, window)
 	}
-	lossy, err := SimTCP(SimOptions{RateBps: 250e6, RTT: 100 * time.Millisecond, LossPct: 1, Streams: 4, BytesPerStream: 2 << 20, CC: "cubic"})
+	lossy, err := SimTCP(SimOptions{RateBps: 250e6, RTT: 100 * time.Millisecond, LinkImpairments: LinkImpairments{LossPct: 1}, Streams: 4, BytesPerStream: 2 << 20, CC: "cubic"})
 	if err != nil || !lossy.Complete {
 		t.Fatalf("lossy SimTCP: %+v, %v", lossy, err)
 	}
@@ -28,7 +28,7 @@ func TestSimTCPBaseline(t *testing.T) {
 // The tunnel must deliver every stream's bytes and beat window-limited
 // plain TCP on a long path.
 func TestSimTunnelBeatsPlainTCP(t *testing.T) {
-	o := SimOptions{RateBps: 100e6, RTT: 200 * time.Millisecond, LossPct: 0.5, Streams: 2, BytesPerStream: 16 << 20}
+	o := SimOptions{RateBps: 100e6, RTT: 200 * time.Millisecond, LinkImpairments: LinkImpairments{LossPct: 0.5}, Streams: 2, BytesPerStream: 16 << 20}
 	tun, err := SimTunnel(o)
 	if err != nil || !tun.Complete {
 		t.Fatalf("SimTunnel: %+v, %v", tun, err)
@@ -71,4 +71,51 @@ func TestSimRampAndShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("tunnel vs plain CUBIC: %.2f / %.2f", a, b)
+}
+
+// TestSimOutage: the twin of the lab's outage starts OutageAt after the
+// measured transfer starts (after the warm-up, for the tunnel), stalls
+// both the tunnel and plain TCP, and both report when it was and how
+// long they took to get back to the bar.
+func TestSimOutage(t *testing.T) {
+	o := SimOptions{RateBps: 100e6, RTT: 50 * time.Millisecond, Streams: 2, BytesPerStream: 16 << 20,
+		LinkImpairments: LinkImpairments{OutageAt: time.Second, OutageFor: 2 * time.Second}}
+	clean := o
+	clean.LinkImpairments = LinkImpairments{}
+	for _, run := range []struct {
+		name string
+		f    func(SimOptions) (SimResult, error)
+	}{{"tunnel", SimTunnel}, {"plain TCP", func(o SimOptions) (SimResult, error) { o.CC = "cubic"; return SimTCP(o) }}} {
+		base, err := run.f(clean)
+		if err != nil || !base.Complete || base.OutageEndS != 0 || base.RecoveryS != 0 {
+			t.Fatalf("%s without an outage: %+v, %v", run.name, base, err)
+		}
+		r, err := run.f(o)
+		if err != nil || !r.Complete {
+			t.Fatalf("%s with an outage: %+v, %v", run.name, r, err)
+		}
+		t.Logf("%s: %.2f s without the outage, %.2f s with it; recovered %.2f s after it", run.name, base.Seconds, r.Seconds, r.RecoveryS)
+		if r.OutageStartS != 1 || r.OutageEndS != 3 {
+			t.Errorf("%s: outage %v-%v s, want 1-3 s after the transfer started", run.name, r.OutageStartS, r.OutageEndS)
+		}
+		// Had the outage hit the warm-up instead, the transfer would not
+		// have lost its two seconds.
+		if r.Seconds < base.Seconds+1.5 {
+			t.Errorf("%s: %.2f s with a 2 s outage against %.2f s without: the outage missed the transfer", run.name, r.Seconds, base.Seconds)
+		}
+		// Plain CUBIC restarts from a tiny window after its backed-off
+		// timeouts and may not reach the bar before the end (NotRecovered);
+		// the tunnel must.
+		if r.RecoveryS == NotRecovered && run.name == "plain TCP" {
+			continue
+		}
+		if r.RecoveryS <= 0 || r.RecoveryS > r.Seconds-r.OutageEndS+0.001 {
+			t.Errorf("%s: recovery %v s, want a positive time before the transfer ended (%.2f s)", run.name, r.RecoveryS, r.Seconds)
+		}
+	}
+	late := o
+	late.OutageAt = time.Hour
+	if r, err := SimTunnel(late); err != nil || r.OutageEndS != 0 || r.RecoveryS != 0 {
+		t.Errorf("an outage after the transfer's end was reported: %+v, %v", r, err)
+	}
 }

@@ -215,6 +215,9 @@ func SimTunnel(o SimOptions) (SimResult, error) {
 	if err != nil {
 		return SimResult{}, err
 	}
+	if err := o.LinkImpairments.Validate(); err != nil {
+		return SimResult{}, fmt.Errorf("link impairments: %w", err)
+	}
 	cpu0 := cpuTime()
 	sim := netsim.New(o.Seed)
 	fwd, rev := dumbbell(sim, o, 28) // IPv4 + UDP headers count on the wire
@@ -227,20 +230,19 @@ func SimTunnel(o SimOptions) (SimResult, error) {
 	if err := sim.RunUntil(cli.Established, deadline); err != nil {
 		return SimResult{}, fmt.Errorf("handshake: %w", err)
 	}
-	run := func(streams, perStream int) (*bulk, error) {
-		b := newBulk(cli, srv, streams, perStream)
+	run := func(b *bulk) error {
 		ce.onEvent, se.onEvent = b.onClient, b.onServer
 		b.open(sim.Now())
 		sim.Wake(flow)
 		err := sim.RunUntil(b.done, deadline)
 		if b.failed != nil {
-			return b, b.failed
+			return b.failed
 		}
-		return b, err
+		return err
 	}
 	if !o.Cold {
 		bdp := int(float64(o.RateBps) / 8 * o.RTT.Seconds())
-		if _, err := run(1, max(20*bdp, 1<<20)); err != nil {
+		if err := run(newBulk(cli, srv, 1, max(20*bdp, 1<<20))); err != nil {
 			return SimResult{}, fmt.Errorf("warm-up transfer: %w", err)
 		}
 		sim.RunFor(500 * time.Millisecond) // a pause between transfers
@@ -251,7 +253,10 @@ func SimTunnel(o SimOptions) (SimResult, error) {
 	} else {
 		fwd.ResetQueueDelay()
 	}
-	b, err := run(o.Streams, int(o.BytesPerStream))
+	b := newBulk(cli, srv, o.Streams, int(o.BytesPerStream))
+	start := sim.Now() // the streams open now: the twin of the iperf client's start
+	outage := trackOutage(sim, o, []*netsim.Link{fwd, rev}, func() int64 { return b.received })
+	err = run(b)
 	after := cli.Stats()
 	scenario := "wanopt tunnel (warm)"
 	if o.Cold {
@@ -271,6 +276,9 @@ func SimTunnel(o SimOptions) (SimResult, error) {
 	res.BwEstimateMbps = float64(after.BandwidthBps) / 1e6
 	res.ProbeRTTs = after.BBR.ProbeRTTCount - before.BBR.ProbeRTTCount
 	res.CwndBytes = after.CongestionWindow
+	if b.lastByte != 0 {
+		outage.fill(&res, b.lastByte.Sub(start))
+	}
 	res.CPUSeconds = cpuTime() - cpu0
 	return res, err
 }

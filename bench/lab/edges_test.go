@@ -50,3 +50,60 @@ func TestEdgesCarryTraffic(t *testing.T) {
 		t.Errorf("link counters %d/%d packets: the probes did not cross the emulated link", st.AB.Packets, st.BA.Packets)
 	}
 }
+
+// TestLinkOutage takes the running link helper down and up through the
+// lab: probes sent while it is down are lost and counted as outage drops,
+// and probes cross again once it is up.
+func TestLinkOutage(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: lab tests create network namespaces and need root (run 'sudo make test')")
+	}
+	t.Setenv(helperEnv, "1")
+	ctx := context.Background()
+	l, err := lab.Build(ctx, lab.Options{Kind: lab.Direct, LinkCommand: []string{os.Args[0]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.SetLinkDown(true); err == nil {
+		t.Error("SetLinkDown without a running link did not fail")
+	}
+	cfg := wanem.Config{Delay: 2 * time.Millisecond}
+	if err := l.StartLink(ctx, cfg, cfg); err != nil {
+		t.Fatal(err)
+	}
+	// probe returns how many of 10 probes came back (measure.RTT fails
+	// when none did).
+	probe := func() int {
+		t.Helper()
+		r, err := measure.RTT(ctx, l.Client.NS, l.Client.Addr, l.Server.NS, l.Server.Addr, 10, 5*time.Millisecond, 200*time.Millisecond)
+		if err != nil && r.Received != 0 {
+			t.Fatal(err)
+		}
+		return r.Received
+	}
+	if n := probe(); n < 8 {
+		t.Fatalf("before the outage %d of 10 probes came back, want ≥8", n)
+	}
+	if err := l.SetLinkDown(true); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the helper reads the command
+	if n := probe(); n != 0 {
+		t.Errorf("during the outage %d of 10 probes came back, want 0", n)
+	}
+	if err := l.SetLinkDown(false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := probe(); n < 8 {
+		t.Errorf("after the outage %d of 10 probes came back, want ≥8", n)
+	}
+	st := l.StopLink()
+	if st.AB.OutageDrops < 10 {
+		t.Errorf("A→B outage drops %d, want at least the 10 probes", st.AB.OutageDrops)
+	}
+	if err := l.SetLinkDown(false); err == nil {
+		t.Error("SetLinkDown after StopLink did not fail")
+	}
+}

@@ -2,10 +2,12 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestNamePattern(t *testing.T) {
@@ -69,5 +71,38 @@ func TestUnknownKind(t *testing.T) {
 	needRoot(t)
 	if _, err := Build(context.Background(), Options{Kind: "mesh"}); err == nil {
 		t.Fatal("unknown topology accepted")
+	}
+}
+
+// downRecorder records the SetDown calls the link helper makes.
+type downRecorder struct{ calls []bool }
+
+func (d *downRecorder) SetDown(down bool) { d.calls = append(d.calls, down) }
+
+// TestLinkCommands feeds the helper's standard input as the lab writes it,
+// spec and commands in one stream, and checks that the spec is decoded,
+// that down and up reach the link in order, and that an unknown command
+// is reported and ignored.
+func TestLinkCommands(t *testing.T) {
+	in := strings.NewReader(`{"a":{"ns":"n1","dev":"wan0"},"b":{"ns":"n2","dev":"wan0"},"ab":{"delay":5000000}}` +
+		"\ndown\n  up  \nsideways\n\ndown\n")
+	spec, control, err := readLinkSpec(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.A.NS != "n1" || spec.B.NS != "n2" || spec.AB.Delay != 5*time.Millisecond {
+		t.Fatalf("spec decoded as %+v", spec)
+	}
+	var rec downRecorder
+	var log strings.Builder
+	readLinkCommands(control, &rec, &log)
+	if fmt.Sprint(rec.calls) != "[true false true]" {
+		t.Errorf("SetDown calls %v, want [true false true]", rec.calls)
+	}
+	if !strings.Contains(log.String(), `"sideways"`) || strings.Count(log.String(), "\n") != 1 {
+		t.Errorf("log %q: want one line about the unknown command", log.String())
+	}
+	if _, _, err := readLinkSpec(strings.NewReader("down\n")); err == nil {
+		t.Error("a command before the spec was accepted as a spec")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,20 +40,48 @@ type LinkStats struct {
 
 const readyLine = "wanem ready"
 
+// The link helper's commands, one per line on its standard input after the
+// spec (see RunLinkSpec).
+const (
+	cmdDown = "down"
+	cmdUp   = "up"
+)
+
 // RunLink is the body of the link helper process (wanbench link): it reads a
 // LinkSpec as JSON from in, attaches to both TUN devices, prints a ready
 // line on out, forwards packets until ctx is done, then prints the final
-// LinkStats as one JSON line on out.
+// LinkStats as one JSON line on out. After the spec it reads commands from
+// in (see RunLinkSpec); the end of in does not stop the link.
 func RunLink(ctx context.Context, in io.Reader, out io.Writer) error {
-	var spec LinkSpec
-	if err := json.NewDecoder(in).Decode(&spec); err != nil {
-		return fmt.Errorf("read link spec (JSON on standard input): %w", err)
+	spec, control, err := readLinkSpec(in)
+	if err != nil {
+		return err
 	}
-	return RunLinkSpec(ctx, spec, out)
+	return RunLinkSpec(ctx, spec, control, out)
 }
 
-// RunLinkSpec is RunLink with the spec given.
-func RunLinkSpec(ctx context.Context, spec LinkSpec, out io.Writer) error {
+// readLinkSpec decodes the JSON spec at the start of in and returns it with
+// the rest of in, where the commands are.
+func readLinkSpec(in io.Reader) (LinkSpec, io.Reader, error) {
+	var spec LinkSpec
+	dec := json.NewDecoder(in)
+	if err := dec.Decode(&spec); err != nil {
+		return spec, nil, fmt.Errorf("read link spec (JSON on standard input): %w", err)
+	}
+	// The decoder may have read past the spec: the commands start in its
+	// buffer.
+	return spec, io.MultiReader(dec.Buffered(), in), nil
+}
+
+// RunLinkSpec is RunLink with the spec given. If control is not nil, it
+// reads commands from it, one per line, while the link runs: "down" takes
+// the link down (an outage: every packet entering either direction is
+// dropped, see wanem.Link.SetDown) and "up" brings it back. Other lines are
+// reported on standard error and ignored. The end of control, or an error
+// reading it, stops only the reading of commands, not the link. A control
+// reader that blocks keeps its reading goroutine alive after RunLinkSpec
+// returns (the helper process exits right after, so that is harmless).
+func RunLinkSpec(ctx context.Context, spec LinkSpec, control io.Reader, out io.Writer) error {
 	a, err := OpenTUN(spec.A.NS, spec.A.Dev)
 	if err != nil {
 		return err
@@ -66,6 +95,9 @@ func RunLinkSpec(ctx context.Context, spec LinkSpec, out io.Writer) error {
 	link, err := wanem.NewLink(a, b, spec.AB, spec.BA)
 	if err != nil {
 		return err
+	}
+	if control != nil {
+		go readLinkCommands(control, link, os.Stderr)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -91,10 +123,33 @@ func RunLinkSpec(ctx context.Context, spec LinkSpec, out io.Writer) error {
 	return json.NewEncoder(out).Encode(st)
 }
 
+// readLinkCommands applies the commands read from r (see RunLinkSpec) to
+// link until r ends, and reports unknown ones on log.
+func readLinkCommands(r io.Reader, link interface{ SetDown(bool) }, log io.Writer) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		switch line := strings.TrimSpace(sc.Text()); line {
+		case cmdDown:
+			link.SetDown(true)
+		case cmdUp:
+			link.SetDown(false)
+		case "":
+		default:
+			fmt.Fprintf(log, "link helper: unknown command %q on standard input ignored; want %q or %q\n", line, cmdDown, cmdUp)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintf(log, "link helper: reading commands stopped: %v\n", err)
+	}
+}
+
 type linkProc struct {
 	cmd   *exec.Cmd
 	out   *bufio.Reader
 	stats chan LinkStats
+
+	mu    sync.Mutex // serializes commands on stdin
+	stdin io.WriteCloser
 }
 
 // StartLink starts the link helper between the two wan0 devices with the
@@ -119,7 +174,12 @@ func (l *Lab) StartLink(ctx context.Context, ab, ba wanem.Config) error {
 		argv = append([]string{"chrt", "-f", "10"}, argv...)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin = strings.NewReader(string(js))
+	// Standard input stays open after the spec for the commands
+	// (SetLinkDown); Wait closes it.
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
 	cmd.Stderr = os.Stderr
 	// GOMAXPROCS above the core count keeps the releasers' sleeping
 	// threads from starving the readers.
@@ -132,7 +192,12 @@ func (l *Lab) StartLink(ctx context.Context, ab, ba wanem.Config) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start link helper %q: %w", argv, err)
 	}
-	p := &linkProc{cmd: cmd, out: bufio.NewReader(stdout), stats: make(chan LinkStats, 1)}
+	p := &linkProc{cmd: cmd, out: bufio.NewReader(stdout), stats: make(chan LinkStats, 1), stdin: stdin}
+	if _, err := stdin.Write(append(js, '\n')); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return fmt.Errorf("hand the link spec to the link helper %q: %w", argv, err)
+	}
 	ready := make(chan error, 1)
 	go func() {
 		line, err := p.out.ReadString('\n')
@@ -162,6 +227,30 @@ func (l *Lab) StartLink(ctx context.Context, ab, ba wanem.Config) error {
 	l.mu.Lock()
 	l.link = p
 	l.mu.Unlock()
+	return nil
+}
+
+// SetLinkDown takes the running link down (an outage: the helper drops
+// every packet entering either direction, counted in
+// wanem.Counters.OutageDrops) or, with false, brings it up again. The
+// helper applies it as soon as it reads the command, well within a
+// millisecond. It is safe to call from any goroutine.
+func (l *Lab) SetLinkDown(down bool) error {
+	l.mu.Lock()
+	p := l.link
+	l.mu.Unlock()
+	if p == nil {
+		return errors.New("lab: no link is running to take down or up; call StartLink first")
+	}
+	cmd := cmdUp
+	if down {
+		cmd = cmdDown
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
+		return fmt.Errorf("tell the link helper %q: %w (has it exited? see its standard error)", cmd, err)
+	}
 	return nil
 }
 

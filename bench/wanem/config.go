@@ -42,6 +42,11 @@ var ErrInvalidConfig = errors.New("wanem: invalid link config")
 // perfect link: no delay, no loss, unlimited rate.
 //
 // A packet entering the direction at time now goes through, in order:
+//  0. the outage: while the direction is down (Pipe.SetDown, Link.SetDown;
+//     an outage is switched at run time, it is not part of the Config) the
+//     packet is dropped and counted in OutageDrops. Packets already in the
+//     pipe when it goes down are still released, as when a router in front
+//     of the link drops everything: the outage acts at the entrance;
 //  1. random loss with probability LossPct/100;
 //  2. burst loss by the Gilbert–Elliott model in BurstLoss, if set;
 //  3. the drop-tail queue: with RateBps set, the packet is dropped if the

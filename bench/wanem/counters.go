@@ -20,6 +20,9 @@ type Counters struct {
 	// drop-tail queue was full.
 	QueueDrops     uint64 `json:"queue_drops"`
 	QueueDropBytes uint64 `json:"queue_drop_bytes"`
+	// OutageDrops counts packets dropped because they arrived while the
+	// direction was down (Pipe.SetDown, Link.SetDown).
+	OutageDrops uint64 `json:"outage_drops"`
 	// Invalid counts empty packets and packets over MaxPacketBytes.
 	Invalid uint64 `json:"invalid"`
 	// Duplicated counts extra copies made (DupPct).

@@ -13,7 +13,8 @@
 // emulator's own timing error stays far below the project's precision
 // target (RTT within ±0.5 ms + 1 %, rate within ±2 %).
 //
-// One direction, in order: random loss, Gilbert–Elliott burst loss, the
+// One direction, in order: the outage (Link.SetDown takes the link down
+// and up at run time), random loss, Gilbert–Elliott burst loss, the
 // drop-tail queue in front of the rate limiter, the rate limiter itself
 // (the bottleneck), propagation delay plus jitter, and finally reordering
 // and duplication. See Config for the exact semantics of each step.

@@ -80,6 +80,19 @@ func NewLink(a, b Device, ab, ba Config) (*Link, error) {
 	}}, nil
 }
 
+// SetDown takes both directions of the link down (every packet read from
+// either device is dropped and counted in Counters.OutageDrops) or, with
+// false, up again: a link outage. Packets already in the pipes are still
+// released. It is safe to call at any time from any goroutine, also before
+// or while Run runs.
+func (l *Link) SetDown(down bool) {
+	for _, d := range l.dirs {
+		d.mu.Lock()
+		d.pipe.SetDown(down)
+		d.mu.Unlock()
+	}
+}
+
 // Stats returns a snapshot of the counters of both directions. It is safe
 // to call at any time, also while Run runs.
 func (l *Link) Stats() (ab, ba Counters) {

@@ -32,6 +32,8 @@ type Pipe struct {
 	lossRng, geRng, jitterRng, reorderRng, dupRng *rand.Rand
 	geBad                                         bool
 
+	down bool // SetDown: every arriving packet is dropped
+
 	lastNow     monotime.Time
 	lastDepart  monotime.Time // departure of the last packet admitted
 	txRemainder uint64        // carried fraction of a ns, in units of 1/RateBps ns
@@ -85,14 +87,24 @@ func (p *Pipe) Len() int { return p.inOrder.len() + len(p.held) }
 // Counters returns a snapshot of the counters.
 func (p *Pipe) Counters() Counters { return p.c }
 
+// SetDown takes the pipe down (every packet Enqueue is given is dropped
+// and counted in Counters.OutageDrops) or, with false, up again. Packets
+// already in the pipe are released as usual. It takes no time: the outage
+// acts at arrival, so only its order with the Enqueue calls matters.
+func (p *Pipe) SetDown(down bool) { p.down = down }
+
+// Down reports whether the pipe is down (see SetDown).
+func (p *Pipe) Down() bool { return p.down }
+
 // chance reports true with probability pct/100.
 func chance(r *rand.Rand, pct float64) bool {
 	return pct > 0 && r.Float64()*100 < pct
 }
 
 // Enqueue offers pkt, which arrived at now, to the pipe. The pipe copies
-// pkt; the caller keeps ownership of it. The packet may be dropped (loss,
-// full queue, or invalid size), which shows only in the Counters.
+// pkt; the caller keeps ownership of it. The packet may be dropped
+// (outage, loss, full queue, or invalid size), which shows only in the
+// Counters.
 func (p *Pipe) Enqueue(now monotime.Time, pkt []byte) {
 	size := len(pkt)
 	if size == 0 || size > MaxPacketBytes {
@@ -102,6 +114,10 @@ func (p *Pipe) Enqueue(now monotime.Time, pkt []byte) {
 	now = max(now, p.lastNow)
 	p.lastNow = now
 
+	if p.down {
+		p.c.OutageDrops++
+		return
+	}
 	if chance(p.lossRng, p.cfg.LossPct) {
 		p.c.Lost++
 		return

@@ -668,3 +668,67 @@ func TestPreemptible(t *testing.T) {
 		t.Fatal("pipe with an in-order packet is preemptible")
 	}
 }
+
+// TestOutage: while the pipe is down every arriving packet is dropped and
+// counted, the packets already inside are released on time, nothing of
+// the outage lingers in the queue or rate limiter, and packets flow again
+// once it is up.
+func TestOutage(t *testing.T) {
+	cfg := Config{Delay: 10 * time.Millisecond, RateBps: 8e6} // 1 byte per µs
+	p := mustPipe(t, cfg)
+	p.Enqueue(t0, packet(1000, 0)) // in the pipe before the outage
+	p.SetDown(true)
+	if !p.Down() {
+		t.Fatal("Down() = false after SetDown(true)")
+	}
+	for i := range 9 {
+		p.Enqueue(t0.Add(time.Duration(i)*time.Microsecond), packet(1000, uint64(1+i)))
+	}
+	if c := p.Counters(); c.OutageDrops != 9 || c.QueueDrops != 0 || c.Lost != 0 {
+		t.Fatalf("counters while down: %+v; want 9 outage drops and nothing else", c)
+	}
+	up := t0.Add(20 * time.Millisecond)
+	got := drainDue(p, up, nil)
+	if len(got) != 1 || got[0].seq != 0 || got[0].at != t0.Add(time.Millisecond+10*time.Millisecond) {
+		t.Fatalf("released during the outage %+v; want only packet 0 at t0+11ms", got)
+	}
+	p.SetDown(false)
+	p.Enqueue(up, packet(1000, 10))
+	got = drainAll(t, p)
+	// The dropped packets took no share of the rate: the link is idle, so
+	// packet 10 departs 1 ms (its transmit time) after it arrives.
+	if len(got) != 1 || got[0].seq != 10 || got[0].at != up.Add(11*time.Millisecond) {
+		t.Fatalf("after the outage released %+v; want packet 10 at up+11ms", got)
+	}
+	if c := p.Counters(); c.Packets != 2 || c.OutageDrops != 9 {
+		t.Fatalf("counters at the end: %+v; want 2 released, 9 outage drops", c)
+	}
+}
+
+// TestOutageDrawsNoRandomness: packets dropped by an outage do not shift
+// the random losses of the packets after it, so an outage run and a run
+// without one lose the same packets elsewhere.
+func TestOutageDrawsNoRandomness(t *testing.T) {
+	cfg := Config{LossPct: 30, Seed: 5}
+	withOutage, without := mustPipe(t, cfg), mustPipe(t, cfg)
+	for i := range 100 {
+		at := t0.Add(time.Duration(i) * time.Millisecond)
+		withOutage.SetDown(i >= 40 && i < 60)
+		withOutage.Enqueue(at, packet(100, uint64(i)))
+		if i < 40 || i >= 60 {
+			without.Enqueue(at, packet(100, uint64(i)))
+		}
+	}
+	a, b := drainAll(t, withOutage), drainAll(t, without)
+	if len(a) == 0 || len(a) != len(b) {
+		t.Fatalf("released %d with the outage, %d without; want the same, not 0", len(a), len(b))
+	}
+	for i := range a {
+		if a[i].seq != b[i].seq {
+			t.Fatalf("release %d: seq %d with the outage, %d without", i, a[i].seq, b[i].seq)
+		}
+	}
+	if c := withOutage.Counters(); c.OutageDrops != 20 {
+		t.Fatalf("OutageDrops = %d, want 20", c.OutageDrops)
+	}
+}

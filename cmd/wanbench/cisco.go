@@ -26,6 +26,12 @@ pair of wanopt edges (the first run on a cold tunnel reported apart). Needs
 root, iperf (version 2) and a wanopt binary (--wanopt, next to wanbench, or
 on PATH; 'make build' puts both in bin/).
 
+The impairment flags (--loss, --jitter, --reorder, --dup, --burst-loss,
+--queue) apply to both directions, for plain TCP and wanopt alike. With
+--outage-for, the link goes down --outage-at into every measured transfer;
+the table then shows how long each path took, after the link came back, to
+get back to 80 % of the link's goodput limit (rate x 1448/1500).
+
 Flags:
 `)
 		fs.PrintDefaults()
@@ -34,6 +40,10 @@ Flags:
 	cc := fs.String("cc", "cubic", "the end hosts' kernel congestion control")
 	wanopt := fs.String("wanopt", "", "the wanopt binary (default: next to wanbench, else on PATH)")
 	egressMode := fs.String("egress", "kernel", "the far edge's egress: kernel (its own socket) or transparent (from the client's address, through its own TUN)")
+	imp := addImpairmentFlags(fs)
+	queueS := fs.String("queue", "", "drop-tail queue: bytes (2MB is 2 MiB) or time at the link rate (50ms); default the published 2,000,000 bytes")
+	streams := fs.Int("streams", 4, "parallel streams (iperf -P)")
+	seed := fs.Int64("seed", 1, "random seed of the link's impairments (one way; the other uses seed+1)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
@@ -50,7 +60,21 @@ Flags:
 	if err != nil {
 		return err
 	}
-	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc}
+	if *streams < 1 {
+		return fmt.Errorf("--streams %d: want at least 1", *streams)
+	}
+	pub.Streams = *streams
+	var queueDelay time.Duration
+	if *queueS != "" {
+		// Given as time, the queue is CiscoOptions.QueueDelay.
+		if pub.QueueBytes, queueDelay, err = parseQueue(*queueS); err != nil {
+			return fmt.Errorf("--queue: %w", err)
+		}
+	}
+	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay}
+	if o.LinkImpairments, err = imp.impairments(); err != nil {
+		return err
+	}
 	switch *egressMode {
 	case "kernel":
 	case "transparent":
@@ -63,8 +87,22 @@ Flags:
 	}
 	start := time.Now()
 	o.Progress = func(done, total int, p exp.Point, what string, r exp.IperfResult) {
-		fmt.Fprintf(os.Stderr, "[%3d/%d %4.0fs] rtt=%gms profile=%s %-9s %6.1f Mbit/s in %.2f s\n",
-			done, total, time.Since(start).Seconds(), p.RTTms, p.Profile, what+":", r.Mbps, r.Seconds)
+		head := fmt.Sprintf("[%3d/%d %4.0fs] rtt=%gms profile=%s %-9s", done, total, time.Since(start).Seconds(), p.RTTms, p.Profile, what+":")
+		var outage string
+		switch {
+		case !o.HasOutage():
+		case r.OutageEndS == 0:
+			outage = "; ended before the outage"
+		case r.RecoveryS == exp.NotRecovered:
+			outage = fmt.Sprintf("; outage %.1f-%.1f s, not back at 80%% of the link before the end", r.OutageStartS, r.OutageEndS)
+		case r.RecoveryS > 0:
+			outage = fmt.Sprintf("; outage %.1f-%.1f s, recovered in %.1f s", r.OutageStartS, r.OutageEndS, r.RecoveryS)
+		}
+		if r.Failed {
+			fmt.Fprintf(os.Stderr, "%s FAILED (%s)%s\n", head, r.Error, outage)
+			return
+		}
+		fmt.Fprintf(os.Stderr, "%s %6.1f Mbit/s in %.2f s%s\n", head, r.Mbps, r.Seconds, outage)
 	}
 	res, err := exp.Cisco(ctx, o)
 	if err != nil {
@@ -82,10 +120,13 @@ Flags:
 	if err := res.WriteFiles(*pf.out); err != nil {
 		return err
 	}
-	fmt.Printf("\nPlain TCP and wanopt, link %.0f Mbit/s, %.1f MB drop-tail queue, iperf -n %dMB -P %d -R, %d runs per point, %s end hosts, %s egress (%.0f s):\n\n",
-		res.RateMbps, float64(res.QueueBytes)/1e6, res.BytesPerStream>>20, res.Streams, res.Runs, res.CC, res.Egress, time.Since(start).Seconds())
+	fmt.Printf("\nPlain TCP and wanopt, link %.0f Mbit/s, %.1f MB drop-tail queue, impairments: %s (seed %d), iperf -n %dMB -P %d -R, %d runs per point, %s end hosts, %s egress (%.0f s):\n\n",
+		res.RateMbps, float64(res.QueueBytes)/1e6, res.Impairments, res.Seed, res.BytesPerStream>>20, res.Streams, res.Runs, res.CC, res.Egress, time.Since(start).Seconds())
 	fmt.Print(res.Markdown())
 	fmt.Printf("\nwanopt / plain 0 ms: against plain TCP's own 0 ms figure in this run (%s). Cold tunnel: the first run on a fresh pair of edges.\n", fmtRefs(res.Plain0ms))
+	if res.Impairments.HasOutage() {
+		fmt.Printf("Recovery: seconds from the link's return until a report interval reached %.1f Mbit/s (80 %% of the link's goodput limit); never: not before the transfer ended; –: the outage hit no run that completed. Failed runs count in no mean.\n", res.RecoveryBarMbps)
+	}
 	fmt.Printf("wrote %s/cisco.{json,md,png}\n", *pf.out)
 	fmt.Println(res.Line())
 	return nil

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/wanopt/wanopt/bench/lab"
@@ -14,7 +13,9 @@ import (
 
 // runLink runs the emulator. With --a and --b it takes its settings from
 // flags (the same impairments both ways); without them it reads a JSON
-// lab.LinkSpec on standard input, which is how the lab starts it.
+// lab.LinkSpec on standard input, which is how the lab starts it. Either
+// way, "down" and "up" lines on standard input then take the link down and
+// up (see lab.RunLinkSpec).
 func runLink(ctx context.Context, args []string) error {
 	fs := pflag.NewFlagSet("link", pflag.ContinueOnError)
 	a := fs.String("a", "", "one end: NETNS:TUNDEV (an existing TUN device)")
@@ -46,12 +47,8 @@ func runLink(ctx context.Context, args []string) error {
 		return err
 	}
 	if q := *queueS; q != "" {
-		if d, err := time.ParseDuration(q); err == nil {
-			cfg.QueueDelay = d
-		} else if n, err := parseBytes(q); err == nil {
-			cfg.QueueBytes = int(n)
-		} else {
-			return fmt.Errorf("--queue %q: want bytes (2MB) or a duration (50ms)", q)
+		if cfg.QueueBytes, cfg.QueueDelay, err = parseQueue(q); err != nil {
+			return fmt.Errorf("--queue: %w", err)
 		}
 	}
 	if cfg.LossPct, err = parsePercent(*lossS); err != nil {
@@ -66,7 +63,8 @@ func runLink(ctx context.Context, args []string) error {
 	ba := cfg
 	ba.Seed++
 	spec := lab.LinkSpec{A: ea, B: eb, AB: cfg, BA: ba}
-	return lab.RunLinkSpec(ctx, spec, os.Stdout)
+	// Commands on standard input ("down", "up") work here too, by hand.
+	return lab.RunLinkSpec(ctx, spec, os.Stdin, os.Stdout)
 }
 
 func parseEnd(s string) (lab.LinkEnd, error) {

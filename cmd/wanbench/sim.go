@@ -15,7 +15,7 @@ func runSim(ctx context.Context, args []string) error {
 	fs := pflag.NewFlagSet("sim", pflag.ContinueOnError)
 	rateS := fs.String("rate", "250mbit", "bottleneck rate")
 	rtt := fs.Duration("rtt", 200*time.Millisecond, "round-trip propagation delay")
-	lossS := fs.String("loss", "0", "random loss each way, e.g. 1%")
+	imp := addImpairmentFlags(fs)
 	queueS := fs.String("queue", "", "bottleneck queue in bytes (default 2 x BDP)")
 	streams := fs.Int("streams", 4, "parallel streams (iperf -P)")
 	bytesS := fs.String("bytes", "100MB", "bytes per stream (iperf -n)")
@@ -36,7 +36,7 @@ func runSim(ctx context.Context, args []string) error {
 		return err
 	}
 	o.RateBps = int64(rate)
-	if o.LossPct, err = parsePercent(*lossS); err != nil {
+	if o.LinkImpairments, err = imp.impairments(); err != nil {
 		return err
 	}
 	if o.BytesPerStream, err = parseBytes(*bytesS); err != nil {
@@ -49,17 +49,34 @@ func runSim(ctx context.Context, args []string) error {
 		}
 		o.QueueBytes = int(q)
 	}
-	fmt.Printf("simulated path: %.0f Mbit/s, RTT %v, loss %.2f%% each way; %d streams x %s\n\n",
-		float64(o.RateBps)/1e6, o.RTT, o.LossPct, o.Streams, strings.ToUpper(*bytesS))
-	fmt.Println("| scenario | cc | goodput Mbit/s | link ratio | retrans % | queue p95 ms | seconds | CPU s |")
-	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Printf("simulated path: %.0f Mbit/s, RTT %v, impairments each way: %s (seed %d); %d streams x %s\n\n",
+		float64(o.RateBps)/1e6, o.RTT, o.LinkImpairments, o.Seed, o.Streams, strings.ToUpper(*bytesS))
+	outage := o.HasOutage()
+	if outage {
+		fmt.Println("| scenario | cc | goodput Mbit/s | link ratio | retrans % | queue p95 ms | seconds | CPU s | recovery s |")
+		fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+	} else {
+		fmt.Println("| scenario | cc | goodput Mbit/s | link ratio | retrans % | queue p95 ms | seconds | CPU s |")
+		fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
+	}
 	row := func(r exp.SimResult) {
 		done := ""
 		if !r.Complete {
 			done = " (incomplete)"
 		}
-		fmt.Printf("| %s%s | %s | %.1f | %.3f | %.2f | %.1f | %.2f | %.2f |\n",
+		fmt.Printf("| %s%s | %s | %.1f | %.3f | %.2f | %.1f | %.2f | %.2f |",
 			r.Scenario, done, r.CC, r.GoodputMbps, r.LinkRatio, r.RetransPct, r.QueueP95Ms, r.Seconds, r.CPUSeconds)
+		if outage {
+			switch {
+			case r.OutageEndS == 0:
+				fmt.Print(" – |")
+			case r.RecoveryS == exp.NotRecovered:
+				fmt.Print(" never |")
+			default:
+				fmt.Printf(" %.1f |", r.RecoveryS)
+			}
+		}
+		fmt.Println()
 	}
 	if !*noTCP {
 		tcp := o
@@ -78,6 +95,10 @@ func runSim(ctx context.Context, args []string) error {
 	if r.BwEstimateMbps > 0 {
 		fmt.Printf("\ntunnel controller at the end: bandwidth estimate %.1f Mbit/s, cwnd %d B, %d ProbeRTT episodes during the transfer\n",
 			r.BwEstimateMbps, r.CwndBytes, r.ProbeRTTs)
+	}
+	if outage {
+		fmt.Printf("\nrecovery: seconds from the link's return (%v after the measured transfer started) until a %v interval reached 80%% of the link's goodput limit (rate x 1448/1500); never: not before the transfer ended; –: the transfer ended before the outage\n",
+			o.OutageAt+o.OutageFor, exp.ReportInterval(o.RTT))
 	}
 	fmt.Println()
 	fmt.Println(r.Line())

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // parseRate reads a link rate such as "250mbit", "1gbit", "800kbit" or a
@@ -55,4 +56,16 @@ func parsePercent(s string) (float64, error) {
 		return 0, fmt.Errorf("percentage %q: want 0 to 100, e.g. 1%%", s)
 	}
 	return v, nil
+}
+
+// parseQueue reads a drop-tail queue limit given in bytes ("2MB") or as
+// time at the link rate ("50ms"); exactly one of the results is set.
+func parseQueue(s string) (bytes int, delay time.Duration, err error) {
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return 0, d, nil
+	}
+	if n, err := parseBytes(s); err == nil {
+		return int(n), 0, nil
+	}
+	return 0, 0, fmt.Errorf("queue %q: want bytes (2MB) or a positive duration at the link rate (50ms)", s)
 }

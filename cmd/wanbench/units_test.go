@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestParseRate(t *testing.T) {
 	for _, c := range []struct {
@@ -41,5 +44,22 @@ func TestParsePercent(t *testing.T) {
 	}
 	if _, err := parsePercent("101"); err == nil {
 		t.Fatal("101% accepted")
+	}
+}
+
+func TestParseQueue(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		bytes int
+		delay time.Duration
+		ok    bool
+	}{
+		{"2MB", 2 << 20, 0, true}, {"50ms", 0, 50 * time.Millisecond, true}, {"1500", 1500, 0, true},
+		{"0s", 0, 0, false}, {"-5ms", 0, 0, false}, {"big", 0, 0, false},
+	} {
+		b, d, err := parseQueue(c.in)
+		if (err == nil) != c.ok || b != c.bytes || d != c.delay {
+			t.Errorf("parseQueue(%q) = %d, %v, %v; want %d, %v ok=%v", c.in, b, d, err, c.bytes, c.delay, c.ok)
+		}
 	}
 }

@@ -45,6 +45,7 @@ const (
 	closedPort    = 7002
 	whoamiPort    = 7003 // answers with the client address it sees
 	iperfPort     = 5001
+	sourcePort    = 7004 // sends the bytes the client asks for (see serveSource)
 )
 
 // TestEndToEnd runs two wanopt edges in the edges lab (100 Mbit/s, RTT
@@ -547,10 +548,11 @@ func startEdgeLab(t *testing.T, ctx context.Context, ab, ba wanem.Config, farArg
 	echo := listenIn(t, l.Server.NS, echoPort)
 	go serveEcho(echo)
 	go serveWhoami(listenIn(t, l.Server.NS, whoamiPort))
+	go serveSource(listenIn(t, l.Server.NS, sourcePort))
 	e := &edgeLab{l: l, dir: dir}
 	e.far = startEdge(t, ctx, l, l.EdgeB, dir, "edgeB", append([]string{
 		"--key", keyB, "--peer-key", pubA, "--listen", "198.18.0.2:4500",
-		"--allow", fmt.Sprintf("198.18.2.2/32:%d,%d,%d", echoPort, whoamiPort, closedPort), "--control", e.sock("far")}, farArgs...)...)
+		"--allow", fmt.Sprintf("198.18.2.2/32:%d,%d,%d,%d", echoPort, whoamiPort, closedPort, sourcePort), "--control", e.sock("far")}, farArgs...)...)
 	e.near = startEdge(t, ctx, l, l.EdgeA, dir, "edgeA",
 		"--key", keyA, "--peer-key", pubB, "--peer", "198.18.0.2:4500",
 		"--tun", "wo0", "--tun-setup", "--route", "198.18.2.0/24", "--control", e.sock("near"))

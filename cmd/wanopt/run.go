@@ -367,6 +367,7 @@ type tunnelReport struct {
 	BytesReceived uint64        `json:"bytes_received"`
 	PacketsLost   uint64        `json:"packets_lost"`
 	Retransmitted uint64        `json:"stream_bytes_retransmitted"`
+	PTOs          uint64        `json:"ptos"` // probe timeouts (an outage shows as a run of them)
 	StreamsOpen   int           `json:"streams_open"`
 	// The stream memory budget: in use and limit.
 	BudgetUsedBytes uint64 `json:"budget_used_bytes"`
@@ -404,6 +405,7 @@ func (e *edge) status(started time.Time) statusReport {
 			Cwnd: s.Tunnel.CongestionWindow, InFlight: s.Tunnel.BytesInFlight,
 			BytesSent: s.Tunnel.BytesSent, BytesReceived: s.Tunnel.BytesReceived,
 			PacketsLost: s.Tunnel.PacketsLost, Retransmitted: s.Tunnel.StreamBytesRetransmitted,
+			PTOs:            s.Tunnel.PTOs,
 			StreamsOpen:     s.Tunnel.StreamsOpen,
 			BudgetUsedBytes: s.Tunnel.BudgetUsedBytes, BudgetBytes: s.Tunnel.BudgetBytes,
 		}
