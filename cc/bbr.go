@@ -19,7 +19,7 @@ const (
 	bbrUpPacingGain      = 1.25
 	bbrProbeRTTCwndGain  = 0.5
 	bbrPacingMargin      = 0.01 // pace 1 % below the model's bandwidth
-	bbrLossThresh        = 0.02 // loss rate that marks inflight as too high
+	bbrLossThresh        = 0.02 // loss rate above the path's random loss that marks inflight as too high
 	bbrECNThresh         = 0.5  // CE-marked fraction that marks it too high
 	bbrBeta              = 0.7  // multiplicative decrease of the bounds
 	bbrHeadroom          = 0.15 // share of inflight_hi left to other flows
@@ -135,11 +135,16 @@ type BBR struct {
 	lossEventsInRound  int
 	lostInRound        int
 	ackedInRound       int
-	prevLostInRound    int  // lostInRound of the previous loss round
-	prevAckedInRound   int  // ackedInRound of the previous loss round
-	appLimitedInRound  bool // a rate sample of this loss round was app-limited
-	cwndLimited        bool // cwnd-limited in this or the previous round
-	cwndLimitedNow     bool // cwnd-limited in this round
+	prevLostInRound    int           // lostInRound of the previous loss round
+	prevAckedInRound   int           // ackedInRound of the previous loss round
+	appLimitedInRound  bool          // a rate sample of this loss round was app-limited
+	minRTTInRound      time.Duration // least RTT sample of this loss round (0: none)
+
+	// The path's random loss, learnt from quiet rounds (see
+	// randomLossRate): decayed sums of their lost and total bytes.
+	quietLost, quietTotal float64
+	cwndLimited           bool // cwnd-limited in this or the previous round
+	cwndLimitedNow        bool // cwnd-limited in this round
 
 	// Startup.
 	filledPipe  bool
@@ -311,6 +316,10 @@ type BBRState struct {
 	ProbeRTTCount   int // ProbeRTT episodes so far
 	DeliveredBytes  int64
 	LostBytes       int64
+	// RandomLoss is the loss rate BBR attributes to the path rather than
+	// to congestion (see randomLossRate); its loss threshold is
+	// bbrLossThresh above it.
+	RandomLoss float64
 }
 
 // State returns a snapshot of the controller.
@@ -331,6 +340,7 @@ func (b *BBR) State() BBRState {
 		ProbeRTTCount:   b.probeRTTCount,
 		DeliveredBytes:  b.rs.Delivered(),
 		LostBytes:       b.rs.LostBytes(),
+		RandomLoss:      b.randomLossRate(),
 	}
 	if b.bwLo != math.MaxUint64 {
 		s.BwLoBps = b.bwLo

@@ -97,6 +97,34 @@ func TestBBRRandomLossKeepsModel(t *testing.T) {
 	}
 }
 
+// TestBBRLearnsHighRandomLoss: on a path that loses 3 % of packets at
+// random, above the draft's 2 % congestion threshold, BBR learns the
+// path's loss from its quiet rounds and keeps the link busy instead of
+// cutting its bounds every round. Several seeds.
+func TestBBRLearnsHighRandomLoss(t *testing.T) {
+	for seed := uint64(900); seed < 904; seed++ {
+		cfg := simConfig{rateBps: 100e6, rtt: 100 * time.Millisecond, seed: seed, lossProb: 0.03}
+		cfg.queueBytes = 2 * cfg.bdpBytes()
+		b := newTestBBR(seed)
+		s := newSim(t, cfg, b)
+		s.run(30*time.Second, func(s *sim) bool { return b.State().Mode.IsProbeBW() })
+		s.run(10*time.Second, nil) // learn
+		rx0 := s.rxBytes
+		const measure = 20 * time.Second
+		s.run(measure, nil)
+		share := float64(s.rxBytes-rx0) * 8 / measure.Seconds() / float64(cfg.rateBps)
+		st := b.State()
+		t.Logf("seed %d: %.1f%% of the link, learnt random loss %.2f%%, inflight_hi %d, bw_lo %d (BDP %d) %+v",
+			seed, 100*share, 100*st.RandomLoss, st.InflightHiBytes, st.BwLoBps, cfg.bdpBytes(), st)
+		if st.RandomLoss < 0.02 || st.RandomLoss > 0.04 {
+			t.Errorf("seed %d: learnt random loss %.2f%%, want about 3%%", seed, 100*st.RandomLoss)
+		}
+		if share < 0.85 {
+			t.Errorf("seed %d: %.1f%% of the link with 3%% random loss, want >= 85%%", seed, 100*share)
+		}
+	}
+}
+
 // warmBBR returns a BBR in ProbeBW with a model of a 100 Mbit/s, 40 ms
 // path, and that path's simulator (idle: the application has no data
 // after 4 s).

@@ -134,6 +134,7 @@ type pathConfig struct {
 	lossPct    float64
 	reorderPct float64
 	dupPct     float64
+	burst      netsim.GilbertElliott
 	outages    []netsim.Outage
 }
 
@@ -150,6 +151,7 @@ func (p pathConfig) link(sim *netsim.Sim) *netsim.Link {
 		OverheadBytes:    28,
 		LossPercent:      p.lossPct,
 		DuplicatePercent: p.dupPct,
+		Burst:            p.burst,
 		Outages:          p.outages,
 	}
 	if p.reorderPct > 0 {
