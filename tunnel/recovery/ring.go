@@ -85,7 +85,11 @@ func (r *sentRing) popResolved() {
 type lostRecord struct {
 	pn     uint64
 	lostAt monotime.Time
-	acked  bool // a spurious loss already counted
+	// largestAcked is the largest acknowledged packet when pn was
+	// declared lost: largestAcked-pn is how far the packets after it
+	// overtook it, if it was only reordered.
+	largestAcked uint64
+	acked        bool // a spurious loss already counted
 }
 
 // lostRing is a fixed-size FIFO of recently lost packets in ascending
@@ -103,12 +107,12 @@ func newLostRing(capacity int) lostRing {
 
 func (l *lostRing) get(i int) *lostRecord { return &l.buf[(l.head+i)%len(l.buf)] }
 
-func (l *lostRing) push(pn uint64, now monotime.Time) {
+func (l *lostRing) push(pn uint64, now monotime.Time, largestAcked uint64) {
 	if l.count == len(l.buf) {
 		l.head = (l.head + 1) % len(l.buf)
 		l.count--
 	}
-	*l.get(l.count) = lostRecord{pn: pn, lostAt: now}
+	*l.get(l.count) = lostRecord{pn: pn, lostAt: now, largestAcked: largestAcked}
 	l.count++
 }
 
@@ -121,8 +125,9 @@ func (l *lostRing) expire(cutoff monotime.Time) {
 }
 
 // markAcked marks the records with packet numbers in [lo, hi] as acked and
-// returns how many were not marked before.
-func (l *lostRing) markAcked(lo, hi uint64) int {
+// returns how many were not marked before, and the largest reordering
+// distance (largestAcked - pn) among them.
+func (l *lostRing) markAcked(lo, hi uint64) (n int, reorder uint64) {
 	// Binary search for the first record with pn >= lo.
 	i, j := 0, l.count
 	for i < j {
@@ -133,7 +138,6 @@ func (l *lostRing) markAcked(lo, hi uint64) int {
 			j = m
 		}
 	}
-	n := 0
 	for ; i < l.count; i++ {
 		rec := l.get(i)
 		if rec.pn > hi {
@@ -142,7 +146,10 @@ func (l *lostRing) markAcked(lo, hi uint64) int {
 		if !rec.acked {
 			rec.acked = true
 			n++
+			if rec.largestAcked > rec.pn {
+				reorder = max(reorder, rec.largestAcked-rec.pn)
+			}
 		}
 	}
-	return n
+	return n, reorder
 }

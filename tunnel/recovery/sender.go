@@ -22,6 +22,10 @@ const (
 	DefaultMaxProbeInterval = 500 * time.Millisecond // longest backed-off probe timeout (see SenderConfig)
 )
 
+// maxPacketThreshold bounds the adapted packet threshold; beyond it the
+// time threshold decides alone.
+const maxPacketThreshold = 1 << 16
+
 // persistentCongestionThreshold is kPersistentCongestionThreshold.
 const persistentCongestionThreshold = 3
 
@@ -115,6 +119,7 @@ type SenderStats struct {
 	BadAcks               uint64 // ACK frames rejected with an error
 	AckDelayCapped        uint64 // ACK frames whose ack delay exceeded PeerMaxAckDelay
 	PTOBackoff            int    // consecutive PTOs without an ACK (the backoff exponent)
+	PacketThreshold       uint64 // the packet threshold now: the configured one, raised when the path reordered
 	BytesInFlight         int
 	CongestionWindow      int
 	TrackedPackets        int // sent-packet records held
@@ -147,6 +152,7 @@ type Sender struct {
 	lossTime             monotime.Time // time-threshold deadline, 0 if none
 	ptoCount             int
 	probesPending        int
+	packetThreshold      uint64 // cfg.PacketThreshold, raised by reordering (adaptPacketThreshold)
 	peerCE               uint64
 	pacerStarted         bool
 
@@ -161,14 +167,16 @@ func NewSender(ctrl cc.Controller, rtt *cc.RTTStats, cfg SenderConfig) *Sender {
 	cfg.setDefaults()
 	rtt.SetMaxAckDelay(cfg.PeerMaxAckDelay)
 	return &Sender{
-		cfg:          cfg,
-		ctrl:         ctrl,
-		rtt:          rtt,
-		pacer:        cc.NewPacer(cfg.MSS),
-		ring:         newSentRing(cfg.InitialCapacity),
-		lost:         newLostRing(cfg.LostHistory),
-		ev:           cc.AckEvent{RTT: rtt},
-		largestAcked: wire.NoPacketNumber,
+		cfg:             cfg,
+		ctrl:            ctrl,
+		rtt:             rtt,
+		pacer:           cc.NewPacer(cfg.MSS),
+		ring:            newSentRing(cfg.InitialCapacity),
+		lost:            newLostRing(cfg.LostHistory),
+		ev:              cc.AckEvent{RTT: rtt},
+		largestAcked:    wire.NoPacketNumber,
+		packetThreshold: cfg.PacketThreshold,
+		stats:           SenderStats{PacketThreshold: cfg.PacketThreshold},
 	}
 }
 

@@ -574,3 +574,43 @@ func TestPTOBackoffCapped(t *testing.T) {
 		t.Errorf("long path: third PTO after %v, want 2 x %v", got, base2)
 	}
 }
+
+// TestPacketThresholdAdaptsToReordering: a packet overtaken by 40 others
+// is declared lost by the packet threshold (3); once its ACK shows the
+// loss was spurious, the threshold rises past 40, so the next packet
+// overtaken by as many is not declared lost before its ACK comes, while
+// the time threshold still declares a real loss.
+func TestPacketThresholdAdaptsToReordering(t *testing.T) {
+	m := newMock(1000 * 1200)
+	s := NewSender(m, cc.NewRTTStats(0), SenderConfig{})
+	var k tokens
+	sendN(s, t0, 41) // 0..40
+	if err := s.OnAck(ms(100), ack(0, [2]uint64{1, 40}), k.ackedFn, k.lostFn); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(k.lost, []uint64{0}) {
+		t.Fatalf("lost %v, want [0] (overtaken by 40 > threshold 3)", k.lost)
+	}
+	if err := s.OnAck(ms(101), ack(0, [2]uint64{0, 40}), k.ackedFn, k.lostFn); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.SpuriousLosses != 1 || st.PacketThreshold != 41 {
+		t.Fatalf("after the spurious loss: %d spurious, packet threshold %d; want 1 and 41", st.SpuriousLosses, st.PacketThreshold)
+	}
+	k = tokens{}
+	sendN(s, ms(101), 41) // 41..81
+	if err := s.OnAck(ms(201), ack(0, [2]uint64{42, 81}), k.ackedFn, k.lostFn); err != nil {
+		t.Fatal(err)
+	}
+	if len(k.lost) != 0 {
+		t.Fatalf("a packet overtaken by 40 declared lost with threshold 41: %v", k.lost)
+	}
+	// Never acknowledged: the time threshold declares it lost.
+	for now := ms(201); len(k.lost) == 0 && now < ms(1000); now = now.Add(time.Millisecond) {
+		s.OnTimeout(now, k.lostFn)
+	}
+	if !slices.Equal(k.lost, []uint64{41}) {
+		t.Fatalf("lost %v, want [41] by the time threshold", k.lost)
+	}
+}
