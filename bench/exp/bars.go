@@ -34,7 +34,10 @@ type BarsOptions struct {
 //  2. 100 ms with 1 % loss, and 600 ms / 50 Mbit/s with 0.5 % loss: >= 0.85;
 //  3. a new stream on a warm connection reaches 80 % of the link within 2 RTTs;
 //  4. 250 Mbit/s, 100 ms, 2-BDP queue: p95 queueing delay <= 0.5 x min RTT;
-//  5. two tunnels share a bottleneck 40-60 %; a tunnel leaves a CUBIC flow >= 1/3.
+//  5. two tunnels share a bottleneck 40-60 %; a tunnel leaves a CUBIC flow >= 1/3;
+//
+// then the simulator's twins of the lab's robustness bars (L1-L6, see
+// labTwinBars).
 func Bars(o BarsOptions) ([]Bar, error) {
 	if o.BytesPerStream == 0 {
 		o.BytesPerStream = 100 << 20
@@ -114,7 +117,83 @@ func Bars(o BarsOptions) ([]Bar, error) {
 	}
 	add(Bar{ID: "5b", Scenario: "tunnel beside a plain CUBIC flow, 100 Mbit/s, 100 ms, 60 s", Metric: "CUBIC's share",
 		Value: b, Target: ">= 0.33", Pass: b >= 1.0/3, Note: fmt.Sprintf("tunnel %.2f", a)})
+	if err := labTwinBars(o, add); err != nil {
+		return bars, err
+	}
 	return bars, nil
+}
+
+// labQueueBytes is the lab's queue in the published test (wanbench cisco's
+// default): the twins use it rather than the simulator's 2-BDP default.
+const labQueueBytes = 2_000_000
+
+// labTwinBars measures the simulator's twins of the lab bars of the
+// robustness issue (loss, jitter and reordering, burst loss, outages, many
+// flows), with the lab's settings: 2 MB queue, the same per-stream bytes
+// as the lab runs that README reports, warm tunnel unless said. Ratios
+// are to the link's goodput limit (rate × 1448/1500: what plain TCP gets
+// at 0 ms, 241.3 Mbit/s at 250 Mbit/s), the lab's reference.
+func labTwinBars(o BarsOptions, add func(Bar)) error {
+	type twin struct {
+		id, scenario string
+		so           SimOptions
+		min          float64
+	}
+	const rate = 250e6
+	rtt100 := 100 * time.Millisecond
+	twins := []twin{
+		{"L1", "250 Mbit/s, 100 ms, 1% loss each way, 4 x 50 MB", SimOptions{RateBps: rate, RTT: rtt100, Streams: 4, BytesPerStream: 50 << 20,
+			LinkImpairments: LinkImpairments{LossPct: 1}}, 0.85},
+		{"L2", "50 Mbit/s, 600 ms, 0.5% loss each way, 4 x 25 MB", SimOptions{RateBps: 50e6, RTT: 600 * time.Millisecond, Streams: 4, BytesPerStream: 25 << 20,
+			LinkImpairments: LinkImpairments{LossPct: 0.5}}, 0.90},
+		{"L2c", "50 Mbit/s, 600 ms, 0.5% loss each way, 4 x 25 MB, cold", SimOptions{RateBps: 50e6, RTT: 600 * time.Millisecond, Streams: 4, BytesPerStream: 25 << 20,
+			LinkImpairments: LinkImpairments{LossPct: 0.5}, Cold: true}, 0.90},
+		{"L3", "250 Mbit/s, 100 ms, 10 ms jitter, 1% reordered, 4 x 50 MB", SimOptions{RateBps: rate, RTT: rtt100, Streams: 4, BytesPerStream: 50 << 20,
+			LinkImpairments: LinkImpairments{Jitter: 10 * time.Millisecond, ReorderPct: 1}}, 0.95},
+		{"L4", "250 Mbit/s, 100 ms, 2% loss in bursts of 3, 4 x 25 MB", SimOptions{RateBps: rate, RTT: rtt100, Streams: 4, BytesPerStream: 25 << 20,
+			LinkImpairments: LinkImpairments{BurstLossPct: 2, BurstLen: 3}}, 0.75},
+		{"L6", "250 Mbit/s, 100 ms, 64 x 4 MB", SimOptions{RateBps: rate, RTT: rtt100, Streams: 64, BytesPerStream: 4 << 20}, 0.95},
+	}
+	for _, tw := range twins {
+		so := tw.so
+		so.CC, so.Seed, so.QueueBytes, so.Limit = o.CC, o.Seed, labQueueBytes, 10*time.Minute
+		r, err := SimTunnel(so)
+		incomplete := errors.Is(err, netsim.ErrDeadline)
+		if err != nil && !incomplete {
+			return fmt.Errorf("bar %s: %w", tw.id, err)
+		}
+		limit := GoodputLimitMbps(float64(so.RateBps))
+		v := r.GoodputMbps / limit
+		b := Bar{ID: tw.id, Scenario: tw.scenario, Metric: "goodput / link's goodput limit", Value: v,
+			Target: fmt.Sprintf(">= %.2f", tw.min), Pass: v >= tw.min && !incomplete,
+			Note: fmt.Sprintf("%.1f Mbit/s, retrans %.2f%%", r.GoodputMbps, r.RetransPct)}
+		if tw.id == "L6" {
+			// The lab bar also asks for plain TCP at 100 ms with the
+			// same streams to be beaten.
+			tcp := so
+			tcp.CC = "cubic"
+			p, err := SimTCP(tcp)
+			if err != nil && !errors.Is(err, netsim.ErrDeadline) {
+				return fmt.Errorf("bar %s plain TCP: %w", tw.id, err)
+			}
+			b.Pass = b.Pass && r.GoodputMbps >= p.GoodputMbps
+			b.Note += fmt.Sprintf("; plain TCP %.1f Mbit/s", p.GoodputMbps)
+		}
+		add(b)
+	}
+	for _, outage := range []time.Duration{5 * time.Second, 60 * time.Second} {
+		so := SimOptions{RateBps: 100e6, RTT: rtt100, Streams: 4, BytesPerStream: 25 << 20, CC: o.CC, Seed: o.Seed,
+			QueueBytes: labQueueBytes, Limit: 10 * time.Minute, LinkImpairments: LinkImpairments{OutageAt: 2 * time.Second, OutageFor: outage}}
+		r, err := SimTunnel(so)
+		if err != nil {
+			return fmt.Errorf("bar L5 (%v outage): %w", outage, err)
+		}
+		ok := r.Complete && r.RecoveryS > 0 && r.RecoveryS <= 2
+		add(Bar{ID: "L5", Scenario: fmt.Sprintf("100 Mbit/s, 100 ms, %v outage 2 s into 4 x 25 MB", outage),
+			Metric: "s back to 80% after the link returns", Value: r.RecoveryS, Target: "<= 2", Pass: ok,
+			Note: fmt.Sprintf("outage %.1f-%.1f s; every byte delivered: %v", r.OutageStartS, r.OutageEndS, r.Complete)})
+	}
+	return nil
 }
 
 // BarsMarkdown renders bars as a table.
