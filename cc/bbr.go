@@ -85,6 +85,16 @@ type BBRConfig struct {
 	// Rand drives the randomised ProbeBW cycle length. Pass a seeded
 	// source for reproducible runs; nil uses a fixed seed.
 	Rand *rand.Rand
+	// InitialBwBps, if set, is the path's bottleneck rate as the operator
+	// knows it (the WAN link's rate). With the first RTT sample BBR takes
+	// it as its bandwidth estimate and goes straight to ProbeBW with a
+	// window of two BDPs, instead of Startup's doubling from
+	// InitialCwndPackets: on a 600 ms path Startup needs about 8 round
+	// trips (5 s) to reach the rate. The estimate is then kept or replaced
+	// as measurements come, as any other: a hint above the real rate
+	// costs losses until the loss bounds and the max filter (two ProbeBW
+	// cycles) correct it.
+	InitialBwBps uint64
 }
 
 // BBR is the BBR congestion controller of draft-ietf-ccwg-bbr (BBRv3):
@@ -93,10 +103,11 @@ type BBRConfig struct {
 // bandwidth-delay product, with loss- and ECN-driven bounds. It
 // implements Controller. Not safe for concurrent use.
 type BBR struct {
-	mss      int
-	initCwnd int
-	rng      *rand.Rand
-	rs       RateSampler
+	mss       int
+	initCwnd  int
+	initialBw uint64 // BBRConfig.InitialBwBps; 0 once used
+	rng       *rand.Rand
+	rs        RateSampler
 
 	mode          BBRMode
 	pacingGain    float64
@@ -199,6 +210,7 @@ func NewBBR(cfg BBRConfig) *BBR {
 	b := &BBR{
 		mss:        mss,
 		initCwnd:   initPkts * mss,
+		initialBw:  cfg.InitialBwBps,
 		rng:        rng,
 		cwnd:       initPkts * mss,
 		bwLo:       math.MaxUint64,
@@ -275,9 +287,30 @@ func (b *BBR) OnAck(ev *AckEvent) {
 	if len(ev.Acked) > 0 {
 		b.updateModelAndState(now, &rs, ev)
 	}
+	if b.initialBw != 0 && b.minRTT > 0 {
+		b.seedModel(now)
+	}
 	b.setPacingRate(b.pacingGain)
 	b.setSendQuantum()
 	b.setCwnd(&rs)
+}
+
+// seedModel takes InitialBwBps as the bandwidth estimate once the min RTT
+// is known, and enters ProbeBW with the model's window at once (see
+// BBRConfig.InitialBwBps).
+func (b *BBR) seedModel(now monotime.Time) {
+	bw := b.initialBw
+	b.initialBw = 0
+	if b.filledPipe {
+		return
+	}
+	b.bwSlots[1] = max(b.bwSlots[1], bw)
+	b.maxBw = max(b.bwSlots[0], b.bwSlots[1])
+	b.boundBwForModel()
+	b.filledPipe = true
+	b.startProbeBWDown(now)
+	b.startProbeBWCruise()
+	b.cwnd = max(b.cwnd, b.bdpMultiple(b.bw, b.cwndGain))
 }
 
 // updateModelAndState is the draft's BBRUpdateModelAndState.

@@ -105,6 +105,13 @@ type Config struct {
 	Congestion CongestionControl
 	// FixedRateBps is the sending rate of CCFixed, in bits per second.
 	FixedRateBps uint64
+	// InitialBandwidthBps, if set, is the WAN's bottleneck rate as the
+	// operator knows it, in bits of IP packets per second (as link rates
+	// are quoted): BBR starts from it, less the IP and UDP headers,
+	// instead of probing up from ten packets (cc.BBRConfig.InitialBwBps),
+	// so a new tunnel on a long path fills it within a round trip or two.
+	// 0: probe.
+	InitialBandwidthBps uint64
 	// IdleTimeout closes the connection after this long without an
 	// authenticated packet from the peer; it also bounds the handshake
 	// (DefaultIdleTimeout if 0).

@@ -209,7 +209,11 @@ func (c *Conn) setupRecovery() {
 	case CCFixed:
 		c.ctrl = cc.NewFixed(c.cfg.FixedRateBps, mss)
 	default:
-		c.ctrl = cc.NewBBR(cc.BBRConfig{MSS: mss, Rand: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64()))})
+		// The controller counts datagram payload; the link carries IPv4
+		// and UDP headers too (28 bytes; IPv6 would take 20 more).
+		hint := uint64(float64(c.cfg.InitialBandwidthBps) * float64(mss) / float64(mss+28))
+		c.ctrl = cc.NewBBR(cc.BBRConfig{MSS: mss, Rand: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())),
+			InitialBwBps: hint})
 	}
 	c.rtt = cc.NewRTTStats(0)
 	c.sender = recovery.NewSender(c.ctrl, c.rtt, recovery.SenderConfig{

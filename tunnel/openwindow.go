@@ -39,7 +39,9 @@ import (
 // path's (the peer may have been application-limited), which errs on the
 // side of the cold behaviour: auto-tuning then grows the window as before.
 // A connection that has received no stream data yet (cold, or one-way the
-// other way) keeps the initial window.
+// other way) keeps the initial window, unless the operator gave the WAN's
+// rate (Config.InitialBandwidthBps), which then stands in for the
+// measurement.
 
 // openWindowBDPs is the new stream's window in bandwidth-delay products:
 // auto-tuning settles between 2 and 4 (see stream's autoTuneRTTs), and a
@@ -100,6 +102,13 @@ func (c *Conn) openWindow() uint64 {
 		return 0
 	}
 	bw, srtt := c.rxRate.bytesPerSecond(), c.rtt.SmoothedRTT()
+	if bw == 0 {
+		// Nothing received yet: the operator's rate, if given
+		// (Config.InitialBandwidthBps), stands in for the measurement,
+		// so that a new tunnel's first streams are not held to the
+		// initial window while the controller already sends at the rate.
+		bw = c.cfg.InitialBandwidthBps / 8
+	}
 	if bw == 0 || srtt <= 0 {
 		return 0
 	}

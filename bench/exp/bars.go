@@ -148,6 +148,8 @@ func labTwinBars(o BarsOptions, add func(Bar)) error {
 			LinkImpairments: LinkImpairments{LossPct: 0.5}}, 0.90},
 		{"L2c", "50 Mbit/s, 600 ms, 0.5% loss each way, 4 x 25 MB, cold", SimOptions{RateBps: 50e6, RTT: 600 * time.Millisecond, Streams: 4, BytesPerStream: 25 << 20,
 			LinkImpairments: LinkImpairments{LossPct: 0.5}, Cold: true}, 0.90},
+		{"L2h", "50 Mbit/s, 600 ms, 0.5% loss each way, 4 x 25 MB, cold, --wan-rate 50mbit", SimOptions{RateBps: 50e6, RTT: 600 * time.Millisecond, Streams: 4, BytesPerStream: 25 << 20,
+			LinkImpairments: LinkImpairments{LossPct: 0.5}, Cold: true, WANRateHint: true}, 0.90},
 		{"L3", "250 Mbit/s, 100 ms, 10 ms jitter, 1% reordered, 4 x 50 MB", SimOptions{RateBps: rate, RTT: rtt100, Streams: 4, BytesPerStream: 50 << 20,
 			LinkImpairments: LinkImpairments{Jitter: 10 * time.Millisecond, ReorderPct: 1}}, 0.95},
 		{"L4", "250 Mbit/s, 100 ms, 2% loss in bursts of 3, 4 x 25 MB", SimOptions{RateBps: rate, RTT: rtt100, Streams: 4, BytesPerStream: 25 << 20,

@@ -44,6 +44,9 @@ type CiscoOptions struct {
 	// Seed seeds the link's random impairments: Seed one way, Seed+1 the
 	// other.
 	Seed int64
+	// WANRateHint tells both edges the link's rate (wanopt run
+	// --wan-rate), so that a new tunnel starts at it instead of probing.
+	WANRateHint bool
 	// PlainRuns is the number of plain-TCP runs per point (default Runs):
 	// on a lossy link plain TCP crawls (5 Mbit/s at 1 % loss and 100 ms),
 	// and one run can take minutes.
@@ -103,6 +106,8 @@ type CiscoResult struct {
 	CC             string  `json:"cc"`
 	// Egress is the far edge's egress mode: kernel or transparent.
 	Egress string `json:"egress,omitempty"`
+	// WANRateHint: the edges were told the link's rate (--wan-rate).
+	WANRateHint bool `json:"wan_rate_hint,omitempty"`
 	// QueueDelayMs is the queue as given in time at the link rate, if it
 	// was (QueueBytes is then its size in bytes).
 	QueueDelayMs float64 `json:"queue_delay_ms,omitempty"`
@@ -161,6 +166,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	if o.Transparent {
 		res.Egress = "transparent"
 	}
+	res.WANRateHint = o.WANRateHint
 	if o.Wanopt == "" {
 		return res, fmt.Errorf("no wanopt binary given (CiscoOptions.Wanopt)")
 	}
@@ -342,7 +348,11 @@ func (r *CiscoResult) FillRatios() {
 // ciscoWanopt measures one row through a fresh pair of wanopt edges: the
 // cold run, a warming transfer, then the runs.
 func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptions, row *CiscoRow, measure func(what string, n int) ([]IperfResult, error)) error {
-	edges, err := StartEdges(ctx, l, EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent})
+	eo := EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent}
+	if o.WANRateHint {
+		eo.Args = []string{"--wan-rate", fmt.Sprint(o.RateBps)}
+	}
+	edges, err := StartEdges(ctx, l, eo)
 	if err != nil {
 		return err
 	}

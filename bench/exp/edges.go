@@ -47,6 +47,8 @@ type EdgeOptions struct {
 	// TUN, with the client's LAN routed into it): the server sees the
 	// client's address.
 	Transparent bool
+	// Args are added to both edges' command lines (e.g. --wan-rate).
+	Args []string
 }
 
 // Edges is a pair of 'wanopt run' processes in an edges lab: the near edge
@@ -109,12 +111,13 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 		e.farRoute = true // --tun-setup moves it; Stop puts it back
 		farArgs = append(farArgs, "--egress", "transparent", "--tun", farEdgeTUN, "--tun-setup", "--route", clientLAN)
 	}
+	farArgs = append(farArgs, o.Args...)
 	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", farArgs...); err != nil {
 		return nil, err
 	}
-	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near",
+	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near", append([]string{
 		"--key", keyA, "--peer-key", pubB, "--peer", farEdgeListen,
-		"--tun", edgeTUN, "--tun-setup", "--route", serverLAN, "--control", e.socket("near")); err != nil {
+		"--tun", edgeTUN, "--tun-setup", "--route", serverLAN, "--control", e.socket("near")}, o.Args...)...); err != nil {
 		return nil, err
 	}
 	if err := e.near.waitLog(ctx, "tunnel up", o.Up); err != nil {

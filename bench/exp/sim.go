@@ -29,7 +29,10 @@ type SimOptions struct {
 	BytesPerStream int64
 	CC             string // bbr, cubic, fixed (tunnel); cubic, reno (plain TCP)
 	Cold           bool   // tunnel only: no warm-up transfer first
-	Seed           uint64
+	// WANRateHint tells the tunnel the link's rate (wanopt run
+	// --wan-rate): a cold tunnel starts at it instead of probing.
+	WANRateHint bool
+	Seed        uint64
 	// Limit bounds the simulated time; 0 means 20 minutes.
 	Limit time.Duration
 }

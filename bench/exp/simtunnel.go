@@ -188,6 +188,9 @@ func newTunnelPair(sim *netsim.Sim, fwd, rev *netsim.Link, o SimOptions, cong tu
 		Congestion: cong, FixedRateBps: uint64(o.RateBps), Rand: seeded(o.Seed, 0xc1+salt)}
 	srvCfg := tunnel.Config{PrivateKey: sk, PeerPublicKey: ck.PublicKey(),
 		Congestion: cong, FixedRateBps: uint64(o.RateBps), Rand: seeded(o.Seed, 0x5e+salt)}
+	if o.WANRateHint {
+		cliCfg.InitialBandwidthBps, srvCfg.InitialBandwidthBps = uint64(o.RateBps), uint64(o.RateBps)
+	}
 	cli, err := tunnel.NewClientConn(cliCfg, sim.Now())
 	if err != nil {
 		return nil, err

@@ -44,6 +44,7 @@ Flags:
 	queueS := fs.String("queue", "", "drop-tail queue: bytes (2MB is 2 MiB) or time at the link rate (50ms); default the published 2,000,000 bytes")
 	streams := fs.Int("streams", 4, "parallel streams (iperf -P)")
 	seed := fs.Int64("seed", 1, "random seed of the link's impairments (one way; the other uses seed+1)")
+	wanRateHint := fs.Bool("wan-rate-hint", false, "tell the edges the link's rate (wanopt run --wan-rate), so a new tunnel starts at it instead of probing (the cold column)")
 	plainRuns := fs.Int("plain-runs", 0, "plain-TCP runs per point (default --runs): on a lossy link one plain run can take minutes")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -75,7 +76,7 @@ Flags:
 	if *plainRuns < 0 {
 		return fmt.Errorf("--plain-runs %d: want 1 or more (0: as --runs)", *plainRuns)
 	}
-	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns}
+	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns, WANRateHint: *wanRateHint}
 	if o.LinkImpairments, err = imp.impairments(); err != nil {
 		return err
 	}

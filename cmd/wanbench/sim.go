@@ -21,6 +21,7 @@ func runSim(ctx context.Context, args []string) error {
 	bytesS := fs.String("bytes", "100MB", "bytes per stream (iperf -n)")
 	ccName := fs.String("cc", "bbr", "tunnel congestion control: bbr, cubic, fixed")
 	cold := fs.Bool("cold", false, "measure a fresh connection instead of a warm one")
+	wanRateHint := fs.Bool("wan-rate-hint", false, "tell the tunnel the link's rate (wanopt run --wan-rate): a cold tunnel starts at it")
 	seed := fs.Uint64("seed", 1, "simulation seed")
 	noTCP := fs.Bool("no-tcp", false, "skip the simulated plain-TCP comparison")
 	bars := fs.Bool("bars", false, "measure the transport's bars (issue 3) for --cc instead of one scenario")
@@ -30,7 +31,7 @@ func runSim(ctx context.Context, args []string) error {
 	if *bars {
 		return runBars(ctx, *ccName, *bytesS, *seed)
 	}
-	o := exp.SimOptions{RTT: *rtt, Streams: *streams, CC: *ccName, Cold: *cold, Seed: *seed}
+	o := exp.SimOptions{RTT: *rtt, Streams: *streams, CC: *ccName, Cold: *cold, Seed: *seed, WANRateHint: *wanRateHint}
 	rate, err := parseRate(*rateS)
 	if err != nil {
 		return err

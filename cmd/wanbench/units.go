@@ -5,28 +5,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wanopt/wanopt/internal/units"
 )
 
-// parseRate reads a link rate such as "250mbit", "1gbit", "800kbit" or a
-// plain number of bits per second.
-func parseRate(s string) (uint64, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	mult := 1.0
-	for _, u := range []struct {
-		suffix string
-		mult   float64
-	}{{"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1}, {"g", 1e9}, {"m", 1e6}, {"k", 1e3}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSuffix(t, u.suffix), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("rate %q: want a number with kbit, mbit or gbit (e.g. 250mbit)", s)
-	}
-	return uint64(v * mult), nil
-}
+// parseRate reads a link rate such as "250mbit" (see units.ParseRate).
+var parseRate = units.ParseRate
 
 // parseBytes reads a size such as "100MB", "25MB", "64KB", "1GB" the way
 // iperf 2 does (binary multiples: 100MB is 100 MiB) or a plain byte count.

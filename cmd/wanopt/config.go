@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/wanopt/wanopt/internal/units"
 	"github.com/wanopt/wanopt/stack/egress"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/crypt"
@@ -44,8 +45,11 @@ type runConfig struct {
 	// PeerTimeout ends the tunnel, and with it every flow, after this long
 	// without a word from the peer (tunnel.Config.IdleTimeout).
 	PeerTimeout time.Duration
-	MaxFlows    int
-	CaptureDir  string // pcap of the TUN's packets; "" for none
+	// WANRateBps is the WAN's bottleneck rate if the operator gave it
+	// (--wan-rate); 0: the tunnel probes it.
+	WANRateBps uint64
+	MaxFlows   int
+	CaptureDir string // pcap of the TUN's packets; "" for none
 	// MemoryMiB is the memory budget for flow buffers (see buffers).
 	MemoryMiB int
 	CC        tunnel.CongestionControl
@@ -134,11 +138,11 @@ Flags:
 
 // runFlags holds the raw flag values.
 type runFlags struct {
-	config, tun, key, peerKey, listen, peer, cc, logLevel, control, capture, egress string
-	tunSetup, check                                                                 bool
-	tunAddrs, routes, allow                                                         []string
-	mtu, maxFlows, memoryMiB                                                        int
-	dialTimeout, peerTimeout                                                        time.Duration
+	config, tun, key, peerKey, listen, peer, cc, logLevel, control, capture, egress, wanRate string
+	tunSetup, check                                                                          bool
+	tunAddrs, routes, allow                                                                  []string
+	mtu, maxFlows, memoryMiB                                                                 int
+	dialTimeout, peerTimeout                                                                 time.Duration
 }
 
 func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
@@ -166,6 +170,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.IntVar(&f.maxFlows, "max-flows", egress.DefaultMaxFlows, "egress: flows connected at once; more are refused")
 	fs.IntVar(&f.memoryMiB, "memory-mib", defaultMemoryMiB, "memory budget for flow data, `MiB`: half for the tunnel's stream buffers and windows (all flows), and each intercepted connection's TCP buffers grow to at most 1/32 (receive) and 3/64 (send) of it")
 	fs.StringVar(&f.cc, "cc", "bbr", "tunnel congestion control: bbr or cubic")
+	fs.StringVar(&f.wanRate, "wan-rate", "", "the WAN link's rate toward the peer if known, e.g. 50mbit or 1gbit: a new tunnel starts sending at it instead of probing up from ten packets (on a 600 ms path that takes about 5 s); measurements then take over. Empty: probe")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.control, "control", "", "answer 'wanopt status' and 'wanopt flows' on the unix socket `PATH`")
 	fs.StringVar(&f.capture, "capture", "", "write the headers (128 bytes) of every packet crossing the TUN device to pcap files in `DIR` (lan.pcap, rotated at 64 MiB, 4 kept), for 'wanopt analyze'")
@@ -349,6 +354,11 @@ func (f *runFlags) validate() (*runConfig, error) {
 		c.CC = tunnel.CCCubic
 	default:
 		return bad("--cc %q: want bbr or cubic", f.cc)
+	}
+	if f.wanRate != "" {
+		if c.WANRateBps, err = units.ParseRate(f.wanRate); err != nil || c.WANRateBps == 0 {
+			return bad("--wan-rate %q: want a rate such as 50mbit, 250mbit or 1gbit (bits per second)", f.wanRate)
+		}
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return bad("--log-level %q: want debug, info, warn or error", f.logLevel)

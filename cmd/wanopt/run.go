@@ -307,12 +307,13 @@ func (e *edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 	cfg := e.cfg
 	dc := driver.Config{
 		Tunnel: tunnel.Config{
-			PrivateKey:    cfg.PrivateKey,
-			PeerPublicKey: cfg.PeerKey,
-			Congestion:    cfg.CC,
-			IdleTimeout:   cfg.PeerTimeout,
-			Stream:        stream.Config{BudgetBytes: cfg.buffers().TunnelBytes},
-			Logger:        e.log.With("sub", "tunnel"),
+			PrivateKey:          cfg.PrivateKey,
+			PeerPublicKey:       cfg.PeerKey,
+			Congestion:          cfg.CC,
+			IdleTimeout:         cfg.PeerTimeout,
+			InitialBandwidthBps: cfg.WANRateBps,
+			Stream:              stream.Config{BudgetBytes: cfg.buffers().TunnelBytes},
+			Logger:              e.log.With("sub", "tunnel"),
 		},
 		Logger: e.log.With("sub", "driver"),
 	}

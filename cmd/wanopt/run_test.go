@@ -84,6 +84,9 @@ func TestRunConfigErrors(t *testing.T) {
 		{append(far[:6:6], "--allow", "10.0.0.0/8", "--tun-setup"), "--tun-setup needs --tun"},
 		{append(far[:6:6], "--tun", "a-very-long-interface-name"), "15 bytes"},
 		{append(far[:6:6], "--allow", "10.0.0.0/8", "--dial-timeout", "0s"), "--dial-timeout"},
+		{append(far[:6:6], "--allow", "10.0.0.0/8", "--peer-timeout", "2s"), "--peer-timeout"},
+		{append(far[:6:6], "--allow", "10.0.0.0/8", "--wan-rate", "fast"), "--wan-rate"},
+		{append(far[:6:6], "--allow", "10.0.0.0/8", "--wan-rate", "0"), "--wan-rate"},
 		{append(far[:6:6], "--allow", "10.0.0.0/8", "stray"), "unexpected arguments"},
 		{append(far[:6:6], "--bogus"), "unknown flag"},
 		{append(far[:6:6], "--config", filepath.Join(dir, "none.conf")), "config file"},
@@ -110,6 +113,8 @@ allow = 198.18.2.0/24:80,443
 allow = [2001:db8::/32]
 cc = cubic
 log-level = debug
+wan-rate = 50mbit
+peer-timeout = 30m
 `), 0o600)
 	cfg, err := parseRunConfig([]string{"--config", conf, "--cc", "bbr"}, &bytes.Buffer{})
 	if err != nil {
@@ -118,6 +123,9 @@ log-level = debug
 	if cfg.Listen.String() != "198.18.0.2:4500" || cfg.CC != tunnel.CCBBR || cfg.LogLevel != slog.LevelDebug ||
 		cfg.Policy.String() != "198.18.2.0/24:80,443 [2001:db8::/32]" || cfg.Ingress() || !cfg.Egress() || cfg.Role() != "responder" {
 		t.Errorf("config %+v (policy %s)", cfg, cfg.Policy)
+	}
+	if cfg.WANRateBps != 50e6 || cfg.PeerTimeout != 30*time.Minute {
+		t.Errorf("wan-rate %d, peer-timeout %v; want 50e6 and 30m", cfg.WANRateBps, cfg.PeerTimeout)
 	}
 	for _, bad := range []struct{ text, want string }{
 		{"frobnicate = 1\n", `unknown setting "frobnicate"`},
