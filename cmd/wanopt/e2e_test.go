@@ -520,6 +520,13 @@ func (e *edgeLab) sock(side string) string { return filepath.Join(e.dir, side+".
 // TUN. It skips without root or the ip command.
 func startEdgeLab(t *testing.T, ctx context.Context, ab, ba wanem.Config, farArgs ...string) *edgeLab {
 	t.Helper()
+	return startEdgeLabArgs(t, ctx, ab, ba, nil, farArgs)
+}
+
+// startEdgeLabArgs is startEdgeLab with extra arguments for the near edge
+// too.
+func startEdgeLabArgs(t *testing.T, ctx context.Context, ab, ba wanem.Config, nearArgs, farArgs []string) *edgeLab {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the end-to-end test builds network namespaces and needs root (run 'sudo go test ./cmd/wanopt/')")
 	}
@@ -553,9 +560,9 @@ func startEdgeLab(t *testing.T, ctx context.Context, ab, ba wanem.Config, farArg
 	e.far = startEdge(t, ctx, l, l.EdgeB, dir, "edgeB", append([]string{
 		"--key", keyB, "--peer-key", pubA, "--listen", "198.18.0.2:4500",
 		"--allow", fmt.Sprintf("198.18.2.2/32:%d,%d,%d,%d", echoPort, whoamiPort, closedPort, sourcePort), "--control", e.sock("far")}, farArgs...)...)
-	e.near = startEdge(t, ctx, l, l.EdgeA, dir, "edgeA",
+	e.near = startEdge(t, ctx, l, l.EdgeA, dir, "edgeA", append([]string{
 		"--key", keyA, "--peer-key", pubB, "--peer", "198.18.0.2:4500",
-		"--tun", "wo0", "--tun-setup", "--route", "198.18.2.0/24", "--control", e.sock("near"))
+		"--tun", "wo0", "--tun-setup", "--route", "198.18.2.0/24", "--control", e.sock("near")}, nearArgs...)...)
 	e.near.waitLog(t, "tunnel up", 20*time.Second)
 	e.far.waitLog(t, "tunnel up", 5*time.Second)
 	if out, err := exec.CommandContext(ctx, "ip", "-n", l.EdgeA.NS, "route", "replace", "198.18.2.0/24", "dev", "wo0").CombinedOutput(); err != nil {

@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"io"
 	mrand "math/rand/v2"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,4 +174,81 @@ func TestEdgeOutage(t *testing.T) {
 		}
 		e.waitNoFlows(t, 10*time.Second)
 	}
+}
+
+// TestEdgePeerTimeout: an outage longer than --peer-timeout (5 s here; 20
+// minutes by default) ends the tunnel at both edges, and with it the
+// flows: the client's connection is reset rather than left hanging. Once
+// the link is back, new connections work again within a few seconds.
+func TestEdgePeerTimeout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	link := wanem.Config{Delay: 50 * time.Millisecond, RateBps: 100_000_000}
+	ab, ba := link, link
+	ab.Seed, ba.Seed = 1, 2
+	short := []string{"--peer-timeout", "5s"}
+	e := startEdgeLabArgs(t, ctx, ab, ba, short, short)
+
+	c, err := dialIn(ctx, e.l.Client.NS, sourcePort, 10*time.Second)
+	if err != nil {
+		t.Fatalf("connect to the source server through wanopt: %v", err)
+	}
+	defer c.Close()
+	var req [9]byte
+	binary.BigEndian.PutUint64(req[:8], 1<<40) // never ends by itself
+	if _, err := c.Write(req[:]); err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(time.Minute))
+	buf := make([]byte, 256<<10)
+	var n int
+	for n < 5<<20 {
+		k, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("download before the outage: %v after %d bytes", err, n)
+		}
+		n += k
+	}
+	if err := e.l.SetLinkDown(true); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	for {
+		if _, err = c.Read(buf); err != nil {
+			break
+		}
+	}
+	ended := time.Since(down)
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("the client's connection ended with %v %v after the link went down; want a reset", err, ended.Round(time.Millisecond))
+	}
+	// Data in flight and buffers drain first; then 5 s of silence.
+	if ended < 5*time.Second || ended > 20*time.Second {
+		t.Errorf("the client's connection ended %v after the link went down; want after the 5 s peer timeout, within 20 s", ended.Round(time.Millisecond))
+	}
+	t.Logf("the client's connection was reset %v after the link went down (--peer-timeout 5s)", ended.Round(time.Millisecond))
+
+	if err := e.l.SetLinkDown(false); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	for {
+		c2, err := dialIn(ctx, e.l.Client.NS, echoPort, 2*time.Second)
+		if err == nil {
+			c2.SetDeadline(time.Now().Add(2 * time.Second))
+			_, err = c2.Write([]byte("ping"))
+			if err == nil {
+				_, err = io.ReadFull(c2, buf[:4])
+			}
+			c2.Close()
+		}
+		if err == nil {
+			break
+		}
+		if time.Since(back) > 15*time.Second {
+			t.Fatalf("no new flow works 15 s after the link returned: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("a new flow works again %v after the link returned", time.Since(back).Round(time.Millisecond))
 }

@@ -255,10 +255,18 @@ func (e *edge) closeIngress() {
 func (e *edge) tunnelLoop(ctx context.Context) {
 	backoff := time.Second
 	for ctx.Err() == nil {
+		start := time.Now()
 		t, err := e.connect(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			if time.Since(start) > backoff {
+				// The attempt itself waited (a handshake that went
+				// unanswered for --peer-timeout): the path may be back
+				// any moment, so try again at once rather than after a
+				// growing pause; only quick failures back off.
+				backoff = time.Second
 			}
 			e.log.Warn("tunnel: could not connect to the peer; retrying", "err", err, "retry_in", backoff)
 			select {
