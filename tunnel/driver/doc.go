@@ -99,9 +99,19 @@
 // CodePeerRestarted; opens still waiting fail as unreachable), and new
 // streams use the new session: within a round trip of the first packet
 // the restarted server sees, not after the idle timeout. A forged REJECT
-// costs one handshake that the live server ignores (it is established);
-// the new Conn then times out and is dropped. Stats counts RejectsSent
-// and Rehandshakes.
+// costs one handshake that the live server refuses: the client sends its
+// first handshake's timestamp again, which a restarted server has
+// forgotten and a live one takes for a replay; the new Conn then times
+// out and is dropped. Stats counts RejectsSent and Rehandshakes.
+//
+// The other way round, a client that restarted (a new process, so a newer
+// timestamp) handshakes with a server whose session is still established:
+// the server's driver offers the initiation to a successor Conn that
+// shares the session's replay memory (tunnel.Conn.NewSuccessor; at most
+// 20 initiations a second are examined), and replaces the session, with
+// its streams reset, once the client confirms the new keys. A replayed
+// old initiation is refused and changes nothing. Stats counts
+// ClientRestarts.
 //
 // # Close
 //
