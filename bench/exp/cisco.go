@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"image/color"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/wanopt/wanopt/bench/cgroup"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 )
@@ -47,6 +49,10 @@ type CiscoOptions struct {
 	// WANRateHint tells both edges the link's rate (wanopt run
 	// --wan-rate), so that a new tunnel starts at it instead of probing.
 	WANRateHint bool
+	// EdgeCPU, if positive, holds each wanopt edge (near and far apart) to
+	// that many CPUs (see EdgeOptions.EdgeCPU); iperf, the link emulator
+	// and the forwarding-only edges of the plain runs are never capped.
+	EdgeCPU float64
 	// PlainRuns is the number of plain-TCP runs per point (default Runs):
 	// on a lossy link plain TCP crawls (5 Mbit/s at 1 % loss and 100 ms),
 	// and one run can take minutes.
@@ -79,6 +85,15 @@ type CiscoRow struct {
 	// measured wanopt runs.
 	NearCPUPct float64 `json:"near_cpu_pct"`
 	FarCPUPct  float64 `json:"far_cpu_pct"`
+	// The same CPU seconds in user and in system mode, and their sum per
+	// GB (1e9 bytes) of iperf payload the measured runs moved (see
+	// cpuSecondsPerGB). Zero in results from before they were recorded.
+	NearUserS     float64 `json:"near_user_s"`
+	NearSysS      float64 `json:"near_sys_s"`
+	FarUserS      float64 `json:"far_user_s"`
+	FarSysS       float64 `json:"far_sys_s"`
+	NearCPUsPerGB float64 `json:"near_cpu_s_per_gb"`
+	FarCPUsPerGB  float64 `json:"far_cpu_s_per_gb"`
 	// The far edge's tunnel (the sender of the download) during the
 	// measured runs: BBR's ProbeRTT episodes, packets lost, and stream
 	// bytes retransmitted as a share of the bytes it sent.
@@ -108,6 +123,8 @@ type CiscoResult struct {
 	Egress string `json:"egress,omitempty"`
 	// WANRateHint: the edges were told the link's rate (--wan-rate).
 	WANRateHint bool `json:"wan_rate_hint,omitempty"`
+	// EdgeCPU is the CPUs each wanopt edge was held to; 0: no cap.
+	EdgeCPU float64 `json:"edge_cpu_cores"`
 	// QueueDelayMs is the queue as given in time at the link rate, if it
 	// was (QueueBytes is then its size in bytes).
 	QueueDelayMs float64 `json:"queue_delay_ms,omitempty"`
@@ -167,8 +184,12 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 		res.Egress = "transparent"
 	}
 	res.WANRateHint = o.WANRateHint
+	res.EdgeCPU = o.EdgeCPU
 	if o.Wanopt == "" {
 		return res, fmt.Errorf("no wanopt binary given (CiscoOptions.Wanopt)")
+	}
+	if err := checkEdgeCPU(o.EdgeCPU); err != nil {
+		return res, err
 	}
 	if err := o.LinkImpairments.Validate(); err != nil {
 		return res, fmt.Errorf("link impairments: %w", err)
@@ -348,7 +369,7 @@ func (r *CiscoResult) FillRatios() {
 // ciscoWanopt measures one row through a fresh pair of wanopt edges: the
 // cold run, a warming transfer, then the runs.
 func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptions, row *CiscoRow, measure func(what string, n int) ([]IperfResult, error)) error {
-	eo := EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent}
+	eo := EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent, EdgeCPU: o.EdgeCPU}
 	if o.WANRateHint {
 		eo.Args = []string{"--wan-rate", fmt.Sprint(o.RateBps)}
 	}
@@ -400,8 +421,13 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	if err != nil {
 		return err
 	}
-	row.NearCPUPct = 100 * (near1 - near0).Seconds() / wall.Seconds()
-	row.FarCPUPct = 100 * (far1 - far0).Seconds() / wall.Seconds()
+	near, far := near1.Sub(near0), far1.Sub(far0)
+	row.NearCPUPct = 100 * near.Total().Seconds() / wall.Seconds()
+	row.FarCPUPct = 100 * far.Total().Seconds() / wall.Seconds()
+	row.NearUserS, row.NearSysS = near.User.Seconds(), near.System.Seconds()
+	row.FarUserS, row.FarSysS = far.User.Seconds(), far.System.Seconds()
+	row.NearCPUsPerGB = cpuSecondsPerGB(near, o.BytesPerStream, o.Streams, len(row.WanoptRuns))
+	row.FarCPUsPerGB = cpuSecondsPerGB(far, o.BytesPerStream, o.Streams, len(row.WanoptRuns))
 	tun1, err := edges.Tunnel("far")
 	if err != nil {
 		return err
@@ -409,10 +435,38 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	row.FarProbeRTTs = tun1.ProbeRTTs - tun0.ProbeRTTs
 	row.FarPacketsLost = tun1.PacketsLost - tun0.PacketsLost
 	row.FarRetransPct = 100 * float64(tun1.Retransmitted-tun0.Retransmitted) / float64(max(1, tun1.BytesSent-tun0.BytesSent))
-	o.Logger.Debug("edges' CPU", "rtt_ms", row.RTTms, "profile", row.Profile, "wall", wall, "near_cpu", near1-near0, "far_cpu", far1-far0)
+	o.Logger.Debug("edges' CPU", "rtt_ms", row.RTTms, "profile", row.Profile, "wall", wall, "near_cpu", near, "far_cpu", far)
 	row.WanoptMbps = measuredMean(row.WanoptRuns)
 	row.WanoptFailed, row.WanoptRecoveryS = outageSummary(row.WanoptRuns)
 	return edges.Stop()
+}
+
+// cpuSecondsPerGB is an edge's CPU seconds (user + system) per GB (1e9
+// bytes) of iperf payload over runs transfers of streams × bytesPerStream
+// each. A failed run counts as a whole transfer, though it moved less: with
+// outages the figure is a lower bound. 0 if nothing was moved.
+func cpuSecondsPerGB(cpu CPUTime, bytesPerStream int64, streams, runs int) float64 {
+	gb := float64(bytesPerStream) * float64(streams) * float64(runs) / 1e9
+	if gb <= 0 {
+		return 0
+	}
+	return cpu.Total().Seconds() / gb
+}
+
+// checkEdgeCPU fails early, before minutes of plain-TCP runs, if the edges
+// cannot be capped at cores CPUs: it creates a cap and removes it again.
+func checkEdgeCPU(cores float64) error {
+	if cores == 0 {
+		return nil
+	}
+	if !(cores > 0) || math.IsInf(cores, 0) { // also NaN
+		return fmt.Errorf("edge CPU cap %v: want 0 (no cap) or a positive number of CPUs", cores)
+	}
+	c, err := cgroup.NewCPUCap(cgroup.Root, "check", cores)
+	if err != nil {
+		return fmt.Errorf("cap the wanopt edges' CPU at %g cores: %w", cores, err)
+	}
+	return c.Close()
 }
 
 // waitAfterFailure gives the edges time to drop the flows of a run that
@@ -447,17 +501,18 @@ func profileOf(ps []Profile, name string) Profile {
 func (r CiscoResult) Markdown() string {
 	var b strings.Builder
 	outage := r.Impairments.HasOutage()
-	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s | near edge CPU % | far edge CPU % | ProbeRTTs |")
+	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s | near edge CPU % | far edge CPU % | near CPU-s/GB | far CPU-s/GB | ProbeRTTs |")
 	if outage {
 		b.WriteString(" plain TCP recovery s | wanopt recovery s | cold recovery s | failed runs plain/wanopt/cold |")
 	}
-	b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+	b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	if outage {
 		b.WriteString("---:|---:|---:|---:|")
 	}
 	b.WriteString("\n")
 	for _, row := range r.Rows {
-		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.0f | %d |", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps, row.NearCPUPct, row.FarCPUPct, row.FarProbeRTTs)
+		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.0f | %s | %s | %d |", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps,
+			row.NearCPUPct, row.FarCPUPct, perGBCell(row.NearCPUsPerGB), perGBCell(row.FarCPUsPerGB), row.FarProbeRTTs)
 		if outage {
 			coldFailed := 0
 			if row.Cold.Failed {
@@ -469,6 +524,15 @@ func (r CiscoResult) Markdown() string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// perGBCell shows CPU-seconds per GB; "–" where none was recorded (results
+// from before it was).
+func perGBCell(v float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", v)
 }
 
 // recoveryCell sums up the recovery of runs with an outage: the mean

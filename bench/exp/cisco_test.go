@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -209,5 +210,110 @@ func TestCiscoReportWithOutage(t *testing.T) {
 	}
 	if strings.Contains((CiscoResult{Rows: r.Rows}).Markdown(), "recovery") {
 		t.Error("recovery columns without an outage")
+	}
+}
+
+// TestCiscoCPUPerGB: each edge's CPU seconds per GB of payload, in the
+// table and the JSON, with user and system time apart.
+func TestCiscoCPUPerGB(t *testing.T) {
+	// 4 streams × 25 MiB × 3 runs = 0.3145728 GB; 3 s user + 1 s system.
+	got := cpuSecondsPerGB(CPUTime{User: 3 * time.Second, System: time.Second}, 25<<20, 4, 3)
+	if want := 4 / 0.3145728; got < want-1e-9 || got > want+1e-9 {
+		t.Errorf("cpuSecondsPerGB = %v, want %v", got, want)
+	}
+	if got := cpuSecondsPerGB(CPUTime{User: time.Second}, 25<<20, 4, 0); got != 0 {
+		t.Errorf("no runs: %v, want 0", got)
+	}
+	r := CiscoResult{RateMbps: 250, BytesPerStream: 25 << 20, Streams: 4, Runs: 3, EdgeCPU: 0.5,
+		Plain0ms: map[string]float64{"modern": 241},
+		Rows: []CiscoRow{{RTTms: 50, Profile: "modern", PlainMbps: 180, WanoptMbps: 236, Ratio: 236.0 / 241, ColdMbps: 210,
+			NearCPUPct: 50, FarCPUPct: 35, NearUserS: 3, NearSysS: 1, FarUserS: 1.5, FarSysS: 1.25,
+			NearCPUsPerGB: 12.72, FarCPUsPerGB: 8.74, FarProbeRTTs: 2}},
+	}
+	md := r.Markdown()
+	for _, want := range []string{
+		"| near edge CPU % | far edge CPU % | near CPU-s/GB | far CPU-s/GB | ProbeRTTs |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+		"| 50 | modern | 180.0 | 236.0 | 0.98 | 210.0 | 50 | 35 | 12.7 | 8.7 | 2 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("table lacks %q:\n%s", want, md)
+		}
+	}
+	js, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"edge_cpu_cores":0.5`, `"near_user_s":3`, `"near_sys_s":1`, `"far_user_s":1.5`, `"far_sys_s":1.25`,
+		`"near_cpu_s_per_gb":12.72`, `"far_cpu_s_per_gb":8.74`} {
+		if !strings.Contains(string(js), want) {
+			t.Errorf("JSON lacks %s: %s", want, js)
+		}
+	}
+	var back CiscoResult
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Markdown() != md || back.EdgeCPU != 0.5 {
+		t.Errorf("the JSON does not round-trip (edge CPU %v):\n%s", back.EdgeCPU, back.Markdown())
+	}
+}
+
+// TestCiscoReplotOldJSON: a result from before the CPU-s/GB columns (as
+// --replot reads it) still renders, with "–" where nothing was recorded.
+func TestCiscoReplotOldJSON(t *testing.T) {
+	old := `{"rate_mbps":250,"queue_bytes":2000000,"bytes_per_stream":104857600,"streams":4,"runs":5,"cc":"cubic",
+		"plain_0ms_mbps":{"modern":241.4},"rows":[{"rtt_ms":50,"profile":"modern","plain_mbps":185.5,"wanopt_mbps":239.1,
+		"ratio_to_plain_0ms":0.99,"cold_mbps":233.1,"near_cpu_pct":54,"far_cpu_pct":35,"far_probe_rtts":0}]}`
+	var r CiscoResult
+	if err := json.Unmarshal([]byte(old), &r); err != nil {
+		t.Fatal(err)
+	}
+	if want := "| 50 | modern | 185.5 | 239.1 | 0.99 | 233.1 | 54 | 35 | – | – | 0 |"; !strings.Contains(r.Markdown(), want) {
+		t.Errorf("table lacks %q:\n%s", want, r.Markdown())
+	}
+	if r.EdgeCPU != 0 {
+		t.Errorf("edge CPU %v from a result without it, want 0 (no cap)", r.EdgeCPU)
+	}
+	if err := r.WriteFiles(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	// A command name with spaces and a parenthesis; utime 250 and stime 40
+	// ticks are fields 14 and 15.
+	stat := "4321 (wan opt) x) S 1 4321 4321 0 -1 4194560 1000 0 0 0 250 40 0 0 20 0 9 0 12345 100000000 2000 18446744073709551615\n"
+	got, err := parseProcStat(4321, stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (CPUTime{User: 2500 * time.Millisecond, System: 400 * time.Millisecond}); got != want {
+		t.Errorf("parseProcStat = %+v, want %+v", got, want)
+	}
+	if got.Total() != 2900*time.Millisecond {
+		t.Errorf("Total = %v, want 2.9s", got.Total())
+	}
+	if d := got.Sub(CPUTime{User: time.Second, System: 100 * time.Millisecond}); d != (CPUTime{User: 1500 * time.Millisecond, System: 300 * time.Millisecond}) {
+		t.Errorf("Sub = %+v", d)
+	}
+	for _, bad := range []string{"4321 no parenthesis", "4321 (x) S 1 2 3", "4321 (x) S 1 4321 4321 0 -1 0 0 0 0 0 a b 0"} {
+		if _, err := parseProcStat(4321, bad); err == nil {
+			t.Errorf("parseProcStat(%q): no error", bad)
+		}
+	}
+	// This process's own line parses.
+	if _, err := procCPUTime(os.Getpid()); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestCheckEdgeCPU(t *testing.T) {
+	if err := checkEdgeCPU(0); err != nil {
+		t.Errorf("no cap: %v", err)
+	}
+	for _, bad := range []float64{-0.5, math.NaN(), math.Inf(1)} {
+		if err := checkEdgeCPU(bad); err == nil || !strings.Contains(err.Error(), "want 0 (no cap) or a positive number") {
+			t.Errorf("checkEdgeCPU(%v) = %v", bad, err)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wanopt/wanopt/bench/cgroup"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/internal/control"
 	"github.com/wanopt/wanopt/tunnel/crypt"
@@ -49,6 +50,10 @@ type EdgeOptions struct {
 	Transparent bool
 	// Args are added to both edges' command lines (e.g. --wan-rate).
 	Args []string
+	// EdgeCPU, if positive, holds each edge process (near and far apart)
+	// to that many CPUs with a CPU-bandwidth cgroup (see bench/cgroup);
+	// 0: no cap.
+	EdgeCPU float64
 }
 
 // Edges is a pair of 'wanopt run' processes in an edges lab: the near edge
@@ -63,6 +68,7 @@ type Edges struct {
 	stopped    bool
 	routeMoved bool // edgeA's route to the server's LAN points into wo0
 	farRoute   bool // edgeB's route to the client's LAN points into wo1
+	caps       []*cgroup.CPUCap
 }
 
 type edgeProc struct {
@@ -112,10 +118,10 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 		farArgs = append(farArgs, "--egress", "transparent", "--tun", farEdgeTUN, "--tun-setup", "--route", clientLAN)
 	}
 	farArgs = append(farArgs, o.Args...)
-	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", farArgs...); err != nil {
+	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", o.EdgeCPU, farArgs...); err != nil {
 		return nil, err
 	}
-	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near", append([]string{
+	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near", o.EdgeCPU, append([]string{
 		"--key", keyA, "--peer-key", pubB, "--peer", farEdgeListen,
 		"--tun", edgeTUN, "--tun-setup", "--route", serverLAN, "--control", e.socket("near")}, o.Args...)...); err != nil {
 		return nil, err
@@ -134,54 +140,71 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	return e, nil
 }
 
-// CPUTimes returns the CPU time (user + system) each edge's process has
-// used so far, read from /proc/PID/stat. 'ip netns exec' execs the edge,
-// so the started process's PID is the wanopt process itself.
-func (e *Edges) CPUTimes() (near, far time.Duration, err error) {
+// CPUTime is a process's CPU time in user and in system (kernel) mode.
+type CPUTime struct {
+	User, System time.Duration
+}
+
+// Total is user plus system time.
+func (c CPUTime) Total() time.Duration { return c.User + c.System }
+
+// Sub is the CPU time used between b and c.
+func (c CPUTime) Sub(b CPUTime) CPUTime {
+	return CPUTime{User: c.User - b.User, System: c.System - b.System}
+}
+
+// CPUTimes returns the CPU time each edge's process has used so far, read
+// from /proc/PID/stat. 'ip netns exec' execs the edge, so the started
+// process's PID is the wanopt process itself.
+func (e *Edges) CPUTimes() (near, far CPUTime, err error) {
 	if near, err = e.near.cpuTime(); err != nil {
-		return 0, 0, err
+		return CPUTime{}, CPUTime{}, err
 	}
 	if far, err = e.far.cpuTime(); err != nil {
-		return 0, 0, err
+		return CPUTime{}, CPUTime{}, err
 	}
 	return near, far, nil
 }
 
-// clockTicks is the unit of /proc/PID/stat's utime and stime (USER_HZ,
-// 100 on Linux).
+// clockTicks is the unit of /proc/PID/stat's utime and stime: USER_HZ,
+// which is sysconf(_SC_CLK_TCK) and 100 on every Linux architecture.
 const clockTicks = 100
 
-func (p *edgeProc) cpuTime() (time.Duration, error) {
+func (p *edgeProc) cpuTime() (CPUTime, error) {
 	if p == nil || p.cmd.Process == nil {
-		return 0, errors.New("edge not started")
+		return CPUTime{}, errors.New("edge not started")
 	}
 	return procCPUTime(p.cmd.Process.Pid)
 }
 
-// procCPUTime reads utime + stime of a process from /proc/PID/stat.
-func procCPUTime(pid int) (time.Duration, error) {
+// procCPUTime reads utime and stime of a process from /proc/PID/stat.
+func procCPUTime(pid int) (CPUTime, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
+		return CPUTime{}, fmt.Errorf("CPU time of process %d: %w", pid, err)
 	}
+	return parseProcStat(pid, string(b))
+}
+
+// parseProcStat reads utime and stime from the text of /proc/PID/stat.
+func parseProcStat(pid int, s string) (CPUTime, error) {
 	// The command name (field 2) is in parentheses and may hold spaces:
 	// count the fields after its closing parenthesis.
-	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("CPU time of process %d: unexpected /proc/%d/stat %q", pid, pid, tail(s, 200))
+		return CPUTime{}, fmt.Errorf("CPU time of process %d: unexpected /proc/%d/stat %q", pid, pid, tail(s, 200))
 	}
 	f := strings.Fields(s[i+1:])
 	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
 	if len(f) < 13 {
-		return 0, fmt.Errorf("CPU time of process %d: short /proc/%d/stat", pid, pid)
+		return CPUTime{}, fmt.Errorf("CPU time of process %d: short /proc/%d/stat", pid, pid)
 	}
 	ut, err1 := strconv.ParseUint(f[11], 10, 64)
 	st, err2 := strconv.ParseUint(f[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
+		return CPUTime{}, fmt.Errorf("CPU time of process %d: %w", pid, err)
 	}
-	return time.Duration(ut+st) * time.Second / clockTicks, nil
+	return CPUTime{User: time.Duration(ut) * time.Second / clockTicks, System: time.Duration(st) * time.Second / clockTicks}, nil
 }
 
 // socket is the control socket of the "near" or "far" edge.
@@ -249,8 +272,8 @@ func (e *Edges) query(side, req string, v any) error {
 func (e *Edges) Dir() string { return e.dir }
 
 // Stop sends both edges SIGTERM, kills one that has not exited within 5 s,
-// routes the server's LAN over the link again and removes a temporary
-// folder. It is safe to call more than once.
+// routes the server's LAN over the link again, removes the edges' CPU caps
+// and a temporary folder. It is safe to call more than once.
 func (e *Edges) Stop() error {
 	if e.stopped {
 		return nil
@@ -276,13 +299,30 @@ func (e *Edges) Stop() error {
 			errs = append(errs, err)
 		}
 	}
+	// The edges have exited (or were killed and reaped): the groups are
+	// empty and can go.
+	for _, c := range e.caps {
+		if err := c.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if e.ownDir {
 		_ = os.RemoveAll(e.dir)
 	}
 	return errors.Join(errs...)
 }
 
-func (e *Edges) start(ctx context.Context, h *lab.Host, bin, name string, args ...string) (*edgeProc, error) {
+// start starts the edge name in h; with cores > 0 it runs in a cgroup
+// that holds it to that many CPUs.
+func (e *Edges) start(ctx context.Context, h *lab.Host, bin, name string, cores float64, args ...string) (*edgeProc, error) {
+	var cpuCap *cgroup.CPUCap
+	if cores > 0 {
+		var err error
+		if cpuCap, err = cgroup.NewCPUCap(cgroup.Root, name, cores); err != nil {
+			return nil, fmt.Errorf("cap the %s edge's CPU at %g cores: %w", name, cores, err)
+		}
+		e.caps = append(e.caps, cpuCap) // Stop removes it, also on error
+	}
 	logPath := filepath.Join(e.dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -298,6 +338,16 @@ func (e *Edges) start(ctx context.Context, h *lab.Host, bin, name string, args .
 	}
 	p := &edgeProc{name: name, log: logPath, cmd: cmd, done: make(chan error, 1)}
 	go func() { err := cmd.Wait(); f.Close(); p.done <- err }()
+	if cpuCap != nil {
+		// Go cannot run code between fork and exec, so the edge joins the
+		// group just after it started: it runs uncapped only for its first
+		// milliseconds, long before the tunnel is up and anything is
+		// measured. Its threads and children move or are born there.
+		if err := cpuCap.Add(cmd.Process.Pid); err != nil {
+			_ = p.stop()
+			return nil, fmt.Errorf("the %s edge: %w", name, err)
+		}
+	}
 	return p, nil
 }
 

@@ -45,6 +45,7 @@ Flags:
 	streams := fs.Int("streams", 4, "parallel streams (iperf -P)")
 	seed := fs.Int64("seed", 1, "random seed of the link's impairments (one way; the other uses seed+1)")
 	wanRateHint := fs.Bool("wan-rate-hint", false, "tell the edges the link's rate (wanopt run --wan-rate), so a new tunnel starts at it instead of probing (the cold column)")
+	edgeCPU := fs.Float64("edge-cpu", 0, "hold each wanopt edge (near and far apart) to this many CPUs with a CPU-bandwidth cgroup, e.g. 0.5; 0: no cap")
 	plainRuns := fs.Int("plain-runs", 0, "plain-TCP runs per point (default --runs): on a lossy link one plain run can take minutes")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -76,7 +77,7 @@ Flags:
 	if *plainRuns < 0 {
 		return fmt.Errorf("--plain-runs %d: want 1 or more (0: as --runs)", *plainRuns)
 	}
-	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns, WANRateHint: *wanRateHint}
+	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns, WANRateHint: *wanRateHint, EdgeCPU: *edgeCPU}
 	if o.LinkImpairments, err = imp.impairments(); err != nil {
 		return err
 	}
@@ -125,16 +126,23 @@ Flags:
 	if err := res.WriteFiles(*pf.out); err != nil {
 		return err
 	}
-	fmt.Printf("\nPlain TCP and wanopt, link %.0f Mbit/s, %.1f MB drop-tail queue, impairments: %s (seed %d), iperf -n %dMB -P %d -R, %d runs per point, %s end hosts, %s egress (%.0f s):\n\n",
-		res.RateMbps, float64(res.QueueBytes)/1e6, res.Impairments, res.Seed, res.BytesPerStream>>20, res.Streams, res.Runs, res.CC, res.Egress, time.Since(start).Seconds())
+	fmt.Printf("\nPlain TCP and wanopt, link %.0f Mbit/s, %.1f MB drop-tail queue, impairments: %s (seed %d), iperf -n %dMB -P %d -R, %d runs per point, %s end hosts, %s egress, %s (%.0f s):\n\n",
+		res.RateMbps, float64(res.QueueBytes)/1e6, res.Impairments, res.Seed, res.BytesPerStream>>20, res.Streams, res.Runs, res.CC, res.Egress, edgeCPUText(res.EdgeCPU), time.Since(start).Seconds())
 	fmt.Print(res.Markdown())
-	fmt.Printf("\nwanopt / plain 0 ms: against plain TCP's own 0 ms figure in this run (%s). Cold tunnel: the first run on a fresh pair of edges.\n", fmtRefs(res.Plain0ms))
+	fmt.Printf("\nwanopt / plain 0 ms: against plain TCP's own 0 ms figure in this run (%s). Cold tunnel: the first run on a fresh pair of edges. CPU-s/GB: each edge's user + system CPU seconds over the measured runs per GB (1e9 bytes) of iperf payload they moved.\n", fmtRefs(res.Plain0ms))
 	if res.Impairments.HasOutage() {
 		fmt.Printf("Recovery: seconds from the link's return until a report interval reached %.1f Mbit/s (80 %% of the link's goodput limit); never: not before the transfer ended; –: the outage hit no run that completed. Failed runs count in no mean.\n", res.RecoveryBarMbps)
 	}
 	fmt.Printf("wrote %s/cisco.{json,md,png}\n", *pf.out)
 	fmt.Println(res.Line())
 	return nil
+}
+
+func edgeCPUText(cores float64) string {
+	if cores == 0 {
+		return "edges' CPU not capped"
+	}
+	return fmt.Sprintf("each edge capped at %g CPUs", cores)
 }
 
 func fmtRefs(m map[string]float64) string {

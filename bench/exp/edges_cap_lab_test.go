@@ -1,0 +1,100 @@
+package exp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/bench/cgroup"
+	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/bench/wanem"
+)
+
+// TestEdgesCPUCapInLab starts a pair of wanopt edges capped at 0.3 CPUs
+// each: each edge's own process (not the 'ip netns exec' it started as)
+// must sit in its own group with that quota, and Stop must remove both
+// groups.
+func TestEdgesCPUCapInLab(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the lab creates network namespaces and cgroups and needs root (run 'sudo make test')")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping: ip is not installed (apt-get install iproute2)")
+	}
+	if err := checkEdgeCPU(0.3); errors.Is(err, cgroup.ErrNoController) {
+		t.Skipf("skipping: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	wanopt := filepath.Join(t.TempDir(), "wanopt")
+	if out, err := exec.Command("go", "build", "-o", wanopt, "github.com/wanopt/wanopt/cmd/wanopt").CombinedOutput(); err != nil {
+		t.Fatalf("go build wanopt: %v\n%s", err, out)
+	}
+	t.Setenv(linkHelperEnv, "1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: []string{os.Args[0]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	link := wanem.Config{Delay: 5 * time.Millisecond}
+	if err := l.StartLink(ctx, link, link); err != nil {
+		t.Fatal(err)
+	}
+	e, err := StartEdges(ctx, l, EdgeOptions{Wanopt: wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, EdgeCPU: 0.3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	if len(e.caps) != 2 {
+		t.Fatalf("%d CPU caps, want one per edge", len(e.caps))
+	}
+	for i, p := range []*edgeProc{e.far, e.near} { // the order StartEdges starts them in
+		dir := e.caps[i].Dir()
+		if want := fmt.Sprintf("wanbench-%d-%s", os.Getpid(), p.name); filepath.Base(dir) != want {
+			t.Errorf("%s edge's group %s, want %s", p.name, dir, want)
+		}
+		pid := p.cmd.Process.Pid
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) != "wanopt" {
+			t.Errorf("%s edge's process %d is %q, want wanopt itself", p.name, pid, strings.TrimSpace(string(comm)))
+		}
+		cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(cg), ":/"+filepath.Base(dir)+"\n") {
+			t.Errorf("%s edge (pid %d) is not in %s:\n%s", p.name, pid, dir, cg)
+		}
+		// All its threads are there too.
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, task := range tasks {
+			tcg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/cgroup", pid, task.Name()))
+			if !strings.Contains(string(tcg), ":/"+filepath.Base(dir)+"\n") {
+				t.Errorf("%s edge's thread %s is not in %s:\n%s", p.name, task.Name(), dir, tcg)
+			}
+		}
+		quota, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us"))
+		if errors.Is(err, fs.ErrNotExist) {
+			quota, err = os.ReadFile(filepath.Join(dir, "cpu.max"))
+		}
+		if q := strings.Fields(string(quota)); err != nil || len(q) == 0 || q[0] != "30000" {
+			t.Errorf("%s edge's quota %q (%v), want 30000 µs per 100 ms", p.name, quota, err)
+		}
+	}
+	if err := e.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range e.caps {
+		if _, err := os.Stat(c.Dir()); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("group %s still there after Stop: %v", c.Dir(), err)
+		}
+	}
+}
