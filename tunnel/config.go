@@ -13,9 +13,8 @@ import (
 
 // Defaults for Config.
 const (
-	// DefaultMaxUDPPayloadBytes keeps IPv4 packets within a 1500-byte MTU:
-	// 1500 - 20 (IPv4) - 8 (UDP).
-	DefaultMaxUDPPayloadBytes = 1500 - 20 - 8
+	// DefaultMaxUDPPayloadBytes keeps IPv4 packets within a 1500-byte MTU.
+	DefaultMaxUDPPayloadBytes = 1500 - ipv4UDPHeaderBytes
 	// MinUDPPayloadBytes is the smallest MaxUDPPayloadBytes accepted: a
 	// handshake initiation (113 bytes) and room for frames.
 	MinUDPPayloadBytes = 256
@@ -55,6 +54,10 @@ const (
 	// wait at most; more are dropped.
 	DefaultMaxDatagramQueue = 128
 )
+
+// ipv4UDPHeaderBytes is what each datagram costs on the link beyond its
+// payload: 20 bytes of IPv4 header and 8 of UDP.
+const ipv4UDPHeaderBytes = 20 + 8
 
 // CongestionControl selects the congestion controller.
 type CongestionControl uint8

@@ -209,9 +209,9 @@ func (c *Conn) setupRecovery() {
 	case CCFixed:
 		c.ctrl = cc.NewFixed(c.cfg.FixedRateBps, mss)
 	default:
-		// The controller counts datagram payload; the link carries IPv4
-		// and UDP headers too (28 bytes; IPv6 would take 20 more).
-		hint := uint64(float64(c.cfg.InitialBandwidthBps) * float64(mss) / float64(mss+28))
+		// The controller counts datagram payload; the link carries the
+		// IPv4 and UDP headers too (IPv6 would take 20 bytes more).
+		hint := uint64(float64(c.cfg.InitialBandwidthBps) * float64(mss) / float64(mss+ipv4UDPHeaderBytes))
 		c.ctrl = cc.NewBBR(cc.BBRConfig{MSS: mss, Rand: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64())),
 			InitialBwBps: hint})
 	}
@@ -322,10 +322,12 @@ func (c *Conn) IsHandshakeResponse(b []byte) bool {
 
 // IsHandshakeInitiation reports whether b is a handshake initiation: the
 // datagram a restarted client sends to a server that still holds its old
-// session (see NewSuccessor).
+// session (see NewSuccessor). A server's driver asks it of every datagram,
+// so it looks at the type byte and the length only (which also keeps
+// truncated junk from costing a successor); the Conn that gets b
+// authenticates it.
 func IsHandshakeInitiation(b []byte) bool {
-	hdr, _, err := wire.ParseHeader(b)
-	return err == nil && hdr.Type == wire.PacketHandshakeInit
+	return len(b) == wire.HandshakeInitHeaderLen+crypt.Message1Size && b[0] == byte(wire.PacketHandshakeInit)
 }
 
 // OwnsDatagram reports whether b is a data packet for this Conn's session

@@ -150,3 +150,27 @@ func TestOutageRecoveryTime(t *testing.T) {
 		}
 	}
 }
+
+// TestIsHandshakeInitiation: a client's real initiation is recognised;
+// truncated, padded or other packets are not.
+func TestIsHandshakeInitiation(t *testing.T) {
+	cc, _ := pairConfigs(t, 51)
+	cli, err := NewClientConn(cc, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, DefaultMaxUDPPayloadBytes)
+	n := cli.PollTransmit(1, buf)
+	init := buf[:n]
+	if !IsHandshakeInitiation(init) {
+		t.Fatalf("the client's initiation (%d bytes) not recognised", n)
+	}
+	for name, b := range map[string][]byte{
+		"empty": nil, "truncated": init[:n-1], "padded": append(append([]byte(nil), init...), 0),
+		"data type": append([]byte{0x40}, init[1:]...),
+	} {
+		if IsHandshakeInitiation(b) {
+			t.Errorf("%s: taken for an initiation", name)
+		}
+	}
+}

@@ -241,7 +241,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 		rtt := time.Duration(pt.RTTms * float64(time.Millisecond))
 		imp := o.LinkImpairments
 		if what == "plain-ref" {
-			imp = LinkImpairments{} // the clean link (see refLink)
+			imp = LinkImpairments{} // the reference runs on the clean link
 		}
 		// Plain TCP crawls on a lossy link; the transfer waits out the
 		// outage too.
