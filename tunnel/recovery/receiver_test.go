@@ -165,6 +165,14 @@ func TestAckPolicy(t *testing.T) {
 		{"ack every 10: tenth", 10, []step{{0, 0, true, false}, {0, 1, true, false}, {0, 2, true, false},
 			{0, 3, true, false}, {0, 4, true, false}, {0, 5, true, false}, {0, 6, true, false},
 			{0, 7, true, false}, {0, 8, true, false}, {1, 9, true, false}}, 1, true, 1},
+		// ACK thinning: two packets soon after an ACK wait for the
+		// interval; ten do not.
+		{"two packets within the interval wait", 0, []step{{0, 0, true, true}, {0.1, 1, true, false}, {0.2, 2, true, false}}, 0.9, false, 1},
+		{"two packets: due at the interval", 0, []step{{0, 0, true, true}, {0.1, 1, true, false}, {0.2, 2, true, false}}, 1, true, 1},
+		{"two packets after the interval", 0, []step{{0, 0, true, true}, {1.5, 1, true, false}, {1.6, 2, true, false}}, 1.6, true, 1.6},
+		{"ten packets within the interval", 0, []step{{0, 0, true, true}, {0.1, 1, true, false}, {0.1, 2, true, false},
+			{0.1, 3, true, false}, {0.1, 4, true, false}, {0.1, 5, true, false}, {0.1, 6, true, false},
+			{0.1, 7, true, false}, {0.1, 8, true, false}, {0.1, 9, true, false}, {0.2, 10, true, false}}, 0.2, true, 0.2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
