@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -35,19 +34,16 @@ func TestCopyAdaptive(t *testing.T) {
 	}
 }
 
-// trickle is a deadlineReader handing out one chunk per Read; with nothing
-// left it reports a passed deadline if one is set, else io.EOF.
+// trickle is a gatherReader handing out one chunk per Read; ReadGather
+// takes chunks until it holds min bytes or nothing is left (as the
+// driver's gathering read does when its wait passes).
 type trickle struct {
-	data     []byte
-	chunk    int
-	deadline bool
+	data  []byte
+	chunk int
 }
 
 func (r *trickle) Read(b []byte) (int, error) {
 	if len(r.data) == 0 {
-		if r.deadline {
-			return 0, os.ErrDeadlineExceeded
-		}
 		return 0, io.EOF
 	}
 	k := copy(b[:min(len(b), r.chunk)], r.data)
@@ -55,7 +51,20 @@ func (r *trickle) Read(b []byte) (int, error) {
 	return k, nil
 }
 
-func (r *trickle) SetReadDeadline(t time.Time) error { r.deadline = !t.IsZero(); return nil }
+func (r *trickle) ReadGather(b []byte, atLeast int, _ time.Duration) (int, error) {
+	n := 0
+	for n < atLeast && n < len(b) {
+		k, err := r.Read(b[n:])
+		n += k
+		if err != nil {
+			if n > 0 {
+				return n, nil
+			}
+			return 0, err
+		}
+	}
+	return n, nil
+}
 
 // writeSizes records the size of each Write.
 type writeSizes struct {

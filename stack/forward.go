@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,15 +209,15 @@ var (
 
 // copyAdaptive copies src to dst until src ends, counting bytes in n. It
 // holds a small pooled buffer while the flow trickles and a large one while
-// reads fill the buffer; when src can wait for data without a buffer (the
-// client side), it holds none while idle. It returns src's error (io.EOF at a
-// clean end) or dst's error.
+// reads fill the buffer or the flow streams; when src can wait for data
+// without a buffer (the client side), it holds none while idle. It returns
+// src's error (io.EOF at a clean end) or dst's error.
 func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64) (rerr, werr error) {
 	waiter, canWait := src.(interface {
 		readable() bool
 		waitReadable()
 	})
-	coalescer, canCoalesce := src.(deadlineReader)
+	gatherer, canGather := src.(gatherReader)
 	var lastData time.Time // when the previous read returned data
 	var small, big *[]byte
 	release := func() {
@@ -236,6 +235,11 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64) (rerr, werr er
 			release()
 			waiter.waitReadable()
 		}
+		streaming := canGather && time.Since(lastData) < streamingGap
+		if streaming && big == nil {
+			release()
+			big = bigPool.Get().(*[]byte)
+		}
 		if small == nil && big == nil {
 			small = smallPool.Get().(*[]byte)
 		}
@@ -245,22 +249,17 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64) (rerr, werr er
 		} else {
 			buf = *small
 		}
-		k, err := src.Read(buf)
-		if canCoalesce && k > 0 && err == nil {
-			now := time.Now()
-			streaming := now.Sub(lastData) < streamingGap
-			lastData = now
-			if streaming && k < coalesceBytes {
-				if big == nil { // gather in the large buffer
-					big = bigPool.Get().(*[]byte)
-					copy(*big, buf[:k])
-					smallPool.Put(small)
-					small, buf = nil, *big
-				}
-				k, err = coalesce(coalescer, buf, k)
-			}
+		var k int
+		var err error
+		if streaming {
+			k, err = gatherer.ReadGather(buf, coalesceBytes, coalesceWait)
+		} else {
+			k, err = src.Read(buf)
 		}
 		if k > 0 {
+			if canGather {
+				lastData = time.Now()
+			}
 			if _, werr := dst.Write(buf[:k]); werr != nil {
 				return nil, werr
 			}
@@ -269,7 +268,7 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64) (rerr, werr er
 			case k == len(buf) && big == nil:
 				smallPool.Put(small)
 				small, big = nil, bigPool.Get().(*[]byte)
-			case k < smallBuf && big != nil:
+			case k < smallBuf && big != nil && !streaming:
 				bigPool.Put(big)
 				small, big = smallPool.Get().(*[]byte), nil
 			}
@@ -280,14 +279,16 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64) (rerr, werr er
 	}
 }
 
-// Coalescing the far side's data. The tunnel delivers a bulk flow a
+// Gathering the far side's data. The tunnel delivers a bulk flow a
 // packet or two at a time, and gVisor sends each Write to the client at
 // once: one TUN write and about one client ACK per 2 KB (measured: 2.0 KB
 // per write at 235 Mbit/s, the near edge's largest CPU cost). While data
-// streams (a read returning data within streamingGap of the previous
-// one), a short read waits up to coalesceWait for more, up to
-// coalesceBytes, so that gVisor sends it as one large TSO segment. The
-// first read after a pause is never delayed, so a request's answer or a
+// streams (the previous read returned data within streamingGap), a read
+// gathers up to coalesceBytes, waiting at most coalesceWait after its
+// first bytes, so that gVisor sends them as one large TSO segment. The
+// tunnel's driver fills the buffer as data arrives (driver.Stream's
+// ReadGather), so this loop wakes once per gathered buffer. The first
+// read after a pause is never delayed, so a request's answer or a
 // keystroke goes out at once.
 const (
 	coalesceWait  = 500 * time.Microsecond
@@ -295,36 +296,10 @@ const (
 	streamingGap  = 2 * time.Millisecond
 )
 
-// deadlineReader is a source that can bound a Read's wait (the tunnel's
-// stream).
-type deadlineReader interface {
+// gatherReader is a source that gathers a read (the tunnel's stream).
+type gatherReader interface {
 	io.Reader
-	SetReadDeadline(time.Time) error
-}
-
-// coalesce reads more into buf after its first k bytes until it holds
-// coalesceBytes or coalesceWait has passed. A passed deadline is not an
-// error; any other error ends the read and is returned with the bytes.
-func coalesce(src deadlineReader, buf []byte, k int) (int, error) {
-	if err := src.SetReadDeadline(time.Now().Add(coalesceWait)); err != nil {
-		return k, nil
-	}
-	var err error
-	for k < coalesceBytes && k < len(buf) {
-		var n int
-		n, err = src.Read(buf[k:])
-		k += n
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				err = nil
-			}
-			break
-		}
-	}
-	if derr := src.SetReadDeadline(time.Time{}); derr != nil && err == nil {
-		err = derr
-	}
-	return k, err
+	ReadGather(p []byte, min int, wait time.Duration) (int, error)
 }
 
 func toAddr(a tcpip.Address) netip.Addr {

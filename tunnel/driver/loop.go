@@ -71,6 +71,7 @@ const (
 	opAccept
 	opReject
 	opStats
+	opCancelRead // end the stream's parked read with what it holds
 )
 
 // request is an application goroutine's call into the driver. buf is
@@ -84,6 +85,10 @@ type request struct {
 	code     uint64
 	stats    *Stats
 	reply    chan result
+	// min and wait: a read is satisfied by min bytes (at least 1), or by
+	// wait having passed since its first byte (see parked.go).
+	min  int
+	wait time.Duration
 }
 
 // result is the driver's answer to a request.
@@ -108,6 +113,12 @@ type driverState struct {
 	sleepWake chan struct{}
 	sleeping  monotime.Time // wake time handed to the sleeper; 0: none
 	streams   map[uint64]*Stream
+
+	// parked holds the streams with a parked read; gatherq[gatherHead:]
+	// the armed waits of ReadGather (see parked.go).
+	parked     map[*Stream]struct{}
+	gatherq    []gatherWait
+	gatherHead int
 
 	txBufs [][]byte // BatchSize buffers of MaxUDPPayloadBytes
 	txOut  [][]byte // the filled prefixes handed to WriteBatch
@@ -173,6 +184,7 @@ func (d *driverState) init(t *Tunnel, conn *tunnel.Conn, cfg Config) {
 	d.timer = time.NewTimer(time.Hour)
 	d.timer.Stop()
 	d.streams = make(map[uint64]*Stream)
+	d.parked = make(map[*Stream]struct{})
 	if havePreciseSleep && !cfg.TimerOnly {
 		d.sleepReq = make(chan monotime.Time, 1)
 		d.sleepWake = make(chan struct{}, 1)
@@ -310,6 +322,7 @@ func (d *driverState) shutdown() {
 		reason = tunnel.ErrLocalClose
 	}
 	t.err = fmt.Errorf("%w: %w", ErrTunnelClosed, reason)
+	d.failParked(t.err)
 	d.fillStats(&t.finalStats)
 	for _, s := range d.streams {
 		s.stopTimers()
@@ -333,10 +346,13 @@ func (d *driverState) service() bool {
 				next = n
 			}
 		}
+		if next == 0 && d.conn.Closed() {
+			return d.restartServer(now)
+		}
+		if g := d.expireParked(now); g != 0 && (next == 0 || g.Before(next)) {
+			next = g
+		}
 		if next == 0 {
-			if d.conn.Closed() {
-				return d.restartServer(now)
-			}
 			if d.armed != 0 {
 				d.timer.Stop()
 				d.armed = 0
@@ -601,7 +617,7 @@ func (d *driverState) switchConn() {
 			s.opened <- wire.OpenUnreachable // capacity 1, never sent yet
 		}
 		delete(d.streams, id)
-		signal(s.readable)
+		d.continueRead(s)
 		signal(s.writable)
 	}
 	d.t.log.Info("driver: new session with the peer established; streams of the old one reset",
@@ -710,7 +726,7 @@ func (d *driverState) pollEvents() {
 			}
 		case tunnel.EventStreamReadable:
 			if s := d.streams[ev.StreamID]; s != nil {
-				signal(s.readable)
+				d.continueRead(s)
 			}
 		case tunnel.EventStreamWritable:
 			if s := d.streams[ev.StreamID]; s != nil {
@@ -719,7 +735,7 @@ func (d *driverState) pollEvents() {
 		case tunnel.EventStreamReset:
 			if s := d.streams[ev.StreamID]; s != nil {
 				s.d.peerReset, s.d.resetCode = true, ev.Code
-				signal(s.readable)
+				d.continueRead(s)
 			}
 		case tunnel.EventStreamStopSending:
 			if s := d.streams[ev.StreamID]; s != nil {
@@ -730,7 +746,7 @@ func (d *driverState) pollEvents() {
 			if s := d.streams[ev.StreamID]; s != nil {
 				s.d.gone = true
 				delete(d.streams, ev.StreamID)
-				signal(s.readable)
+				d.continueRead(s)
 				signal(s.writable)
 			}
 		case tunnel.EventDatagram:
@@ -789,6 +805,12 @@ func (d *driverState) handleReq(r request) {
 	switch r.op {
 	case opRead:
 		res = d.read(s, r.buf)
+		if res.err == nil && !res.fin && res.n < max(r.min, 1) {
+			d.parkRead(s, r, res.n)
+			return // the reply comes when the read is satisfied
+		}
+	case opCancelRead:
+		d.cancelParked(s)
 	case opWrite:
 		res = d.write(s, r.buf)
 	case opCloseWrite:
@@ -870,6 +892,7 @@ func (d *driverState) write(s *Stream, p []byte) result {
 // receiving half asks the peer to stop sending. code is the reset's and
 // STOP_SENDING's code.
 func (d *driverState) closeStream(s *Stream, abort bool, code wire.ErrorCode) {
+	defer d.continueRead(s) // a parked read ends: ErrStreamClosed
 	if s.d.closed || s.d.gone {
 		s.d.closed = true
 		return

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -27,17 +28,17 @@ type Stream struct {
 	proto    wire.Proto
 	src, dst netip.AddrPort
 
-	readable chan struct{}      // capacity 1: the driver saw EventStreamReadable (or reset/closed)
 	writable chan struct{}      // capacity 1: EventStreamWritable (or stop-sending/closed)
 	opened   chan wire.OpenCode // capacity 1: the peer's OPEN_RESULT (streams we open)
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed by Close: wakes blocked Read and Write
 
-	rmu    sync.Mutex
-	rreply chan result
-	rerr   error // sticky read error (io.EOF, reset); guarded by rmu
-	rdl    deadline
+	rmu     sync.Mutex
+	rreply  chan result // a read's reply, sent when the driver has satisfied it
+	rcancel chan result // the reply to opCancelRead
+	rerr    error       // sticky read error (io.EOF, reset); guarded by rmu
+	rdl     deadline
 
 	wmu    sync.Mutex
 	wreply chan result
@@ -54,6 +55,7 @@ type Stream struct {
 		answered  bool // opened got its code (streams we open)
 		stopped   bool // the peer sent STOP_SENDING
 		stopCode  wire.ErrorCode
+		parked    *parkedRead // a Read waiting for data (parked.go)
 	}
 }
 
@@ -70,10 +72,10 @@ func newStream(t *Tunnel, id uint64, proto wire.Proto, src, dst netip.AddrPort) 
 		proto:    proto,
 		src:      src,
 		dst:      dst,
-		readable: make(chan struct{}, 1),
 		writable: make(chan struct{}, 1),
 		closed:   make(chan struct{}),
 		rreply:   make(chan result, 1),
+		rcancel:  make(chan result, 1),
 		wreply:   make(chan result, 1),
 	}
 }
@@ -102,7 +104,16 @@ func (s *Stream) RemoteAddr() net.Addr { return net.TCPAddrFromAddrPort(s.dst) }
 // read deadline (os.ErrDeadlineExceeded; the stream stays usable), Close
 // (ErrStreamClosed) or the tunnel's end (ErrTunnelClosed). p is only used
 // during the call.
-func (s *Stream) Read(p []byte) (int, error) {
+func (s *Stream) Read(p []byte) (int, error) { return s.ReadGather(p, 1, 0) }
+
+// ReadGather is Read for a proxy that forwards a bulk flow in large
+// writes: once the first bytes are there, it keeps filling p until it
+// holds min bytes, or wait has passed since those first bytes, or the
+// stream ends (whatever came is returned; the end comes with the next
+// call). A passed read deadline also returns the bytes gathered so far.
+// The first byte itself is not delayed. The driver fills p as data
+// arrives, so the caller wakes once per gathered buffer.
+func (s *Stream) ReadGather(p []byte, min int, wait time.Duration) (int, error) {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
 	if s.rerr != nil {
@@ -111,31 +122,28 @@ func (s *Stream) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	for {
-		if err := s.ready(&s.rdl); err != nil {
-			return 0, err
-		}
-		r := s.t.call(request{op: opRead, s: s, buf: p}, s.rreply)
-		switch {
-		case r.err != nil:
-			s.rerr = r.err
-			return 0, r.err
-		case r.fin:
-			s.rerr = io.EOF
-			if r.n > 0 {
-				return r.n, nil
-			}
-			return 0, io.EOF
-		case r.n > 0:
+	if err := s.ready(&s.rdl); err != nil {
+		return 0, err
+	}
+	r := s.t.callRead(request{op: opRead, s: s, buf: p, min: min, wait: wait}, s)
+	switch {
+	case r.err != nil:
+		s.rerr = r.err
+		if r.n > 0 {
 			return r.n, nil
 		}
-		select {
-		case <-s.readable:
-		case <-s.rdl.wait():
-		case <-s.closed:
-		case <-s.t.done:
+		if errors.Is(r.err, os.ErrDeadlineExceeded) {
+			s.rerr = nil // the stream stays usable
 		}
+		return 0, r.err
+	case r.fin:
+		s.rerr = io.EOF
+		if r.n > 0 {
+			return r.n, nil
+		}
+		return 0, io.EOF
 	}
+	return r.n, nil
 }
 
 // Write writes all of p, blocking while the stream's send buffer is full

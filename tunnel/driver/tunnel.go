@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -216,6 +217,36 @@ func (t *Tunnel) call(req request, reply chan result) result {
 	case <-t.done:
 		return result{err: t.err}
 	}
+}
+
+// callRead passes a read to the driver and waits for its reply: at once,
+// or when the driver has filled the parked read (parked.go). The read
+// deadline and Close cancel a parked read; the reply then carries what it
+// gathered, with os.ErrDeadlineExceeded or ErrStreamClosed when nothing.
+func (t *Tunnel) callRead(req request, s *Stream) result {
+	req.reply = s.rreply
+	select {
+	case t.reqs <- req:
+	case <-t.done:
+		return result{err: t.err}
+	}
+	var why error
+	select {
+	case r := <-s.rreply:
+		return r
+	case <-s.rdl.wait():
+		why = os.ErrDeadlineExceeded
+	case <-s.closed:
+		why = ErrStreamClosed
+	}
+	// The driver replies to the parked read (perhaps it just did) before
+	// it answers the cancel, or it has ended and replied at shutdown.
+	t.call(request{op: opCancelRead, s: s}, s.rcancel)
+	r := <-s.rreply
+	if r.n == 0 && r.err == nil && !r.fin {
+		r.err = why
+	}
+	return r
 }
 
 // Stats is a snapshot of a tunnel's counters.

@@ -1,0 +1,135 @@
+package driver
+
+import (
+	"time"
+
+	"github.com/wanopt/wanopt/internal/monotime"
+)
+
+// Parked reads.
+//
+// A Read that finds nothing to read does not go back to its goroutine to
+// wait for EventStreamReadable and ask again: the driver keeps the
+// request, with its buffer, and fills the buffer itself as data arrives,
+// replying once the read is satisfied. A plain Read is satisfied by its
+// first bytes; ReadGather by min bytes, or by its wait having passed
+// since the first byte arrived. So a reader costs one hand-off per
+// delivery instead of three (ask, readable, ask again), and a proxy
+// gathering a bulk flow into large writes (package stack) wakes once per
+// gathered buffer, not once per arriving datagram, and needs no deadline
+// timer of its own.
+
+// parkedRead is a Read waiting in the driver. The buffer is the reader's,
+// lent until the reply.
+type parkedRead struct {
+	buf   []byte
+	n     int // bytes already copied into buf
+	min   int // reply once n >= min (at least 1)
+	wait  time.Duration
+	until monotime.Time // reply at this time once n > 0; 0: not armed
+	reply chan result
+}
+
+// parkRead parks r, a read that could not be satisfied at once, on s.
+// n bytes are already in r.buf.
+func (d *driverState) parkRead(s *Stream, r request, n int) {
+	p := &parkedRead{buf: r.buf, n: n, min: min(max(r.min, 1), len(r.buf)), wait: r.wait, reply: r.reply}
+	s.d.parked = p
+	d.parked[s] = struct{}{}
+	if n > 0 {
+		d.armParked(s, p)
+	}
+}
+
+// armParked starts p's wait once it holds its first bytes.
+func (d *driverState) armParked(s *Stream, p *parkedRead) {
+	if p.until != 0 {
+		return
+	}
+	p.until = monotime.Now().Add(max(p.wait, time.Nanosecond))
+	d.gatherq = append(d.gatherq, gatherWait{s: s, p: p, until: p.until})
+}
+
+// gatherWait is an armed ReadGather. gatherq holds them in arming order,
+// which is expiry order while every read waits as long (the stack's
+// copy loops all do); a read with a shorter wait queued behind a longer
+// one is answered with it, late but not lost.
+type gatherWait struct {
+	s     *Stream
+	p     *parkedRead
+	until monotime.Time
+}
+
+// continueRead moves more data into s's parked read, if any, and replies
+// when it is satisfied or the stream can give no more.
+func (d *driverState) continueRead(s *Stream) {
+	p := s.d.parked
+	if p == nil {
+		return
+	}
+	res := d.read(s, p.buf[p.n:])
+	p.n += res.n
+	switch {
+	case res.err != nil, res.fin, p.n >= p.min:
+		d.unpark(s, result{n: p.n, fin: res.fin, err: res.err})
+	case p.n > 0:
+		d.armParked(s, p)
+	}
+}
+
+// unpark replies to s's parked read with res.
+func (d *driverState) unpark(s *Stream, res result) {
+	p := s.d.parked
+	if p == nil {
+		return
+	}
+	s.d.parked = nil
+	delete(d.parked, s)
+	p.reply <- res // capacity 1: the reader waits for exactly this reply
+}
+
+// expireParked replies to the gathering reads whose wait has passed at
+// now, and returns when the next one expires (0: none waits).
+func (d *driverState) expireParked(now monotime.Time) monotime.Time {
+	for d.gatherHead < len(d.gatherq) {
+		g := &d.gatherq[d.gatherHead]
+		if g.s.d.parked == g.p { // still waiting
+			if now.Before(g.until) {
+				return g.until
+			}
+			d.unpark(g.s, result{n: g.p.n})
+		}
+		*g = gatherWait{}
+		d.gatherHead++
+		if d.gatherHead == len(d.gatherq) {
+			d.gatherq, d.gatherHead = d.gatherq[:0], 0
+		} else if d.gatherHead >= 64 && d.gatherHead*2 >= len(d.gatherq) {
+			k := copy(d.gatherq, d.gatherq[d.gatherHead:])
+			clear(d.gatherq[k:])
+			d.gatherq, d.gatherHead = d.gatherq[:k], 0
+		}
+	}
+	return 0
+}
+
+// cancelParked ends s's parked read with what it holds (the reader's
+// deadline passed or it closed the stream).
+func (d *driverState) cancelParked(s *Stream) {
+	if p := s.d.parked; p != nil {
+		d.unpark(s, result{n: p.n})
+	}
+}
+
+// failParked ends every parked read at shutdown: the bytes they hold are
+// returned, the tunnel's end comes with the next Read.
+func (d *driverState) failParked(err error) {
+	for s := range d.parked {
+		p := s.d.parked
+		if p.n > 0 {
+			d.unpark(s, result{n: p.n})
+		} else {
+			d.unpark(s, result{err: err})
+		}
+	}
+	d.gatherq, d.gatherHead = nil, 0
+}

@@ -1,0 +1,104 @@
+package driver
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestReadGather: a gathering read returns once it holds min bytes, or
+// its wait has passed since the first byte, or the stream ends; its bytes
+// are never lost, whatever ends it.
+func TestReadGather(t *testing.T) {
+	checkLeaks(t)
+	cli, srv := memPair(t, 21, nil)
+	c, s := openAccepted(t, cli, srv)
+	buf := make([]byte, 64<<10)
+
+	// Several writes gathered into one read of at least min bytes.
+	go func() {
+		for i := range 8 {
+			s.Write(bytes.Repeat([]byte{byte(i)}, 1000))
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	n, err := c.ReadGather(buf, 8000, 10*time.Second)
+	if err != nil || n != 8000 {
+		t.Fatalf("gather 8 x 1000 bytes: %d, %v", n, err)
+	}
+	for i := range 8 {
+		if buf[i*1000] != byte(i) || buf[i*1000+999] != byte(i) {
+			t.Fatalf("gathered bytes out of order at write %d", i)
+		}
+	}
+
+	// Fewer bytes than min: the wait, counted from the first byte, ends
+	// the read with what came.
+	s.Write([]byte("abc"))
+	start := time.Now()
+	n, err = c.ReadGather(buf, 8000, 30*time.Millisecond)
+	if el := time.Since(start); err != nil || string(buf[:n]) != "abc" || el < 25*time.Millisecond || el > 5*time.Second {
+		t.Fatalf("gather after its wait: %q, %v after %v", buf[:n], err, el)
+	}
+
+	// The first byte is not held back by a plain Read.
+	s.Write([]byte("x"))
+	mustRead(t, c, []byte("x"))
+
+	// The read deadline ends a gathering read with what it holds; the
+	// next read goes on.
+	s.Write([]byte("de"))
+	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	n, err = c.ReadGather(buf, 8000, time.Hour)
+	if err != nil || string(buf[:n]) != "de" {
+		t.Fatalf("gather ended by the deadline: %q, %v", buf[:n], err)
+	}
+	n, err = c.ReadGather(buf, 8000, time.Hour)
+	if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("gather past the deadline, nothing there: %d, %v", n, err)
+	}
+	c.SetReadDeadline(time.Time{})
+
+	// The peer's FIN ends a gathering read: the bytes first, then io.EOF.
+	s.Write([]byte("end"))
+	s.CloseWrite()
+	n, err = c.ReadGather(buf, 8000, time.Hour)
+	if err != nil || string(buf[:n]) != "end" {
+		t.Fatalf("gather before the FIN: %q, %v", buf[:n], err)
+	}
+	if n, err = c.ReadGather(buf, 8000, time.Hour); n != 0 || err != io.EOF {
+		t.Fatalf("after the FIN: %d, %v; want io.EOF", n, err)
+	}
+	c.Close()
+	s.Close()
+}
+
+// TestReadGatherClosed: Close and the tunnel's end wake a parked read.
+func TestReadGatherClosed(t *testing.T) {
+	checkLeaks(t)
+	cli, srv := memPair(t, 22, nil)
+	c1, s1 := openAccepted(t, cli, srv)
+	c2, s2 := openAccepted(t, cli, srv)
+	defer s1.Close()
+	defer s2.Close()
+
+	done := make(chan error, 1)
+	go func() { _, err := c1.ReadGather(make([]byte, 100), 100, time.Hour); done <- err }()
+	time.Sleep(20 * time.Millisecond)
+	c1.Close()
+	if err := <-done; !errors.Is(err, ErrStreamClosed) {
+		t.Fatalf("parked read after Close: %v, want ErrStreamClosed", err)
+	}
+
+	// The tunnel's end wakes a parked read.
+	go func() { _, err := c2.ReadGather(make([]byte, 100), 100, time.Hour); done <- err }()
+	time.Sleep(20 * time.Millisecond)
+	cli.Close()
+	if err := <-done; !errors.Is(err, ErrTunnelClosed) {
+		t.Fatalf("parked read at the tunnel's end: %v, want ErrTunnelClosed", err)
+	}
+	c2.Close()
+}
