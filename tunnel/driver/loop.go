@@ -36,6 +36,25 @@ const (
 // default 4 MiB socket buffer.
 const rxStallLimit = 5 * time.Millisecond
 
+// rxHoldDatagrams is how many datagrams a held read aims to gather
+// (Config.RxHold); minRxHold the shortest hold worth a sleep (a
+// nanosleep costs about as much as the wake-up it saves).
+const (
+	rxHoldDatagrams = 8
+	minRxHold       = 100 * time.Microsecond
+	rxHoldMinBytes  = 1000
+)
+
+// bulk reports whether the datagrams of a read average at least
+// rxHoldMinBytes: data of a bulk transfer, not ACKs.
+func bulk(sizes []int) bool {
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	return total >= rxHoldMinBytes*len(sizes)
+}
+
 // rxBatch is one ReadBatch worth of datagrams, pooled between the reader
 // and the driver (Tunnel.rxFree and Tunnel.rxq).
 type rxBatch struct {
@@ -214,6 +233,10 @@ func (t *Tunnel) readLoop() {
 	stall.Stop()
 	defer stall.Stop()
 	var lastErr string
+	var hold rxHolder
+	if havePreciseSleep {
+		hold.max = t.cfg.RxHold // negative: never
+	}
 	for {
 		var b *rxBatch
 		select {
@@ -258,7 +281,44 @@ func (t *Tunnel) readLoop() {
 		}
 		b.n = n
 		t.rxq <- b // never blocks: rxq holds every batch
+		if hold.max > 0 {
+			now := monotime.Now()
+			if d := hold.after(now, b.sizes[:n]); d > 0 {
+				sleepUntil(now.Add(d))
+				t.rxHolds.Add(1)
+			}
+		}
 	}
+}
+
+// rxHolder decides how long the reader holds its next read
+// (Config.RxHold). While full-size datagrams (a bulk transfer's data)
+// keep coming a few at a time, it lets some gather in the socket buffer
+// rather than wake the reader and the driver for each: the hold is what
+// rxHoldDatagrams take at the recent spacing, at most max. At high rates
+// reads fill up without it; small datagrams (the ACKs a sender lives on)
+// and a datagram after a pause are never held.
+type rxHolder struct {
+	max      time.Duration
+	lastRead monotime.Time // when the previous read returned
+	spacing  time.Duration // smoothed time per datagram while they keep coming
+}
+
+// after returns the hold before the next read, for a read that returned
+// datagrams of sizes at now.
+func (h *rxHolder) after(now monotime.Time, sizes []int) time.Duration {
+	gap := now.Sub(h.lastRead) // the previous hold included
+	first := h.lastRead == 0
+	h.lastRead = now
+	n := len(sizes)
+	if first || n == 0 || gap >= 2*h.max || n >= rxHoldDatagrams || !bulk(sizes) {
+		return 0
+	}
+	h.spacing = (3*h.spacing + gap/time.Duration(n)) / 4
+	if d := min(h.max, rxHoldDatagrams*h.spacing); d >= minRxHold {
+		return d
+	}
+	return 0
 }
 
 // run is the driver goroutine: the only one that touches the Conn.
@@ -329,7 +389,9 @@ func (d *driverState) shutdown() {
 	}
 	d.streams = nil
 	t.log.Info("driver: tunnel stopped", "reason", reason,
-		"datagrams_in", d.ctr.datagramsIn, "datagrams_out", d.ctr.datagramsOut)
+		"datagrams_in", d.ctr.datagramsIn, "datagrams_out", d.ctr.datagramsOut,
+		"rx_batches", d.ctr.rxBatches, "tx_batches", d.ctr.txBatches, "rx_holds", t.rxHolds.Load(),
+		"loops", d.ctr.loops, "sleep_wakeups", d.ctr.sleepWakeups, "timer_wakeups", d.ctr.timerWakeups)
 	close(t.done)
 }
 
@@ -923,6 +985,7 @@ func (d *driverState) fillStats(s *Stats) {
 		SleepWakeups:   d.ctr.sleepWakeups,
 		Loops:          d.ctr.loops,
 		RxDropped:      d.t.rxDropped.Load(),
+		RxHolds:        d.t.rxHolds.Load(),
 		TxErrors:       d.ctr.txErrors,
 		AcceptOverflow: d.ctr.acceptOverflow,
 		RejectsSent:    d.ctr.rejectsSent,

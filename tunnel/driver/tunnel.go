@@ -38,6 +38,7 @@ type Tunnel struct {
 	done        chan struct{}        // closed when the driver goroutine returns
 
 	rxDropped atomic.Uint64 // datagrams the reader dropped (driver behind)
+	rxHolds   atomic.Uint64 // reads held back for more datagrams (Config.RxHold)
 
 	// Set by the driver goroutine before it closes done; read after done.
 	err        error // why the tunnel closed (wraps ErrTunnelClosed)
@@ -268,6 +269,9 @@ type Stats struct {
 	// RxDropped counts datagrams the reader dropped because the driver
 	// was RxBatches batches behind.
 	RxDropped uint64
+	// RxHolds counts reads the reader held back to let datagrams gather
+	// (Config.RxHold).
+	RxHolds uint64
 	// TxErrors counts WriteBatch calls that failed (datagrams lost).
 	TxErrors uint64
 	// AcceptOverflow counts peer streams refused because AcceptBacklog

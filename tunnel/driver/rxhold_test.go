@@ -1,0 +1,77 @@
+package driver
+
+import (
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/internal/monotime"
+)
+
+// TestRxHold: the reader holds its next read only while full-size
+// datagrams keep coming a few at a time, for about what eight take at
+// their spacing, at most the configured hold.
+func TestRxHold(t *testing.T) {
+	full := func(n int) []int {
+		s := make([]int, n)
+		for i := range s {
+			s[i] = 1452
+		}
+		return s
+	}
+	us := func(v float64) monotime.Time { return monotime.Time(1e9 + v*1e3) }
+
+	// 50 Mbit/s: one datagram every 240 µs. The first read is never held;
+	// then the hold grows to the 1 ms cap and each read gathers about 4.
+	h := rxHolder{max: time.Millisecond}
+	if d := h.after(us(0), full(1)); d != 0 {
+		t.Fatalf("first read held %v", d)
+	}
+	var d time.Duration
+	at := 0.0
+	for range 3 {
+		at += 240
+		d = h.after(us(at), full(1))
+	}
+	for range 20 {
+		at += float64(d/time.Microsecond) + 10
+		d = h.after(us(at), full(4))
+	}
+	if d != time.Millisecond {
+		t.Fatalf("hold at 50 Mbit/s settles at %v, want the 1 ms cap", d)
+	}
+
+	// ACKs are never held, however close.
+	h = rxHolder{max: time.Millisecond}
+	for i := range 10 {
+		if d := h.after(us(float64(100*i)), []int{60}); d != 0 {
+			t.Fatalf("ACK-sized datagrams held %v", d)
+		}
+	}
+
+	// A datagram after a pause is not held; full reads are not either.
+	h = rxHolder{max: time.Millisecond}
+	h.after(us(0), full(1))
+	if d := h.after(us(5000), full(1)); d != 0 {
+		t.Fatalf("a datagram after a 5 ms pause held %v", d)
+	}
+	if d := h.after(us(5100), full(rxHoldDatagrams)); d != 0 {
+		t.Fatalf("a read of %d datagrams held %v", rxHoldDatagrams, d)
+	}
+
+	// At high rates the hold would be too short to be worth a sleep.
+	h = rxHolder{max: time.Millisecond}
+	at = 0
+	for range 20 {
+		at += 10
+		if d = h.after(us(at), full(2)); d != 0 {
+			t.Fatalf("two datagrams every 10 µs held %v", d)
+		}
+	}
+
+	// Off.
+	h = rxHolder{max: -1}
+	h.after(us(0), full(1))
+	if d := h.after(us(240), full(1)); d != 0 {
+		t.Fatalf("hold off, held %v", d)
+	}
+}
