@@ -1,0 +1,589 @@
+//go:build linux
+
+package bridge
+
+// The whole edge data path in one process, without root: a client TCP
+// stack, the near edge (stack + bridge + tunnel), the far edge (tunnel +
+// egress) and a server, so that the cost of the path can be tracked in CI.
+//
+//	client (gVisor, fdbased) ─ AF_UNIX SOCK_SEQPACKET pair ─ near stack.New (fdbased)
+//	  → bridge.Dialer → driver.Tunnel ═ UDP on 127.0.0.1 ═ driver.Tunnel
+//	  → egress (KernelDialer) → kernel TCP on 127.0.0.1 → server
+//
+// The socket pair stands in for the TUN: the near stack reads and writes
+// one IP packet per message with real system calls, through gVisor's
+// fdbased endpoint at MTU 1500, as on a TUN opened without offload. A real
+// edge's TUN normally has offload (the stack's offload endpoint, TCP
+// segments of up to 64 KiB per system call), so this path costs more per
+// byte on the LAN side than a default edge does. Two smaller differences:
+// fdbased writes a batch with one sendmmsg on a socket where it writes
+// each packet with its own writev on a TUN, and a full socket pair makes
+// the writer drop packets (EAGAIN) where a TUN hands them to the kernel
+// (see growSendBuffer).
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+
+	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/stack"
+	"github.com/wanopt/wanopt/stack/egress"
+	"github.com/wanopt/wanopt/tun"
+	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/bind"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+	"github.com/wanopt/wanopt/tunnel/driver"
+)
+
+// edgePathMTU is the link's MTU: what wanopt run --tun-setup gives a TUN.
+const edgePathMTU = tun.DefaultMTU
+
+var (
+	// edgeClientAddr is the client's address, from the benchmarking range
+	// 198.18.0.0/15 as in the lab.
+	edgeClientAddr = netip.MustParseAddr("198.18.1.1")
+	// edgeServerFront is the address the client connects to. It cannot be
+	// the server's own 127.0.0.1: an IP stack drops packets for 127/8
+	// that arrive on an interface (gVisor's ipv4 martian check, which the
+	// near stack keeps), so the far edge maps this address to the loopback
+	// server, as a destination NAT in front of a real server would.
+	edgeServerFront = netip.MustParseAddr("198.18.2.2")
+)
+
+// TestEdgePathIntegrity sends 4 MiB each way at once, on two flows,
+// through the whole edge path and checks the SHA-256 of what arrived at
+// each end; both flows end with a FIN each way, and everything stops
+// (leaktest). Small enough for a few seconds under -race.
+func TestEdgePathIntegrity(t *testing.T) {
+	leaktest.Check(t)
+	const size = 4 << 20
+	data := make([]byte, size)
+	rand.Read(data)
+	p := newEdgePath(t, data)
+	want := sha256.Sum256(data)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	down, err := p.dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	up, err := p.dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	deadline, _ := ctx.Deadline()
+	down.SetDeadline(deadline)
+	up.SetDeadline(deadline)
+
+	upErr := make(chan error, 1)
+	go func() {
+		n, sum, err := upload(up, size, data, true)
+		switch {
+		case err != nil:
+			upErr <- fmt.Errorf("up: %w", err)
+		case n != size || sum != want:
+			upErr <- fmt.Errorf("up: the server received %d bytes (want %d), SHA-256 match %v", n, size, sum == want)
+		default:
+			upErr <- nil
+		}
+	}()
+	h := sha256.New()
+	n, err := download(down, size, h, make([]byte, 64<<10))
+	if err != nil {
+		t.Errorf("down: %v", err)
+	} else if n != size || [32]byte(h.Sum(nil)) != want {
+		t.Errorf("down: the client received %d bytes (want %d), SHA-256 match %v", n, size, [32]byte(h.Sum(nil)) == want)
+	}
+	if err := <-upErr; err != nil {
+		t.Error(err)
+	}
+}
+
+// BenchmarkEdgePath measures the whole edge data path (see the top of this
+// file): "down" is the server sending to the client (what wanopt's
+// published figures measure, iperf -R), "up" the reverse; -4flows spreads
+// the bytes over four concurrent flows. Each op is 1 MiB delivered to the
+// far end; the byte count is checked (the SHA-256 is checked by
+// TestEdgePathIntegrity, not here, so that hashing stays out of the CPU
+// figure).
+//
+// cpu-s/GB is the process's user+system CPU time (getrusage) over the
+// timed transfer per 1e9 bytes moved. It covers the whole process: both
+// edges, and also the client's gVisor stack (roughly as costly as the near
+// edge's own) and the loopback server's kernel socket. It is therefore an
+// upper bound for the two edges together, meant to track changes from
+// commit to commit; it is not the per-edge figure of the lab (wanbench),
+// where each edge is its own process on a TUN with offload, and runs at
+// the link's rate, where cost follows wake-ups more than bytes, while here
+// everything runs flat out. Gbit/s is the goodput of all flows together;
+// every component shares the machine's cores, so it measures this process,
+// not any link. Both figures vary with whatever else runs on the machine.
+func BenchmarkEdgePath(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		up    bool
+		flows int
+	}{
+		{"down-1flow", false, 1},
+		{"down-4flows", false, 4},
+		{"up-1flow", true, 1},
+	} {
+		b.Run(bc.name, func(b *testing.B) { benchEdgePath(b, bc.up, bc.flows) })
+	}
+}
+
+func benchEdgePath(b *testing.B, up bool, flows int) {
+	const chunk = 1 << 20 // bytes per op; a multiple of flows
+	pattern := make([]byte, chunk)
+	rand.Read(pattern)
+	p := newEdgePath(b, pattern)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conns := make([]*gonet.TCPConn, flows)
+	for i := range conns {
+		c, err := p.dial(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	bufs := make([][]byte, flows)
+	for i := range bufs {
+		bufs[i] = make([]byte, 64<<10)
+	}
+	total := int64(b.N) * chunk
+	per := total / int64(flows)
+	errs := make(chan error, flows)
+	b.SetBytes(chunk)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0, start := cpuTime(b), time.Now()
+	for i, c := range conns {
+		go func() {
+			if up {
+				n, _, err := upload(c, per, pattern, false)
+				if err == nil && n != per {
+					err = fmt.Errorf("up: the server received %d bytes, want %d", n, per)
+				}
+				errs <- err
+				return
+			}
+			n, err := download(c, per, nil, bufs[i])
+			if err == nil && n != per {
+				err = fmt.Errorf("down: the client received %d bytes, want %d", n, per)
+			}
+			errs <- err
+		}()
+	}
+	var failed error
+	for range flows {
+		failed = errors.Join(failed, <-errs)
+	}
+	elapsed, cpu := time.Since(start), cpuTime(b)-cpu0
+	b.StopTimer()
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	b.ReportMetric(cpu.Seconds()/(float64(total)/1e9), "cpu-s/GB")
+	b.ReportMetric(float64(total)*8/elapsed.Seconds()/1e9, "Gbit/s")
+}
+
+// cpuTime returns the process's user plus system CPU time.
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// edgePath is the assembled path; everything in it stops when the test or
+// benchmark ends (Cleanup, in the reverse order of setup: client stack,
+// near stack, socket pair, egress, tunnels, server).
+type edgePath struct {
+	client *gstack.Stack
+	dst    netip.AddrPort // what the client connects to
+}
+
+// newEdgePath assembles the path the way cmd/wanopt's run does for each
+// edge, with the defaults of a real edge (stack.Config, driver.Config and
+// egress.Options left at their zero values but for the MTU and loggers).
+// The server sends and receives pattern (see pathServer).
+func newEdgePath(tb testing.TB, pattern []byte) *edgePath {
+	tb.Helper()
+	log := testLogger()
+	srv := startPathServer(tb, pattern)
+	front := netip.AddrPortFrom(edgeServerFront, srv.addr.Port())
+
+	nearT, farT := udpTunnelPair(tb)
+
+	// The far edge: the policy allows exactly the flow's destination (the
+	// front address, which is what the egress checks); the dialer is the
+	// real edge's KernelDialer behind the front → loopback mapping.
+	pol, err := egress.ParsePolicy([]string{front.String()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	eg := egress.New(pol, frontDialer{front: front, server: srv.addr}, egress.Options{Logger: log})
+	egCtx, egCancel := context.WithCancel(context.Background())
+	egDone := make(chan error, 1)
+	go func() { egDone <- eg.Serve(egCtx, farT) }()
+	tb.Cleanup(func() {
+		egCancel()
+		if err := <-egDone; err != nil {
+			tb.Errorf("egress: %v", err)
+		}
+	})
+
+	// The link: one end for the near edge, as its TUN fd, the other for
+	// the client.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatalf("socketpair: %v", err)
+	}
+	tb.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
+	for _, fd := range fds {
+		growSendBuffer(tb, fd)
+	}
+
+	// The near edge.
+	near, err := stack.New(context.Background(), fds[0], New(nearT, log), stack.Config{MTU: edgePathMTU, Logger: log})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { near.Close() })
+
+	return &edgePath{client: clientStack(tb, fds[1]), dst: front}
+}
+
+// growSendBuffer doubles fd's send buffer to 416 KiB. A unix seqpacket
+// socket charges queued messages to the sender's buffer only, so this is
+// the whole queue between the stacks. With the 208 KiB default, a burst
+// from a 1 MiB TCP window overflows it and the writer drops packets
+// (EAGAIN), which costs retransmissions that a TUN would not cause: "down"
+// ran a third slower. Asking for exactly the default net.core.wmem_max
+// (the kernel doubles it) gets the same 416 KiB on every machine, root or
+// not, so that figures from CI and from a desk compare; more changed
+// nothing.
+func growSendBuffer(tb testing.TB, fd int) {
+	tb.Helper()
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 212992); err != nil {
+		tb.Fatalf("SO_SNDBUF: %v", err)
+	}
+}
+
+// clientStack is a plain gVisor TCP/IPv4 host on fd standing for the
+// client machine: address edgeClientAddr, a default route out of fd, SACK
+// and receive-buffer auto-tuning on as in a Linux client.
+func clientStack(tb testing.TB, fd int) *gstack.Stack {
+	tb.Helper()
+	// Readv, one packet per read as the near edge does on its TUN. (The
+	// RecvMMsg mode would also leak goroutines: gVisor builds a readv
+	// dispatcher first and drops it without stopping its processors.)
+	ep, err := fdbased.New(&fdbased.Options{FDs: []int{fd}, MTU: edgePathMTU})
+	if err != nil {
+		tb.Fatalf("client link: %v", err)
+	}
+	s := gstack.New(gstack.Options{
+		NetworkProtocols:   []gstack.NetworkProtocolFactory{ipv4.NewProtocol},
+		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol},
+	})
+	tb.Cleanup(func() {
+		s.Close()
+		// Stop inbound delivery before Wait, as stack.Close does: Wait
+		// holds the stack's lock while waiting for the endpoint, and a
+		// packet being delivered may need it (gvisor.dev/issue/11456).
+		ep.Attach(nil)
+		s.Wait()
+	})
+	sack := tcpip.TCPSACKEnabled(true)
+	moderate := tcpip.TCPModerateReceiveBufferOption(true)
+	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &moderate} {
+		if terr := s.SetTransportProtocolOption(tcp.ProtocolNumber, opt); terr != nil {
+			tb.Fatalf("client TCP option: %v", terr)
+		}
+	}
+	if terr := s.CreateNIC(1, ep); terr != nil {
+		tb.Fatalf("client NIC: %v", terr)
+	}
+	pa := tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: tcpip.AddrFrom4(edgeClientAddr.As4()).WithPrefix()}
+	if terr := s.AddProtocolAddress(1, pa, gstack.AddressProperties{}); terr != nil {
+		tb.Fatalf("client address: %v", terr)
+	}
+	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
+	return s
+}
+
+// dial connects the client to the server through the whole path.
+func (p *edgePath) dial(ctx context.Context) (*gonet.TCPConn, error) {
+	addr := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(p.dst.Addr().As4()), Port: p.dst.Port()}
+	c, err := gonet.DialContextTCP(ctx, p.client, addr, ipv4.ProtocolNumber)
+	if err != nil {
+		return nil, fmt.Errorf("client connect to %v through the edges: %w", p.dst, err)
+	}
+	return c, nil
+}
+
+// udpTunnelPair connects two tunnels over real UDP sockets on 127.0.0.1,
+// as the driver's loopback benchmark does: near dials, far listens. Both
+// close when the test ends.
+func udpTunnelPair(tb testing.TB) (near, far *driver.Tunnel) {
+	tb.Helper()
+	nk, err := crypt.GenerateKey(rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fk, err := crypt.GenerateKey(rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	log := testLogger()
+	ncfg := driver.Config{
+		Tunnel:     tunnel.Config{PrivateKey: nk, PeerPublicKey: fk.PublicKey()},
+		RemoteAddr: fb.LocalAddr(), Network: "udp4", LocalAddr: netip.MustParseAddrPort("127.0.0.1:0"),
+		Logger: log,
+	}
+	fcfg := driver.Config{Tunnel: tunnel.Config{PrivateKey: fk, PeerPublicKey: nk.PublicKey()}, Bind: fb, Logger: log}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type res struct {
+		t   *driver.Tunnel
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() { t, err := driver.Listen(ctx, fcfg); ch <- res{t, err} }()
+	near, err = driver.Dial(ctx, ncfg)
+	r := <-ch
+	if err != nil || r.err != nil {
+		if near != nil {
+			near.Close()
+		}
+		if r.t != nil {
+			r.t.Close()
+		}
+		tb.Fatalf("tunnel over UDP loopback: dial: %v; listen: %v", err, r.err)
+	}
+	tb.Cleanup(func() { near.Close(); r.t.Close() })
+	return near, r.t
+}
+
+// frontDialer is the far edge's dialer: it connects front to the server
+// with the real edge's KernelDialer and refuses anything else.
+type frontDialer struct {
+	front, server netip.AddrPort
+	kernel        egress.KernelDialer
+}
+
+func (d frontDialer) Connect(ctx context.Context, src, dst netip.AddrPort) (egress.Conn, error) {
+	if dst != d.front {
+		return nil, fmt.Errorf("benchmark far edge: %v is not the server's front %v: %w", dst, d.front, syscall.ECONNREFUSED)
+	}
+	return d.kernel.Connect(ctx, src, d.server)
+}
+
+// The server's protocol. The client opens each connection with a request,
+// op (1 byte) | hash (1 byte) | size (8 bytes, big endian), then:
+//   - opDown: the server sends size bytes (pattern, repeated from its
+//     start), then its FIN, then reads to the client's FIN;
+//   - opUp: the client sends its bytes and its FIN; the server reads to
+//     EOF and answers count (8 bytes) | SHA-256 (32 bytes, zero unless
+//     hash was 1), then its FIN.
+const (
+	opDown = 'D'
+	opUp   = 'U'
+	reqLen = 10
+)
+
+// pathServer is the TCP server on 127.0.0.1 behind the far edge.
+type pathServer struct {
+	addr    netip.AddrPort
+	pattern []byte
+}
+
+// startPathServer listens on 127.0.0.1; Cleanup closes the listener and the
+// connections still open and waits for their handlers.
+func startPathServer(tb testing.TB, pattern []byte) *pathServer {
+	tb.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &pathServer{addr: netip.MustParseAddrPort(ln.Addr().String()), pattern: pattern}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns = map[net.Conn]struct{}{}
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns[c] = struct{}{}
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.serve(c.(*net.TCPConn))
+				mu.Lock()
+				delete(conns, c)
+				mu.Unlock()
+				c.Close()
+			}()
+		}
+	}()
+	tb.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return s
+}
+
+// serve answers one request; errors end the connection (the client then
+// sees a short transfer or a reset and fails).
+func (s *pathServer) serve(c *net.TCPConn) {
+	var req [reqLen]byte
+	if _, err := io.ReadFull(c, req[:]); err != nil {
+		return
+	}
+	size := int64(binary.BigEndian.Uint64(req[2:]))
+	switch req[0] {
+	case opDown:
+		if err := writePattern(c, s.pattern, size); err != nil {
+			return
+		}
+		if err := c.CloseWrite(); err != nil {
+			return
+		}
+		io.Copy(io.Discard, c)
+	case opUp:
+		var h hash.Hash
+		if req[1] == 1 {
+			h = sha256.New()
+		}
+		n, err := readAll(c, h, make([]byte, 64<<10))
+		if err != nil {
+			return
+		}
+		var ans [8 + sha256.Size]byte
+		binary.BigEndian.PutUint64(ans[:], uint64(n))
+		if h != nil {
+			h.Sum(ans[8:8])
+		}
+		c.Write(ans[:])
+	}
+}
+
+// download asks the server for size bytes and reads to its FIN, hashing
+// into h if not nil. It returns the byte count received.
+func download(c *gonet.TCPConn, size int64, h hash.Hash, buf []byte) (int64, error) {
+	if err := request(c, opDown, false, size); err != nil {
+		return 0, err
+	}
+	// Nothing more to send: the FIN crosses the path too.
+	if err := c.CloseWrite(); err != nil {
+		return 0, fmt.Errorf("client close-write: %w", err)
+	}
+	return readAll(c, h, buf)
+}
+
+// upload sends size bytes of pattern and its FIN, and returns the count
+// and, if withHash, the SHA-256 that the server received.
+func upload(c *gonet.TCPConn, size int64, pattern []byte, withHash bool) (n int64, sum [32]byte, err error) {
+	if err := request(c, opUp, withHash, size); err != nil {
+		return 0, sum, err
+	}
+	if err := writePattern(c, pattern, size); err != nil {
+		return 0, sum, fmt.Errorf("client write: %w", err)
+	}
+	if err := c.CloseWrite(); err != nil {
+		return 0, sum, fmt.Errorf("client close-write: %w", err)
+	}
+	var ans [8 + sha256.Size]byte
+	if _, err := io.ReadFull(c, ans[:]); err != nil {
+		return 0, sum, fmt.Errorf("client read of the server's count: %w", err)
+	}
+	return int64(binary.BigEndian.Uint64(ans[:])), [32]byte(ans[8:]), nil
+}
+
+func request(c io.Writer, op byte, withHash bool, size int64) error {
+	var req [reqLen]byte
+	req[0] = op
+	if withHash {
+		req[1] = 1
+	}
+	binary.BigEndian.PutUint64(req[2:], uint64(size))
+	if _, err := c.Write(req[:]); err != nil {
+		return fmt.Errorf("client request: %w", err)
+	}
+	return nil
+}
+
+// writePattern writes size bytes: pattern repeated from its start.
+func writePattern(w io.Writer, pattern []byte, size int64) error {
+	for left := size; left > 0; {
+		k := int(min(left, int64(len(pattern))))
+		if _, err := w.Write(pattern[:k]); err != nil {
+			return err
+		}
+		left -= int64(k)
+	}
+	return nil
+}
+
+// readAll reads r to EOF through buf, hashing into h if not nil, and
+// returns the byte count.
+func readAll(r io.Reader, h hash.Hash, buf []byte) (int64, error) {
+	var n int64
+	for {
+		k, err := r.Read(buf)
+		n += int64(k)
+		if h != nil {
+			h.Write(buf[:k])
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
