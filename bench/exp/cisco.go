@@ -501,18 +501,19 @@ func profileOf(ps []Profile, name string) Profile {
 func (r CiscoResult) Markdown() string {
 	var b strings.Builder
 	outage := r.Impairments.HasOutage()
-	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s | near edge CPU % | far edge CPU % | near CPU-s/GB | far CPU-s/GB | ProbeRTTs |")
+	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s | near edge CPU % | far edge CPU % | near CPU-s/GB | far CPU-s/GB | ProbeRTTs | plain runs min–max (n) | wanopt runs min–max (n) |")
 	if outage {
 		b.WriteString(" plain TCP recovery s | wanopt recovery s | cold recovery s | failed runs plain/wanopt/cold |")
 	}
-	b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	if outage {
 		b.WriteString("---:|---:|---:|---:|")
 	}
 	b.WriteString("\n")
 	for _, row := range r.Rows {
-		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.0f | %s | %s | %d |", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps,
-			row.NearCPUPct, row.FarCPUPct, perGBCell(row.NearCPUsPerGB), perGBCell(row.FarCPUsPerGB), row.FarProbeRTTs)
+		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.0f | %s | %s | %d | %s | %s |", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps,
+			row.NearCPUPct, row.FarCPUPct, perGBCell(row.NearCPUsPerGB), perGBCell(row.FarCPUsPerGB), row.FarProbeRTTs,
+			spreadCell(row.PlainRuns), spreadCell(row.WanoptRuns))
 		if outage {
 			coldFailed := 0
 			if row.Cold.Failed {
@@ -524,6 +525,27 @@ func (r CiscoResult) Markdown() string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// spreadCell shows the lowest and highest of the runs that did not fail
+// and how many there were, so a figure comes with its spread ("–": no
+// runs recorded).
+func spreadCell(runs []IperfResult) string {
+	lo, hi, n := 0.0, 0.0, 0
+	for _, r := range runs {
+		if r.Failed {
+			continue
+		}
+		if n == 0 || r.Mbps < lo {
+			lo = r.Mbps
+		}
+		hi = max(hi, r.Mbps)
+		n++
+	}
+	if n == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f–%.1f (%d)", lo, hi, n)
 }
 
 // perGBCell shows CPU-seconds per GB; "–" where none was recorded (results

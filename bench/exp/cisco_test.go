@@ -20,13 +20,16 @@ func TestCiscoReport(t *testing.T) {
 		Rows: []CiscoRow{
 			{RTTms: 0, Profile: "modern", PlainMbps: 241, WanoptMbps: 235, Ratio: 235.0 / 241, ColdMbps: 200},
 			{RTTms: 200, Profile: "modern", PlainMbps: 110, WanoptMbps: 231, Ratio: 231.0 / 241, ColdMbps: 150},
-			{RTTms: 200, Profile: "legacy", PlainMbps: 49.1, WanoptMbps: 229.4, Ratio: 229.4 / 240, ColdMbps: 145.9},
+			{RTTms: 200, Profile: "legacy", PlainMbps: 49.1, WanoptMbps: 229.4, Ratio: 229.4 / 240, ColdMbps: 145.9,
+				WanoptRuns: []IperfResult{{Mbps: 230.5}, {Mbps: 228.1}, {Failed: true}, {Mbps: 229.6}}},
 		},
 	}
 	md := r.Markdown()
 	for _, want := range []string{
 		"| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s |",
+		"| ProbeRTTs | plain runs min–max (n) | wanopt runs min–max (n) |",
 		"| 0 | modern | 241.0 | 235.0 | 0.98 | 200.0 |",
+		"| – | 228.1–230.5 (3) |",
 		"| 200 | legacy | 49.1 | 229.4 | 0.96 | 145.9 |",
 	} {
 		if !strings.Contains(md, want) {
@@ -232,7 +235,7 @@ func TestCiscoCPUPerGB(t *testing.T) {
 	}
 	md := r.Markdown()
 	for _, want := range []string{
-		"| near edge CPU % | far edge CPU % | near CPU-s/GB | far CPU-s/GB | ProbeRTTs |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+		"| near edge CPU % | far edge CPU % | near CPU-s/GB | far CPU-s/GB | ProbeRTTs | plain runs min–max (n) | wanopt runs min–max (n) |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
 		"| 50 | modern | 180.0 | 236.0 | 0.98 | 210.0 | 50 | 35 | 12.7 | 8.7 | 2 |",
 	} {
 		if !strings.Contains(md, want) {
