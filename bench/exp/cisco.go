@@ -53,6 +53,9 @@ type CiscoOptions struct {
 	// that many CPUs (see EdgeOptions.EdgeCPU); iperf, the link emulator
 	// and the forwarding-only edges of the plain runs are never capped.
 	EdgeCPU float64
+	// EdgeProcs, if positive, runs each wanopt edge with --procs EdgeProcs
+	// (GOMAXPROCS); the lab's own processes keep Go's default.
+	EdgeProcs int
 	// PlainRuns is the number of plain-TCP runs per point (default Runs):
 	// on a lossy link plain TCP crawls (5 Mbit/s at 1 % loss and 100 ms),
 	// and one run can take minutes.
@@ -125,6 +128,8 @@ type CiscoResult struct {
 	WANRateHint bool `json:"wan_rate_hint,omitempty"`
 	// EdgeCPU is the CPUs each wanopt edge was held to; 0: no cap.
 	EdgeCPU float64 `json:"edge_cpu_cores"`
+	// EdgeProcs is the edges' --procs (GOMAXPROCS); 0: Go's default.
+	EdgeProcs int `json:"edge_procs,omitempty"`
 	// QueueDelayMs is the queue as given in time at the link rate, if it
 	// was (QueueBytes is then its size in bytes).
 	QueueDelayMs float64 `json:"queue_delay_ms,omitempty"`
@@ -185,6 +190,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	}
 	res.WANRateHint = o.WANRateHint
 	res.EdgeCPU = o.EdgeCPU
+	res.EdgeProcs = o.EdgeProcs
 	if o.Wanopt == "" {
 		return res, fmt.Errorf("no wanopt binary given (CiscoOptions.Wanopt)")
 	}
@@ -371,7 +377,10 @@ func (r *CiscoResult) FillRatios() {
 func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptions, row *CiscoRow, measure func(what string, n int) ([]IperfResult, error)) error {
 	eo := EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent, EdgeCPU: o.EdgeCPU}
 	if o.WANRateHint {
-		eo.Args = []string{"--wan-rate", fmt.Sprint(o.RateBps)}
+		eo.Args = append(eo.Args, "--wan-rate", fmt.Sprint(o.RateBps))
+	}
+	if o.EdgeProcs > 0 {
+		eo.Args = append(eo.Args, "--procs", fmt.Sprint(o.EdgeProcs))
 	}
 	edges, err := StartEdges(ctx, l, eo)
 	if err != nil {

@@ -44,6 +44,7 @@ Flags:
 	queueS := fs.String("queue", "", "drop-tail queue: bytes (2MB is 2 MiB) or time at the link rate (50ms); default the published 2,000,000 bytes")
 	streams := fs.Int("streams", 4, "parallel streams (iperf -P)")
 	seed := fs.Int64("seed", 1, "random seed of the link's impairments (one way; the other uses seed+1)")
+	edgeProcs := fs.Int("edge-procs", 0, "run each wanopt edge with --procs N (GOMAXPROCS); 0: Go's default")
 	wanRateHint := fs.Bool("wan-rate-hint", false, "tell the edges the link's rate (wanopt run --wan-rate), so a new tunnel starts at it instead of probing (the cold column)")
 	edgeCPU := fs.Float64("edge-cpu", 0, "hold each wanopt edge (near and far apart) to this many CPUs with a CPU-bandwidth cgroup, e.g. 0.5; 0: no cap")
 	plainRuns := fs.Int("plain-runs", 0, "plain-TCP runs per point (default --runs): on a lossy link one plain run can take minutes")
@@ -77,7 +78,7 @@ Flags:
 	if *plainRuns < 0 {
 		return fmt.Errorf("--plain-runs %d: want 1 or more (0: as --runs)", *plainRuns)
 	}
-	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns, WANRateHint: *wanRateHint, EdgeCPU: *edgeCPU}
+	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns, WANRateHint: *wanRateHint, EdgeCPU: *edgeCPU, EdgeProcs: *edgeProcs}
 	if o.LinkImpairments, err = imp.impairments(); err != nil {
 		return err
 	}
@@ -127,7 +128,7 @@ Flags:
 		return err
 	}
 	fmt.Printf("\nPlain TCP and wanopt, link %.0f Mbit/s, %.1f MB drop-tail queue, impairments: %s (seed %d), iperf -n %dMB -P %d -R, %d runs per point, %s end hosts, %s egress, %s (%.0f s):\n\n",
-		res.RateMbps, float64(res.QueueBytes)/1e6, res.Impairments, res.Seed, res.BytesPerStream>>20, res.Streams, res.Runs, res.CC, res.Egress, edgeCPUText(res.EdgeCPU), time.Since(start).Seconds())
+		res.RateMbps, float64(res.QueueBytes)/1e6, res.Impairments, res.Seed, res.BytesPerStream>>20, res.Streams, res.Runs, res.CC, res.Egress, edgeCPUText(res.EdgeCPU, res.EdgeProcs), time.Since(start).Seconds())
 	fmt.Print(res.Markdown())
 	fmt.Printf("\nwanopt / plain 0 ms: against plain TCP's own 0 ms figure in this run (%s). Cold tunnel: the first run on a fresh pair of edges. CPU-s/GB: each edge's user + system CPU seconds over the measured runs per GB (1e9 bytes) of iperf payload they moved.\n", fmtRefs(res.Plain0ms))
 	if res.Impairments.HasOutage() {
@@ -138,11 +139,15 @@ Flags:
 	return nil
 }
 
-func edgeCPUText(cores float64) string {
-	if cores == 0 {
-		return "edges' CPU not capped"
+func edgeCPUText(cores float64, procs int) string {
+	s := "edges' CPU not capped"
+	if cores > 0 {
+		s = fmt.Sprintf("each edge capped at %g CPUs", cores)
 	}
-	return fmt.Sprintf("each edge capped at %g CPUs", cores)
+	if procs > 0 {
+		s += fmt.Sprintf(", edges on %d threads (--procs)", procs)
+	}
+	return s
 }
 
 func fmtRefs(m map[string]float64) string {

@@ -52,8 +52,10 @@ type runConfig struct {
 	CaptureDir string // pcap of the TUN's packets; "" for none
 	// MemoryMiB is the memory budget for flow buffers (see buffers).
 	MemoryMiB int
-	CC        tunnel.CongestionControl
-	LogLevel  slog.Level
+	// Procs is GOMAXPROCS for the edge (--procs); 0: Go's default.
+	Procs    int
+	CC       tunnel.CongestionControl
+	LogLevel slog.Level
 	// Control is the unix socket 'wanopt status' and 'flows' query; empty:
 	// none.
 	Control string
@@ -141,7 +143,7 @@ type runFlags struct {
 	config, tun, key, peerKey, listen, peer, cc, logLevel, control, capture, egress, wanRate string
 	tunSetup, check                                                                          bool
 	tunAddrs, routes, allow                                                                  []string
-	mtu, maxFlows, memoryMiB                                                                 int
+	mtu, maxFlows, memoryMiB, procs                                                          int
 	dialTimeout, peerTimeout                                                                 time.Duration
 }
 
@@ -169,6 +171,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.DurationVar(&f.peerTimeout, "peer-timeout", tunnel.DefaultIdleTimeout, "end the tunnel and reset its flows after this long without a word from the peer; the default outlasts Linux TCP's own retransmission budget (about 15 minutes), so flows outlive any outage TCP would have survived")
 	fs.IntVar(&f.maxFlows, "max-flows", egress.DefaultMaxFlows, "egress: flows connected at once; more are refused")
 	fs.IntVar(&f.memoryMiB, "memory-mib", defaultMemoryMiB, "memory budget for flow data, `MiB`: half for the tunnel's stream buffers and windows (all flows), and each intercepted connection's TCP buffers grow to at most 1/32 (receive) and 3/64 (send) of it")
+	fs.IntVar(&f.procs, "procs", 0, "run the edge's goroutines on at most `N` threads at once (GOMAXPROCS). 1 spends about an eighth less CPU per byte at 250 Mbit/s, as no second thread spins waiting for work, and caps the edge at one core; 0: Go's default, every CPU (or the cgroup's CPU limit)")
 	fs.StringVar(&f.cc, "cc", "bbr", "tunnel congestion control: bbr or cubic")
 	fs.StringVar(&f.wanRate, "wan-rate", "", "the WAN link's rate toward the peer if known, e.g. 50mbit or 1gbit: a new tunnel starts sending at it instead of probing up from ten packets (on a 600 ms path that takes about 5 s); measurements then take over. Empty: probe")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -355,6 +358,10 @@ func (f *runFlags) validate() (*runConfig, error) {
 	default:
 		return bad("--cc %q: want bbr or cubic", f.cc)
 	}
+	if f.procs < 0 {
+		return bad("--procs %d: want 0 (Go's default) or a number of threads", f.procs)
+	}
+	c.Procs = f.procs
 	if f.wanRate != "" {
 		if c.WANRateBps, err = units.ParseRate(f.wanRate); err != nil || c.WANRateBps == 0 {
 			return bad("--wan-rate %q: want a rate such as 50mbit, 250mbit or 1gbit (bits per second)", f.wanRate)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -45,6 +46,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	if cfg.Procs > 0 {
+		runtime.GOMAXPROCS(cfg.Procs)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if dir := os.Getenv("WANOPT_CPUPROFILE_DIR"); dir != "" {

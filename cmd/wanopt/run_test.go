@@ -87,6 +87,7 @@ func TestRunConfigErrors(t *testing.T) {
 		{append(far[:6:6], "--allow", "10.0.0.0/8", "--peer-timeout", "2s"), "--peer-timeout"},
 		{append(far[:6:6], "--allow", "10.0.0.0/8", "--wan-rate", "fast"), "--wan-rate"},
 		{append(far[:6:6], "--allow", "10.0.0.0/8", "--wan-rate", "0"), "--wan-rate"},
+		{append(far[:6:6], "--allow", "10.0.0.0/8", "--procs", "-1"), "--procs"},
 		{append(far[:6:6], "--allow", "10.0.0.0/8", "stray"), "unexpected arguments"},
 		{append(far[:6:6], "--bogus"), "unknown flag"},
 		{append(far[:6:6], "--config", filepath.Join(dir, "none.conf")), "config file"},
@@ -115,6 +116,7 @@ cc = cubic
 log-level = debug
 wan-rate = 50mbit
 peer-timeout = 30m
+procs = 1
 `), 0o600)
 	cfg, err := parseRunConfig([]string{"--config", conf, "--cc", "bbr"}, &bytes.Buffer{})
 	if err != nil {
@@ -124,8 +126,8 @@ peer-timeout = 30m
 		cfg.Policy.String() != "198.18.2.0/24:80,443 [2001:db8::/32]" || cfg.Ingress() || !cfg.Egress() || cfg.Role() != "responder" {
 		t.Errorf("config %+v (policy %s)", cfg, cfg.Policy)
 	}
-	if cfg.WANRateBps != 50e6 || cfg.PeerTimeout != 30*time.Minute {
-		t.Errorf("wan-rate %d, peer-timeout %v; want 50e6 and 30m", cfg.WANRateBps, cfg.PeerTimeout)
+	if cfg.WANRateBps != 50e6 || cfg.PeerTimeout != 30*time.Minute || cfg.Procs != 1 {
+		t.Errorf("wan-rate %d, peer-timeout %v, procs %d; want 50e6, 30m and 1", cfg.WANRateBps, cfg.PeerTimeout, cfg.Procs)
 	}
 	for _, bad := range []struct{ text, want string }{
 		{"frobnicate = 1\n", `unknown setting "frobnicate"`},
