@@ -424,7 +424,7 @@ func (c *Conn) establish(now monotime.Time) {
 	if !c.establishedReported {
 		c.establishedReported = true
 		c.events.push(Event{Kind: EventEstablished})
-		c.cfg.Logger.Info("tunnel established", "peer", c.sess.Peer().String(), "client", c.client)
+		c.cfg.Logger.Info("tunnel established", "peer", c.sess.Peer().String(), "client", c.client, "cipher", c.sess.Suite().String())
 	}
 }
 

@@ -55,6 +55,9 @@ type Stats struct {
 	// streams' initial windows and send-buffer floors may take it beyond
 	// the limit (see stream.Budget).
 	BudgetUsedBytes, BudgetBytes uint64
+	// Cipher is the AEAD the handshake chose for packets
+	// ("aes-256-gcm" or "chacha20-poly1305"); empty before it.
+	Cipher string
 }
 
 // Stats returns a snapshot of the connection's counters.
@@ -63,6 +66,9 @@ func (c *Conn) Stats() Stats {
 	s.StreamsOpen = len(c.streams)
 	s.RecvRateBps = 8 * c.rxRate.bytesPerSecond()
 	s.BudgetUsedBytes, s.BudgetBytes = c.flow.Budget().Used(), c.flow.Budget().Limit()
+	if c.sess != nil {
+		s.Cipher = c.sess.Suite().String()
+	}
 	if c.sender == nil {
 		return s
 	}

@@ -370,6 +370,7 @@ type statusReport struct {
 type tunnelReport struct {
 	Peer          string        `json:"peer"`
 	Congestion    string        `json:"congestion"`
+	Cipher        string        `json:"cipher"`
 	SmoothedRTT   time.Duration `json:"srtt_ns"`
 	MinRTT        time.Duration `json:"min_rtt_ns"`
 	BandwidthBps  uint64        `json:"bandwidth_bps"`
@@ -412,7 +413,7 @@ func (e *edge) status(started time.Time) statusReport {
 	if t := e.br.Tunnel(); t != nil {
 		s := t.Stats()
 		r.Tunnel = &tunnelReport{
-			Peer: s.PeerAddr.String(), Congestion: s.Tunnel.Congestion,
+			Peer: s.PeerAddr.String(), Congestion: s.Tunnel.Congestion, Cipher: s.Tunnel.Cipher,
 			SmoothedRTT: s.Tunnel.SmoothedRTT, MinRTT: s.Tunnel.MinRTT,
 			BandwidthBps: s.Tunnel.BandwidthBps, PacingRateBps: s.Tunnel.PacingRateBps,
 			Cwnd: s.Tunnel.CongestionWindow, InFlight: s.Tunnel.BytesInFlight,
@@ -551,8 +552,8 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		if t.BBRMode != "" {
 			cc = fmt.Sprintf("%s (%s, %d ProbeRTTs)", cc, t.BBRMode, t.ProbeRTTs)
 		}
-		fmt.Fprintf(stdout, "tunnel: up, peer %s, %s, srtt %v, min rtt %v, bandwidth %.1f Mbit/s, pacing %.1f Mbit/s, cwnd %d B, in flight %d B\n",
-			t.Peer, cc, t.SmoothedRTT.Round(100*time.Microsecond), t.MinRTT.Round(100*time.Microsecond),
+		fmt.Fprintf(stdout, "tunnel: up, peer %s, %s, %s, srtt %v, min rtt %v, bandwidth %.1f Mbit/s, pacing %.1f Mbit/s, cwnd %d B, in flight %d B\n",
+			t.Peer, cc, t.Cipher, t.SmoothedRTT.Round(100*time.Microsecond), t.MinRTT.Round(100*time.Microsecond),
 			float64(t.BandwidthBps)/1e6, float64(t.PacingRateBps)/1e6, t.Cwnd, t.InFlight)
 		fmt.Fprintf(stdout, "        sent %d B, received %d B, lost %d packets, retransmitted %d B, %d streams open, stream buffers %.1f of %.0f MiB\n",
 			t.BytesSent, t.BytesReceived, t.PacketsLost, t.Retransmitted, t.StreamsOpen, float64(t.BudgetUsedBytes)/(1<<20), float64(t.BudgetBytes)/(1<<20))

@@ -10,36 +10,42 @@
 // Noise_IK_25519_ChaChaPoly_BLAKE2s, through github.com/flynn/noise. BLAKE2s
 // is the hash WireGuard pairs with the same DH and AEAD; handshake cost is
 // dominated by the X25519 operations, so the hash choice is not a speed
-// question. The prologue is "wanopt tunnel v1", so peers speaking another
+// question. The prologue is "wanopt tunnel v2", so peers speaking another
 // protocol version fail authentication instead of misparsing each other.
 //
 // The initiator knows the responder's static public key beforehand. Message 1
 // carries the initiator's ephemeral key, its static key (encrypted) and an
-// encrypted payload with a timestamp and the initiator's sender index. The
-// responder checks the initiator's key against an injected allow-list and the
-// timestamp against the last one it accepted from that key, and only then
-// answers with message 2. Both sides end with a Session.
+// encrypted payload with a timestamp, the initiator's sender index and the
+// packet cipher suites it offers. The responder checks the initiator's key
+// against an injected allow-list and the timestamp against the last one it
+// accepted from that key, and only then answers with message 2, which names
+// the suite it chose: AES-256-GCM when both sides have AES instructions,
+// else ChaCha20-Poly1305, which every peer offers. Both sides end with a
+// Session. The offer and the choice are inside the Noise payloads, so they
+// are authenticated: nobody on the path can downgrade them.
 //
 // The functions here produce and consume the bytes that follow the packet
 // type byte; the caller (tunnel/wire) prepends the type. All integers are big
 // endian.
 //
-// Message 1, initiator to responder, Message1Size = 108 bytes:
+// Message 1, initiator to responder, Message1Size = 109 bytes:
 //
 //	offset size  field
 //	0      32    ephemeral public key (cleartext, Noise "e")
 //	32     48    static public key, encrypted: 32 + 16 tag (Noise "s")
-//	80     28    payload, encrypted: 12 + 16 tag
+//	80     29    payload, encrypted: 13 + 16 tag
 //	              payload[0:8]  timestamp (uint64, must increase per key)
 //	              payload[8:12] initiator's sender index (uint32)
+//	              payload[12]   suites offered (Suites: bit s-1 for Suite s)
 //
-// Message 2, responder to initiator, Message2Size = 56 bytes:
+// Message 2, responder to initiator, Message2Size = 57 bytes:
 //
 //	offset size  field
 //	0      4     receiver index: the initiator's sender index (cleartext)
 //	4      32    ephemeral public key (cleartext, Noise "e")
-//	36     20    payload, encrypted: 4 + 16 tag
+//	36     21    payload, encrypted: 5 + 16 tag
 //	              payload[0:4] responder's sender index (uint32)
+//	              payload[4]   suite chosen (Suite)
 //
 // Message 2 is never longer than message 1, and the responder answers only a
 // message 1 that authenticates, comes from an allowed key and carries a fresh
@@ -49,8 +55,9 @@
 // # Packets
 //
 // After the handshake, Session.Seal and Session.Open protect packets with
-// ChaCha20-Poly1305. The nonce is 4 zero bytes followed by the 64-bit packet
-// number in little-endian order (the Noise ChaChaPoly nonce layout). The
+// the chosen suite. The nonce is 4 zero bytes followed by the 64-bit packet
+// number in little-endian order (the Noise ChaChaPoly nonce layout), for
+// either suite; both have 16-byte tags. The
 // cleartext packet header is the additional data: the caller passes every
 // cleartext byte that precedes the ciphertext (type byte, receiver index,
 // packet number encoding), so none of it can be altered. Each direction has

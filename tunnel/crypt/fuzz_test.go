@@ -151,8 +151,8 @@ var fuzzKeys = sync.OnceValue(func() (k [2][KeySize]byte) {
 
 func fuzzSessions(t *testing.T) (sender, receiver *Session) {
 	k := fuzzKeys()
-	sender, receiver = newSession(k[0], k[1]), newSession(k[1], k[0])
-	pre, err := newSession(k[0], k[1]).Seal(nil, []byte("pre"), []byte("already opened"), fuzzOpenedPN)
+	sender, receiver = newSession(k[0], k[1], SuiteChaCha20Poly1305), newSession(k[1], k[0], SuiteChaCha20Poly1305)
+	pre, err := newSession(k[0], k[1], SuiteChaCha20Poly1305).Seal(nil, []byte("pre"), []byte("already opened"), fuzzOpenedPN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ type openSeed struct {
 func openSeeds(t *testing.T) []openSeed {
 	k := fuzzKeys()
 	seal := func(header, payload string, pn uint64) []byte {
-		ct, err := newSession(k[0], k[1]).Seal(nil, []byte(header), []byte(payload), pn)
+		ct, err := newSession(k[0], k[1], SuiteChaCha20Poly1305).Seal(nil, []byte(header), []byte(payload), pn)
 		if err != nil {
 			t.Fatal(err)
 		}

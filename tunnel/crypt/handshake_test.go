@@ -413,3 +413,63 @@ func BenchmarkHandshake(b *testing.B) {
 		}
 	}
 }
+
+// TestSuiteNegotiation: the responder picks AES-256-GCM when both sides
+// have it, ChaCha20-Poly1305 otherwise; an offer with nothing in common
+// gets no answer. Packets go both ways whichever suite was chosen.
+func TestSuiteNegotiation(t *testing.T) {
+	chacha, both := suitesOf(SuiteChaCha20Poly1305), suitesOf(SuiteChaCha20Poly1305, SuiteAES256GCM)
+	for _, tc := range []struct {
+		name       string
+		offer, has Suites
+		want       Suite
+	}{
+		{"both have AES", both, both, SuiteAES256GCM},
+		{"initiator without AES", chacha, both, SuiteChaCha20Poly1305},
+		{"responder without AES", both, chacha, SuiteChaCha20Poly1305},
+		{"neither", chacha, chacha, SuiteChaCha20Poly1305},
+		{"nothing in common", suitesOf(SuiteAES256GCM), chacha, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.resp.suites = tc.has
+			ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seeded(seedInitiatorEph))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ini.suites = tc.offer
+			m1, err := ini.Begin(nil, 7, 1000, monotime.Time(10))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m2, rs, err := f.resp.Respond(nil, m1, 8, monotime.Time(20))
+			if tc.want == 0 {
+				if !errors.Is(err, ErrMalformed) || m2 != nil {
+					t.Fatalf("Respond to an offer with nothing in common: %v, %d bytes; want ErrMalformed and no answer", err, len(m2))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Respond: %v", err)
+			}
+			is, err := ini.Consume(m2, monotime.Time(30))
+			if err != nil {
+				t.Fatalf("Consume: %v", err)
+			}
+			if is.Suite() != tc.want || rs.Suite() != tc.want {
+				t.Fatalf("suites %v and %v, want %v", is.Suite(), rs.Suite(), tc.want)
+			}
+			ct, err := is.Seal(nil, []byte("h"), []byte("to the responder"), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pt, err := rs.Open(nil, []byte("h"), ct, 0); err != nil || string(pt) != "to the responder" {
+				t.Fatalf("responder opened %q, %v", pt, err)
+			}
+			ct, _ = rs.Seal(nil, []byte("h"), []byte("back"), 0)
+			if pt, err := is.Open(nil, []byte("h"), ct, 0); err != nil || string(pt) != "back" {
+				t.Fatalf("initiator opened %q, %v", pt, err)
+			}
+		})
+	}
+}

@@ -25,6 +25,7 @@ type Initiator struct {
 
 	lastStamp Timestamp // last timestamp sent, valid if sentAny
 	sentAny   bool
+	suites    Suites // offered in message 1 (localSuites; tests change it)
 
 	// The pending handshake; hs is nil when none is pending. eph and
 	// payload are kept so the state after message 1 can be rebuilt
@@ -46,7 +47,7 @@ func NewInitiator(local PrivateKey, remote PublicKey, rand io.Reader) (*Initiato
 	if !sharedOK(local, remote) {
 		return nil, fmt.Errorf("new initiator: peer public key %v is a low-order point: %w", remote, ErrBadKey)
 	}
-	return &Initiator{local: local, localPub: local.PublicKey(), remote: remote, rand: rand}, nil
+	return &Initiator{local: local, localPub: local.PublicKey(), remote: remote, rand: rand, suites: localSuites()}, nil
 }
 
 // Peer returns the responder's static public key.
@@ -77,7 +78,7 @@ func (i *Initiator) Begin(dst []byte, index uint32, stamp Timestamp, now monotim
 		return nil, fmt.Errorf("handshake: reading randomness for the ephemeral key: %w", err)
 	}
 	var payload [msg1PayloadSize]byte
-	putMsg1Payload(&payload, stamp, index)
+	putMsg1Payload(&payload, stamp, index, i.suites)
 	hs, msg, err := i.writeMessage1(dst, &eph, &payload)
 	if err != nil {
 		return nil, err
@@ -134,17 +135,19 @@ func (i *Initiator) Consume(msg2 []byte, now monotime.Time) (*Session, error) {
 		return nil, fmt.Errorf("handshake with %v: message 2 after %v: %w", i.remote, now.Sub(i.started), ErrExpired)
 	}
 	payload, cs1, cs2, err := i.hs.ReadMessage(nil, msg2[4:])
-	if err != nil || cs1 == nil || len(payload) != msg2PayloadSize {
+	if err != nil || cs1 == nil || len(payload) != msg2PayloadSize || !i.suites.has(Suite(payload[4])) {
+		// A suite not offered cannot come from a genuine responder
+		// (message 2 authenticates): treat it as a forgery.
 		// flynn/noise does not roll back every failure path (a DH
 		// error leaves the transcript hash changed), so rebuild the
 		// state after message 1 from scratch.
 		i.restore()
 		return nil, fmt.Errorf("handshake message 2 from %v: %w", i.remote, ErrAuth)
 	}
-	s := newSession(cs1.UnsafeKey(), cs2.UnsafeKey())
+	s := newSession(cs1.UnsafeKey(), cs2.UnsafeKey(), Suite(payload[4]))
 	s.peer = i.remote
 	s.localIndex = i.index
-	s.remoteIndex = binary.BigEndian.Uint32(payload)
+	s.remoteIndex = binary.BigEndian.Uint32(payload[0:4])
 	s.created = now
 	s.initiator = true
 	i.abandon()

@@ -30,6 +30,7 @@ type Responder struct {
 	localPub PublicKey
 	allow    func(PublicKey) bool
 	rand     io.Reader
+	suites   Suites // accepted (localSuites; tests change it)
 
 	mu   sync.Mutex
 	last map[PublicKey]Timestamp
@@ -51,6 +52,7 @@ func NewResponder(local PrivateKey, allow func(PublicKey) bool, rand io.Reader) 
 		localPub: local.PublicKey(),
 		allow:    allow,
 		rand:     rand,
+		suites:   localSuites(),
 		last:     make(map[PublicKey]Timestamp),
 	}, nil
 }
@@ -99,7 +101,11 @@ func (r *Responder) Respond(dst, msg1 []byte, index uint32, now monotime.Time) (
 	if !r.allow(peer) {
 		return nil, nil, fmt.Errorf("handshake message 1 from %v: %w", peer, ErrUnknownPeer)
 	}
-	stamp, remoteIndex := parseMsg1Payload(payload)
+	stamp, remoteIndex, offer := parseMsg1Payload(payload)
+	suite := choose(offer, r.suites)
+	if suite == 0 {
+		return nil, nil, fmt.Errorf("handshake message 1 from %v: offers no cipher suite this side has (offered %08b): %w", peer, offer, ErrMalformed)
+	}
 	if !r.fresh(peer, stamp) {
 		return nil, nil, fmt.Errorf("handshake message 1 from %v: %w", peer, ErrReplay)
 	}
@@ -107,7 +113,8 @@ func (r *Responder) Respond(dst, msg1 []byte, index uint32, now monotime.Time) (
 	start := len(dst)
 	out := binary.BigEndian.AppendUint32(dst, remoteIndex)
 	var reply [msg2PayloadSize]byte
-	binary.BigEndian.PutUint32(reply[:], index)
+	binary.BigEndian.PutUint32(reply[0:4], index)
+	reply[4] = byte(suite)
 	out, cs1, cs2, err := hs.WriteMessage(out, reply[:])
 	if err != nil {
 		return nil, nil, fmt.Errorf("handshake: writing message 2: %w", err)
@@ -127,7 +134,7 @@ func (r *Responder) Respond(dst, msg1 []byte, index uint32, now monotime.Time) (
 	r.mu.Unlock()
 
 	// Split: cs1 protects initiator to responder, cs2 the reverse.
-	s := newSession(cs2.UnsafeKey(), cs1.UnsafeKey())
+	s := newSession(cs2.UnsafeKey(), cs1.UnsafeKey(), suite)
 	s.peer = peer
 	s.localIndex = index
 	s.remoteIndex = remoteIndex

@@ -1,6 +1,7 @@
 package crypt
 
 import (
+	"crypto/aes"
 	"crypto/cipher"
 	"encoding/binary"
 	"math"
@@ -10,7 +11,8 @@ import (
 )
 
 // Session holds the keys of one completed handshake and protects packets in
-// both directions with ChaCha20-Poly1305.
+// both directions with the suite the handshake chose (ChaCha20-Poly1305 or
+// AES-256-GCM).
 //
 // Nonce: 4 zero bytes, then the packet number as a little-endian uint64.
 // Additional data: the packet's cleartext header. Overhead: TagSize bytes.
@@ -25,6 +27,7 @@ type Session struct {
 	remoteIndex uint32
 	created     monotime.Time
 	initiator   bool
+	suite       Suite
 
 	// Send side, used only by Seal.
 	send      cipher.AEAD
@@ -37,16 +40,35 @@ type Session struct {
 	window    ReplayWindow
 }
 
-// newSession builds a Session from the two directional keys of a Noise split.
-func newSession(sendKey, recvKey [KeySize]byte) *Session {
-	send, err1 := chacha20poly1305.New(sendKey[:])
-	recv, err2 := chacha20poly1305.New(recvKey[:])
-	if err1 != nil || err2 != nil {
-		// Unreachable: keys are always 32 bytes.
-		panic("crypt: chacha20poly1305 rejected a 32-byte key")
-	}
-	return &Session{send: send, recv: recv}
+// newSession builds a Session from the two directional keys of a Noise
+// split, for suite (SuiteChaCha20Poly1305 or SuiteAES256GCM).
+func newSession(sendKey, recvKey [KeySize]byte, suite Suite) *Session {
+	return &Session{send: newAEAD(suite, sendKey), recv: newAEAD(suite, recvKey), suite: suite}
 }
+
+// newAEAD returns suite's AEAD with key. Both take 12-byte nonces and
+// 16-byte tags, so the packet layout does not depend on the suite.
+func newAEAD(suite Suite, key [KeySize]byte) cipher.AEAD {
+	var a cipher.AEAD
+	var err error
+	switch suite {
+	case SuiteAES256GCM:
+		var b cipher.Block
+		if b, err = aes.NewCipher(key[:]); err == nil {
+			a, err = cipher.NewGCM(b)
+		}
+	default:
+		a, err = chacha20poly1305.New(key[:])
+	}
+	if err != nil {
+		// Unreachable: keys are always 32 bytes.
+		panic("crypt: " + suite.String() + " rejected a 32-byte key: " + err.Error())
+	}
+	return a
+}
+
+// Suite returns the AEAD that protects the session's packets.
+func (s *Session) Suite() Suite { return s.suite }
 
 // Peer returns the peer's authenticated static public key.
 func (s *Session) Peer() PublicKey { return s.peer }
