@@ -54,6 +54,7 @@ import (
 	"github.com/wanopt/wanopt/tunnel/bind"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/driver"
+	"github.com/wanopt/wanopt/tunnel/driver/drivertest"
 )
 
 // edgePathMTU is the link's MTU: what wanopt run --tun-setup gives a TUN.
@@ -373,27 +374,7 @@ func udpTunnelPair(tb testing.TB) (near, far *driver.Tunnel) {
 		Logger: log,
 	}
 	fcfg := driver.Config{Tunnel: tunnel.Config{PrivateKey: fk, PeerPublicKey: nk.PublicKey()}, Bind: fb, Logger: log}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	type res struct {
-		t   *driver.Tunnel
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() { t, err := driver.Listen(ctx, fcfg); ch <- res{t, err} }()
-	near, err = driver.Dial(ctx, ncfg)
-	r := <-ch
-	if err != nil || r.err != nil {
-		if near != nil {
-			near.Close()
-		}
-		if r.t != nil {
-			r.t.Close()
-		}
-		tb.Fatalf("tunnel over UDP loopback: dial: %v; listen: %v", err, r.err)
-	}
-	tb.Cleanup(func() { near.Close(); r.t.Close() })
-	return near, r.t
+	return drivertest.Connect(tb, ncfg, fcfg)
 }
 
 // frontDialer is the far edge's dialer: it connects front to the server
