@@ -30,18 +30,27 @@
 //   - the sleeper (sleepLoop, Linux): see Pacing.
 //
 // Application goroutines never touch the Conn: each call is a request
-// over an unbuffered channel, answered at once by the driver (Read and
-// Write copy straight between the caller's slice and the Conn's stream
-// buffers while the caller waits; the driver keeps no reference). A Read
-// that finds nothing, or a Write that finds the send buffer full, waits
-// outside the driver for the stream's readable or writable signal (sent
-// on EventStreamReadable / EventStreamWritable, a reset, or the stream's
-// end), its deadline, Close or the tunnel's end, and then asks again.
-// Nothing queues without bound: requests are unbuffered, signals have
-// capacity one, received batches are pooled, incoming streams wait in a
-// backlog of Config.AcceptBacklog (more are refused with
-// wire.OpenResourceLimit), and Write blocks while the stream's send
-// buffer (tunnel Config.Stream) is full.
+// over an unbuffered channel, answered by the driver (Read and Write copy
+// straight between the caller's slice and the Conn's stream buffers while
+// the caller waits). A Write that finds the send buffer full waits
+// outside the driver for the stream's writable signal (sent on
+// EventStreamWritable, a stop-sending or the stream's end), its deadline,
+// Close or the tunnel's end, and then asks again. A Read that finds
+// nothing is parked in the driver instead (parked.go): the driver fills
+// the caller's buffer as data arrives and answers once the read is
+// satisfied, or the stream ends; the reader's deadline or Close cancel
+// it, and the tunnel's end answers it. ReadGather parks until it holds
+// several packets' worth. Nothing queues without bound: requests are
+// unbuffered, a stream parks at most one read, signals have capacity one,
+// received batches are pooled, incoming streams wait in a backlog of
+// Config.AcceptBacklog (more are refused with wire.OpenResourceLimit),
+// and Write blocks while the stream's send buffer (tunnel Config.Stream)
+// is full.
+//
+// While full-size datagrams keep arriving a few at a time, the reader
+// holds its next read up to Config.RxHold (1 ms) so that several gather
+// per wake-up, as a NIC's interrupt moderation does; ACK-sized datagrams
+// and a datagram after a pause are never held (see rxHolder).
 //
 // # Pacing
 //
