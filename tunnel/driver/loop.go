@@ -104,8 +104,8 @@ type request struct {
 	code     uint64
 	stats    *Stats
 	reply    chan result
-	// min and wait: a read is satisfied by min bytes (at least 1), or by
-	// wait having passed since its first byte (see parked.go).
+	// min and wait: a read is satisfied by min bytes (1 to len(buf)), or
+	// by wait having passed since its first byte (see parked.go).
 	min  int
 	wait time.Duration
 }
@@ -867,7 +867,7 @@ func (d *driverState) handleReq(r request) {
 	switch r.op {
 	case opRead:
 		res = d.read(s, r.buf)
-		if res.err == nil && !res.fin && res.n < max(r.min, 1) {
+		if res.err == nil && !res.fin && res.n < r.min {
 			d.parkRead(s, r, res.n)
 			return // the reply comes when the read is satisfied
 		}

@@ -24,7 +24,7 @@ import (
 type parkedRead struct {
 	buf   []byte
 	n     int // bytes already copied into buf
-	min   int // reply once n >= min (at least 1)
+	min   int // reply once n >= min (1 to len(buf))
 	wait  time.Duration
 	until monotime.Time // reply at this time once n > 0; 0: not armed
 	reply chan result
@@ -33,7 +33,7 @@ type parkedRead struct {
 // parkRead parks r, a read that could not be satisfied at once, on s.
 // n bytes are already in r.buf.
 func (d *driverState) parkRead(s *Stream, r request, n int) {
-	p := &parkedRead{buf: r.buf, n: n, min: min(max(r.min, 1), len(r.buf)), wait: r.wait, reply: r.reply}
+	p := &parkedRead{buf: r.buf, n: n, min: r.min, wait: r.wait, reply: r.reply}
 	s.d.parked = p
 	d.parked[s] = struct{}{}
 	if n > 0 {
@@ -47,7 +47,7 @@ func (d *driverState) armParked(s *Stream, p *parkedRead) {
 		return
 	}
 	p.until = monotime.Now().Add(max(p.wait, time.Nanosecond))
-	d.gatherq = append(d.gatherq, gatherWait{s: s, p: p, until: p.until})
+	d.gatherq = append(d.gatherq, gatherWait{s: s, p: p})
 }
 
 // gatherWait is an armed ReadGather. gatherq holds them in arming order,
@@ -55,9 +55,8 @@ func (d *driverState) armParked(s *Stream, p *parkedRead) {
 // copy loops all do); a read with a shorter wait queued behind a longer
 // one is answered with it, late but not lost.
 type gatherWait struct {
-	s     *Stream
-	p     *parkedRead
-	until monotime.Time
+	s *Stream
+	p *parkedRead // the read it was armed for; p.until is the expiry
 }
 
 // continueRead moves more data into s's parked read, if any, and replies
@@ -94,8 +93,8 @@ func (d *driverState) expireParked(now monotime.Time) monotime.Time {
 	for d.gatherHead < len(d.gatherq) {
 		g := &d.gatherq[d.gatherHead]
 		if g.s.d.parked == g.p { // still waiting
-			if now.Before(g.until) {
-				return g.until
+			if now.Before(g.p.until) {
+				return g.p.until
 			}
 			d.unpark(g.s, result{n: g.p.n})
 		}

@@ -44,6 +44,12 @@ func TestReadGather(t *testing.T) {
 		t.Fatalf("gather after its wait: %q, %v after %v", buf[:n], err, el)
 	}
 
+	// A buffer smaller than min is satisfied once full.
+	s.Write([]byte("full"))
+	if n, err = c.ReadGather(buf[:4], 8000, time.Hour); err != nil || string(buf[:n]) != "full" {
+		t.Fatalf("gather into a 4-byte buffer: %q, %v", buf[:n], err)
+	}
+
 	// The first byte is not held back by a plain Read.
 	s.Write([]byte("x"))
 	mustRead(t, c, []byte("x"))

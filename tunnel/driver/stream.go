@@ -108,12 +108,12 @@ func (s *Stream) Read(p []byte) (int, error) { return s.ReadGather(p, 1, 0) }
 
 // ReadGather is Read for a proxy that forwards a bulk flow in large
 // writes: once the first bytes are there, it keeps filling p until it
-// holds min bytes, or wait has passed since those first bytes, or the
+// holds atLeast bytes (at most len(p)), or wait has passed since those first bytes, or the
 // stream ends (whatever came is returned; the end comes with the next
 // call). A passed read deadline also returns the bytes gathered so far.
 // The first byte itself is not delayed. The driver fills p as data
 // arrives, so the caller wakes once per gathered buffer.
-func (s *Stream) ReadGather(p []byte, min int, wait time.Duration) (int, error) {
+func (s *Stream) ReadGather(p []byte, atLeast int, wait time.Duration) (int, error) {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
 	if s.rerr != nil {
@@ -125,15 +125,15 @@ func (s *Stream) ReadGather(p []byte, min int, wait time.Duration) (int, error) 
 	if err := s.ready(&s.rdl); err != nil {
 		return 0, err
 	}
-	r := s.t.callRead(request{op: opRead, s: s, buf: p, min: min, wait: wait}, s)
+	atLeast = min(max(atLeast, 1), len(p))
+	r := s.t.callRead(request{op: opRead, s: s, buf: p, min: atLeast, wait: wait}, s)
 	switch {
+	case r.n == 0 && errors.Is(r.err, os.ErrDeadlineExceeded):
+		return 0, r.err // not sticky: the stream stays usable
 	case r.err != nil:
 		s.rerr = r.err
 		if r.n > 0 {
 			return r.n, nil
-		}
-		if errors.Is(r.err, os.ErrDeadlineExceeded) {
-			s.rerr = nil // the stream stays usable
 		}
 		return 0, r.err
 	case r.fin:
