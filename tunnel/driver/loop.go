@@ -133,8 +133,8 @@ type driverState struct {
 	sleeping  monotime.Time // wake time handed to the sleeper; 0: none
 	streams   map[uint64]*Stream
 
-	// parked holds the streams with a parked read; gatherq[gatherHead:]
-	// the armed waits of ReadGather (see parked.go).
+	// parked holds the streams with a parked read (for shutdown);
+	// gatherq[gatherHead:] the armed waits of ReadGather (parked.go).
 	parked     map[*Stream]struct{}
 	gatherq    []gatherWait
 	gatherHead int

@@ -19,35 +19,39 @@ import (
 // gathered buffer, not once per arriving datagram, and needs no deadline
 // timer of its own.
 
-// parkedRead is a Read waiting in the driver. The buffer is the reader's,
-// lent until the reply.
+// parkedRead is a Read waiting in the driver, held in its Stream so that
+// parking allocates nothing. The buffer is the reader's, lent until the
+// reply.
 type parkedRead struct {
-	buf   []byte
-	n     int // bytes already copied into buf
-	min   int // reply once n >= min (1 to len(buf))
-	wait  time.Duration
-	until monotime.Time // reply at this time once n > 0; 0: not armed
-	reply chan result
+	active bool
+	gen    uint64 // counts the stream's parked reads: tells an armed wait its read
+	buf    []byte
+	n      int // bytes already copied into buf
+	min    int // reply once n >= min (1 to len(buf))
+	wait   time.Duration
+	until  monotime.Time // reply at this time once n > 0; 0: not armed
+	reply  chan result
 }
 
 // parkRead parks r, a read that could not be satisfied at once, on s.
 // n bytes are already in r.buf.
 func (d *driverState) parkRead(s *Stream, r request, n int) {
-	p := &parkedRead{buf: r.buf, n: n, min: r.min, wait: r.wait, reply: r.reply}
-	s.d.parked = p
+	s.d.park = parkedRead{active: true, gen: s.d.park.gen + 1, buf: r.buf, n: n, min: r.min, wait: r.wait, reply: r.reply}
 	d.parked[s] = struct{}{}
 	if n > 0 {
-		d.armParked(s, p)
+		d.armParked(s)
 	}
 }
 
-// armParked starts p's wait once it holds its first bytes.
-func (d *driverState) armParked(s *Stream, p *parkedRead) {
+// armParked starts the wait of s's parked read once it holds its first
+// bytes.
+func (d *driverState) armParked(s *Stream) {
+	p := &s.d.park
 	if p.until != 0 {
 		return
 	}
 	p.until = monotime.Now().Add(max(p.wait, time.Nanosecond))
-	d.gatherq = append(d.gatherq, gatherWait{s: s, p: p})
+	d.gatherq = append(d.gatherq, gatherWait{s: s, gen: p.gen})
 }
 
 // gatherWait is an armed ReadGather. gatherq holds them in arming order,
@@ -55,15 +59,15 @@ func (d *driverState) armParked(s *Stream, p *parkedRead) {
 // copy loops all do); a read with a shorter wait queued behind a longer
 // one is answered with it, late but not lost.
 type gatherWait struct {
-	s *Stream
-	p *parkedRead // the read it was armed for; p.until is the expiry
+	s   *Stream
+	gen uint64 // the parked read it was armed for
 }
 
 // continueRead moves more data into s's parked read, if any, and replies
 // when it is satisfied or the stream can give no more.
 func (d *driverState) continueRead(s *Stream) {
-	p := s.d.parked
-	if p == nil {
+	p := &s.d.park
+	if !p.active {
 		return
 	}
 	res := d.read(s, p.buf[p.n:])
@@ -72,19 +76,20 @@ func (d *driverState) continueRead(s *Stream) {
 	case res.err != nil, res.fin, p.n >= p.min:
 		d.unpark(s, result{n: p.n, fin: res.fin, err: res.err})
 	case p.n > 0:
-		d.armParked(s, p)
+		d.armParked(s)
 	}
 }
 
 // unpark replies to s's parked read with res.
 func (d *driverState) unpark(s *Stream, res result) {
-	p := s.d.parked
-	if p == nil {
+	p := &s.d.park
+	if !p.active {
 		return
 	}
-	s.d.parked = nil
+	reply := p.reply
+	*p = parkedRead{gen: p.gen} // drop the reader's buffer
 	delete(d.parked, s)
-	p.reply <- res // capacity 1: the reader waits for exactly this reply
+	reply <- res // capacity 1: the reader waits for exactly this reply
 }
 
 // expireParked replies to the gathering reads whose wait has passed at
@@ -92,11 +97,11 @@ func (d *driverState) unpark(s *Stream, res result) {
 func (d *driverState) expireParked(now monotime.Time) monotime.Time {
 	for d.gatherHead < len(d.gatherq) {
 		g := &d.gatherq[d.gatherHead]
-		if g.s.d.parked == g.p { // still waiting
-			if now.Before(g.p.until) {
-				return g.p.until
+		if p := &g.s.d.park; p.active && p.gen == g.gen { // still waiting
+			if now.Before(p.until) {
+				return p.until
 			}
-			d.unpark(g.s, result{n: g.p.n})
+			d.unpark(g.s, result{n: p.n})
 		}
 		*g = gatherWait{}
 		d.gatherHead++
@@ -114,7 +119,7 @@ func (d *driverState) expireParked(now monotime.Time) monotime.Time {
 // cancelParked ends s's parked read with what it holds (the reader's
 // deadline passed or it closed the stream).
 func (d *driverState) cancelParked(s *Stream) {
-	if p := s.d.parked; p != nil {
+	if p := &s.d.park; p.active {
 		d.unpark(s, result{n: p.n})
 	}
 }
@@ -123,9 +128,8 @@ func (d *driverState) cancelParked(s *Stream) {
 // returned, the tunnel's end comes with the next Read.
 func (d *driverState) failParked(err error) {
 	for s := range d.parked {
-		p := s.d.parked
-		if p.n > 0 {
-			d.unpark(s, result{n: p.n})
+		if n := s.d.park.n; n > 0 {
+			d.unpark(s, result{n: n})
 		} else {
 			d.unpark(s, result{err: err})
 		}

@@ -55,7 +55,7 @@ type Stream struct {
 		answered  bool // opened got its code (streams we open)
 		stopped   bool // the peer sent STOP_SENDING
 		stopCode  wire.ErrorCode
-		parked    *parkedRead // a Read waiting for data (parked.go)
+		park      parkedRead // a Read waiting for data, if park.active (parked.go)
 	}
 }
 
