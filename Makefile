@@ -23,7 +23,7 @@ unit: ## race-enabled tests (end-to-end tests skip unless root)
 	$(GO) test -race -count=1 -timeout 40m $(PKGS)
 
 bench-path: ## the data path's cost, in process and without root: Gbit/s, cpu-s/GB, allocs per MiB
-	$(GO) test -run '^$$' -bench 'EdgePath|LoopbackThroughput' -benchtime 100x ./stack/bridge/ ./tunnel/driver/
+	$(GO) test -run '^$$' -bench 'EdgePath|LoopbackThroughput' -benchtime 100x ./edge/bridge/ ./tunnel/driver/
 
 test: vet fmt-check unit bench-path ## the project's test command (what .ci/run runs); its log ends with the data path's cost
 

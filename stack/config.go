@@ -31,10 +31,10 @@ type Config struct {
 	// MTU of the link; required for New (the TUN device's MTU).
 	MTU int
 	// MaxInFlight is the number of SYNs the forwarder handles at once (each
-	// waits for DialFlow). SYNs beyond it are dropped silently by gVisor and
+	// waits for Dial). SYNs beyond it are dropped silently by gVisor and
 	// counted in Stats.ForwarderDrops. Default 1024.
 	MaxInFlight int
-	// DialTimeout bounds each DialFlow call. Default 30s.
+	// DialTimeout bounds each Dial call. Default 30s.
 	DialTimeout time.Duration
 	// KeepAliveIdle is how long a client connection may be silent before the
 	// stack probes it with TCP keepalives (4 probes, every 30 s or every
@@ -57,8 +57,6 @@ type Config struct {
 	// written to the TUN by the queue's own goroutine, not the TCP one.
 	// Default 4096.
 	QueueLen int
-	// CopyBuffer is the size of each direction's copy buffer. Default 64 KiB.
-	CopyBuffer int
 	// Tap, if set, sees every packet crossing the NIC. Off by default.
 	Tap PacketTap
 	// Logger receives the stack's logs. Default slog.Default().
@@ -91,15 +89,12 @@ func (c *Config) setDefaults() error {
 	if c.QueueLen == 0 {
 		c.QueueLen = 4096
 	}
-	if c.CopyBuffer == 0 {
-		c.CopyBuffer = 64 << 10
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	switch {
-	case c.MaxInFlight < 0 || c.DialTimeout < 0 || c.QueueLen < 0 || c.CopyBuffer < 0:
-		return fmt.Errorf("stack config: negative MaxInFlight, DialTimeout, QueueLen or CopyBuffer: use positive values or 0 for the default")
+	case c.MaxInFlight < 0 || c.DialTimeout < 0 || c.QueueLen < 0:
+		return fmt.Errorf("stack config: negative MaxInFlight, DialTimeout or QueueLen: use positive values or 0 for the default")
 	case !c.ReceiveBuffer.valid() || !c.SendBuffer.valid():
 		return fmt.Errorf("stack config: buffer ranges must satisfy 0 < Min <= Default <= Max (receive %+v, send %+v)", c.ReceiveBuffer, c.SendBuffer)
 	case c.CongestionControl != "cubic" && c.CongestionControl != "reno":

@@ -16,15 +16,20 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		c.CongestionControl != "reno" || c.Logger == nil {
 		t.Fatalf("defaults: %+v", c)
 	}
-	for _, bad := range []Config{
-		{MaxInFlight: -1},
-		{ReceiveBuffer: BufferRange{Min: 10, Default: 5, Max: 20}},
-		{SendBuffer: BufferRange{Min: 0, Default: 5, Max: 20}},
-		{CongestionControl: "bbr"},
+	for _, tc := range []struct {
+		name string
+		bad  Config
+	}{
+		{"negative MaxInFlight", Config{MaxInFlight: -1}},
+		{"receive default below min", Config{ReceiveBuffer: BufferRange{Min: 10, Default: 5, Max: 20}}},
+		{"send min 0", Config{SendBuffer: BufferRange{Min: 0, Default: 5, Max: 20}}},
+		{"unknown congestion control", Config{CongestionControl: "bbr"}},
 	} {
-		if err := bad.setDefaults(); err == nil {
-			t.Errorf("accepted %+v", bad)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.bad.setDefaults(); err == nil {
+				t.Errorf("accepted %+v", tc.bad)
+			}
+		})
 	}
 	if _, err := New(context.Background(), -1, nil, Config{MTU: 1500}); err == nil {
 		t.Error("nil dialer accepted")

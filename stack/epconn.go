@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/waiter"
@@ -16,25 +17,26 @@ var (
 	errAborted   = errors.New("flow aborted")
 )
 
-// epConn is a blocking io.Reader and io.Writer over a gVisor TCP endpoint.
-// Unlike gonet it returns typed errors (io.EOF on the peer's FIN,
-// errPeerReset on its RST) and holds no buffer while it waits. One
-// goroutine may Read while another Writes; Abort on the endpoint unblocks
-// both.
-type epConn struct {
+// Conn is one TCP connection of the stack as a flow.Conn: an intercepted
+// client's (the stack relays it) or one the stack opened with DialTCP. Read
+// returns io.EOF after the peer's FIN and an error wrapping errPeerReset
+// after its RST; unlike gonet it holds no buffer while it waits. One
+// goroutine may Read while another Writes; Close and Abort unblock both.
+type Conn struct {
 	ep   tcpip.Endpoint
 	wq   *waiter.Queue
 	peer string // "client" or "server", for errors
 
 	rEntry, wEntry waiter.Entry
 	rCh, wCh       chan struct{}
-	// closed, when not nil, ends every wait: a Conn's Close may release
-	// the waiters while another goroutine blocks in Read or Write.
+	// closed ends every wait: Close may release the waiters while another
+	// goroutine blocks in Read or Write.
 	closed chan struct{}
+	once   sync.Once
 }
 
-func newEPConn(ep tcpip.Endpoint, wq *waiter.Queue, peer string) *epConn {
-	c := &epConn{ep: ep, wq: wq, peer: peer}
+func newConn(ep tcpip.Endpoint, wq *waiter.Queue, peer string) *Conn {
+	c := &Conn{ep: ep, wq: wq, peer: peer, closed: make(chan struct{})}
 	c.rEntry, c.rCh = waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
 	c.wEntry, c.wCh = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
 	wq.EventRegister(&c.rEntry)
@@ -42,16 +44,36 @@ func newEPConn(ep tcpip.Endpoint, wq *waiter.Queue, peer string) *epConn {
 	return c
 }
 
-// release unregisters the waiters; call once both directions are done.
-func (c *epConn) release() {
-	c.wq.EventUnregister(&c.rEntry)
-	c.wq.EventUnregister(&c.wEntry)
+// CloseWrite sends a FIN; the peer may go on sending.
+func (c *Conn) CloseWrite() error {
+	if terr := c.ep.Shutdown(tcpip.ShutdownWrite); terr != nil {
+		return fmt.Errorf("stack: close-write: %s", terr)
+	}
+	return nil
 }
 
-// waitReadable blocks until Read would not block (data, FIN or an error is
-// pending), without holding a buffer.
-func (c *epConn) waitReadable() {
-	for !c.readable() {
+// Close ends the connection gracefully (a FIN if not yet sent) and releases
+// it; the stack finishes TIME-WAIT by itself.
+func (c *Conn) Close() error {
+	c.once.Do(func() {
+		close(c.closed) // wakes a Read or Write blocked on the waiters
+		c.ep.Close()
+		c.wq.EventUnregister(&c.rEntry)
+		c.wq.EventUnregister(&c.wEntry)
+	})
+	return nil
+}
+
+// Abort resets the connection (a RST) and releases it.
+func (c *Conn) Abort() error {
+	c.ep.Abort()
+	return c.Close()
+}
+
+// WaitReadable blocks until Read would not block (data, FIN or an error is
+// pending) or the Conn is closed, without holding a buffer.
+func (c *Conn) WaitReadable() {
+	for !c.Readable() {
 		select {
 		case <-c.rCh:
 		case <-c.closed:
@@ -60,14 +82,14 @@ func (c *epConn) waitReadable() {
 	}
 }
 
-// readable reports whether Read would not block.
-func (c *epConn) readable() bool {
+// Readable reports whether Read would not block.
+func (c *Conn) Readable() bool {
 	return c.ep.Readiness(waiter.ReadableEvents|waiter.EventHUp|waiter.EventErr) != 0
 }
 
-// Read reads what the client sent. It blocks until data, the client's FIN
+// Read reads what the peer sent. It blocks until data, the peer's FIN
 // (io.EOF) or an error arrives.
-func (c *epConn) Read(b []byte) (int, error) {
+func (c *Conn) Read(b []byte) (int, error) {
 	for {
 		w := tcpip.SliceWriter(b)
 		res, terr := c.ep.Read(&w, tcpip.ReadOptions{})
@@ -89,8 +111,8 @@ func (c *epConn) Read(b []byte) (int, error) {
 	}
 }
 
-// Write sends b to the client, blocking while the send buffer is full.
-func (c *epConn) Write(b []byte) (int, error) {
+// Write sends b to the peer, blocking while the send buffer is full.
+func (c *Conn) Write(b []byte) (int, error) {
 	var r bytes.Reader
 	n := 0
 	for n < len(b) {
@@ -113,7 +135,7 @@ func (c *epConn) Write(b []byte) (int, error) {
 	return n, nil
 }
 
-func (c *epConn) err(op string, terr tcpip.Error) error {
+func (c *Conn) err(op string, terr tcpip.Error) error {
 	switch terr.(type) {
 	case *tcpip.ErrClosedForReceive:
 		return io.EOF

@@ -56,7 +56,8 @@ type FlowInfo struct {
 	Age                    time.Duration
 }
 
-type flow struct {
+// tracked is one intercepted flow in the table.
+type tracked struct {
 	id        uint64
 	src, dst  netip.AddrPort
 	started   time.Time
@@ -67,11 +68,11 @@ type flow struct {
 	rateUp, rateDown meter.Rate
 }
 
-func (f *flow) setState(s FlowState) { f.state.Store(int32(s)) }
+func (f *tracked) setState(s FlowState) { f.state.Store(int32(s)) }
 
 // halfClosed records that one direction finished cleanly and updates the
 // state accordingly.
-func (f *flow) halfClosed(bit int32) {
+func (f *tracked) halfClosed(bit int32) {
 	for {
 		old := f.closeSide.Load()
 		if f.closeSide.CompareAndSwap(old, old|bit) {
@@ -93,22 +94,22 @@ func (f *flow) halfClosed(bit int32) {
 type flowTable struct {
 	mu    sync.Mutex
 	next  uint64
-	flows map[uint64]*flow
+	flows map[uint64]*tracked
 }
 
-func (t *flowTable) add(src, dst netip.AddrPort, now time.Time) *flow {
+func (t *flowTable) add(src, dst netip.AddrPort, now time.Time) *tracked {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.flows == nil {
-		t.flows = make(map[uint64]*flow)
+		t.flows = make(map[uint64]*tracked)
 	}
 	t.next++
-	f := &flow{id: t.next, src: src, dst: dst, started: now}
+	f := &tracked{id: t.next, src: src, dst: dst, started: now}
 	t.flows[f.id] = f
 	return f
 }
 
-func (t *flowTable) remove(f *flow) {
+func (t *flowTable) remove(f *tracked) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.flows, f.id)

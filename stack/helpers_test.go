@@ -1,9 +1,8 @@
 package stack
 
 import (
-	"runtime"
+	"math/rand/v2"
 	"testing"
-	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -36,20 +35,15 @@ func plainHost(t *testing.T, ep gstack.LinkEndpoint, addr [4]byte) *gstack.Stack
 	return h
 }
 
-// checkGoroutines waits for the goroutine count to return to base.
-func checkGoroutines(t *testing.T, base int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= base {
-			return
+// payload returns n deterministic pseudo-random bytes for seed.
+func payload(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := 0; i+8 <= n; i += 8 {
+		v := r.Uint64()
+		for j := range 8 {
+			b[i+j] = byte(v >> (8 * j))
 		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("goroutines: %d, baseline %d: leaked\n%s", n, base, buf)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	return b
 }

@@ -6,13 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/wanopt/wanopt/flow"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/wanopt/wanopt/internal/netnstest"
 	"github.com/wanopt/wanopt/tun"
 )
 
@@ -34,65 +34,7 @@ var (
 	// IPv6 counterparts, from the IPv6 benchmarking range 2001:2::/48.
 	clientAddr6 = netip.MustParseAddr("2001:2:0:1::1")
 	interAddr6  = netip.MustParseAddr("2001:2:0:2::2")
-	nsSeq       atomic.Int32
 )
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces and TUN devices; run the tests as root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs ip(8) from iproute2")
-	}
-}
-
-// newNS creates a network namespace named wost<pid>-<n> and deletes it in
-// Cleanup.
-func newNS(t testing.TB) (string, netns.NsHandle) {
-	t.Helper()
-	name := fmt.Sprintf("wost%d-%d", os.Getpid(), nsSeq.Add(1))
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
-	}
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		exec.Command("ip", "netns", "del", name).Run()
-		t.Fatalf("open netns %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		h.Close()
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v: %s", name, err, out)
-		}
-	})
-	return name, h
-}
-
-// inNS runs fn on a fresh OS thread switched into ns. Sockets and devices fn
-// creates live in ns. If the thread cannot switch back it is discarded.
-func inNS(ns netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- err
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- ferr
-	}()
-	return <-errc
-}
 
 type lab struct {
 	nsName string
@@ -104,19 +46,18 @@ type lab struct {
 // newLab builds the client namespace, its TUN at mtu (with offload, the
 // default) and a Stack on it with dialer d. Cleanup closes the stack, then
 // the device, then the namespace.
-func newLab(t testing.TB, mtu int, d Dialer, cfg Config) *lab {
+func newLab(t testing.TB, mtu int, d flow.Dialer, cfg Config) *lab {
 	return newLabLink(t, mtu, true, d, cfg)
 }
 
 // newLabLink is newLab with a choice of link: with offload, the TUN carries
 // virtio-net headers and the stack uses its offload endpoint; without, the
 // stack uses gVisor's fdbased endpoint.
-func newLabLink(t testing.TB, mtu int, offload bool, d Dialer, cfg Config) *lab {
+func newLabLink(t testing.TB, mtu int, offload bool, d flow.Dialer, cfg Config) *lab {
 	t.Helper()
-	requireRoot(t)
 	l := &lab{}
-	l.nsName, l.ns = newNS(t)
-	err := inNS(l.ns, func() error {
+	l.nsName, l.ns = netnstest.New(t)
+	err := netnstest.Do(l.ns, func() error {
 		dev, err := tun.Open(tun.Config{Name: "wost0", MTU: mtu, Create: true, NoOffload: !offload})
 		if err != nil {
 			return err
@@ -161,7 +102,7 @@ func (l *lab) close() {
 // dial connects from the client namespace.
 func (l *lab) dial(ctx context.Context, dst netip.AddrPort) (*net.TCPConn, error) {
 	var c net.Conn
-	err := inNS(l.ns, func() error {
+	err := netnstest.Do(l.ns, func() error {
 		var err error
 		c, err = (&net.Dialer{}).DialContext(ctx, "tcp", dst.String())
 		return err
@@ -193,11 +134,11 @@ type fakeDialer struct {
 	calls  atomic.Int64
 }
 
-func (d *fakeDialer) DialFlow(ctx context.Context, src, dst netip.AddrPort) (FlowConn, error) {
+func (d *fakeDialer) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error) {
 	d.calls.Add(1)
 	if d.hang {
 		<-ctx.Done()
-		return nil, fmt.Errorf("fake dial %v: %w", dst, ErrTimeout)
+		return nil, fmt.Errorf("fake dial %v: %w", dst, flow.ErrTimeout)
 	}
 	if d.fail != nil {
 		if err := d.fail(dst); err != nil {
@@ -207,14 +148,14 @@ func (d *fakeDialer) DialFlow(ctx context.Context, src, dst netip.AddrPort) (Flo
 	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", d.target)
 	if err != nil {
 		if errors.Is(err, net.ErrClosed) {
-			return nil, ErrUnreachable
+			return nil, flow.ErrUnreachable
 		}
-		return nil, fmt.Errorf("fake dial %s: %w: %w", d.target, ErrRefused, err)
+		return nil, fmt.Errorf("fake dial %s: %w: %w", d.target, flow.ErrRefused, err)
 	}
 	return tcpFlow{c.(*net.TCPConn)}, nil
 }
 
-// tcpFlow is a FlowConn over a kernel TCP connection that can reset.
+// tcpFlow is a flow.Conn over a kernel TCP connection that can reset.
 type tcpFlow struct{ *net.TCPConn }
 
 func (f tcpFlow) Abort() error {
@@ -222,7 +163,7 @@ func (f tcpFlow) Abort() error {
 	return f.Close()
 }
 
-var _ Aborter = tcpFlow{}
+var _ flow.Aborter = tcpFlow{}
 
 // server is a loopback TCP server running handler per connection; Cleanup
 // stops it and waits for the handlers.

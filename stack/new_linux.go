@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/wanopt/wanopt/flow"
 	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
 )
 
@@ -17,8 +18,8 @@ import (
 // Either way a FIFO queue discipline writes packets to the TUN from its own
 // goroutine, not the TCP one. The fd must stay open until
 // Close returns. cfg.MTU is required. The stack stops when ctx is done or
-// Close is called; ctx is also the parent of every DialFlow context.
-func New(ctx context.Context, fd int, d Dialer, cfg Config) (*Stack, error) {
+// Close is called; ctx is also the parent of every Dial context.
+func New(ctx context.Context, fd int, d flow.Dialer, cfg Config) (*Stack, error) {
 	if cfg.MTU <= 0 {
 		return nil, fmt.Errorf("stack: MTU %d: set Config.MTU to the TUN device's MTU", cfg.MTU)
 	}

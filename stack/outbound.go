@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"sync"
 	"syscall"
 
+	"github.com/wanopt/wanopt/flow"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
@@ -75,8 +75,7 @@ func (st *Stack) DialTCP(ctx context.Context, src, dst netip.AddrPort) (*Conn, e
 		ep.Close()
 		return nil, fmt.Errorf("stack: connect %v from %v: %w", dst, src, connectErrno(terr))
 	}
-	c := &Conn{epConn: newEPConn(ep, &wq, "server"), ep: ep}
-	c.closed = make(chan struct{})
+	c := newConn(ep, &wq, "server")
 	return c, nil
 }
 
@@ -101,38 +100,14 @@ func fullAddr(ap netip.AddrPort) tcpip.FullAddress {
 	return tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFromSlice(a.AsSlice()), Port: ap.Port()}
 }
 
-// Conn is a connection the stack opened with DialTCP. Read returns io.EOF
-// after the server's FIN and an error after its RST; one goroutine may Read
-// while another Writes. Close and Abort unblock both.
-type Conn struct {
-	*epConn
-	ep   tcpip.Endpoint
-	once sync.Once
-}
-
-// CloseWrite sends a FIN; the server may go on sending.
-func (c *Conn) CloseWrite() error {
-	if terr := c.ep.Shutdown(tcpip.ShutdownWrite); terr != nil {
-		return fmt.Errorf("stack: close-write: %s", terr)
+// Dial is DialTCP as a flow.Dialer: the far edge's transparent egress
+// connects servers from the client's own address with it.
+func (st *Stack) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error) {
+	c, err := st.DialTCP(ctx, src, dst)
+	if err != nil {
+		return nil, err
 	}
-	return nil
-}
-
-// Close ends the connection gracefully (a FIN if not yet sent) and releases
-// it; the stack finishes TIME-WAIT by itself.
-func (c *Conn) Close() error {
-	c.once.Do(func() {
-		close(c.closed) // wakes a Read or Write blocked on the waiters
-		c.ep.Close()
-		c.release()
-	})
-	return nil
-}
-
-// Abort resets the connection (a RST) and releases it.
-func (c *Conn) Abort() error {
-	c.ep.Abort()
-	return c.Close()
+	return c, nil
 }
 
 // LocalAddr is the address the server sees: the client's.

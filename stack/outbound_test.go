@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"github.com/wanopt/wanopt/flow"
 	"io"
 	"log/slog"
 	"net"
@@ -25,8 +26,8 @@ import (
 // test.
 type refuseAll struct{}
 
-func (refuseAll) DialFlow(context.Context, netip.AddrPort, netip.AddrPort) (FlowConn, error) {
-	return nil, ErrRefused
+func (refuseAll) Dial(context.Context, netip.AddrPort, netip.AddrPort) (flow.Conn, error) {
+	return nil, flow.ErrRefused
 }
 
 // outboundPair joins a Stack (the far edge) to a plain gVisor stack owning

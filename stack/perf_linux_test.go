@@ -4,6 +4,7 @@ package stack
 
 import (
 	"context"
+	"github.com/wanopt/wanopt/flow"
 	"io"
 	"net"
 	"net/netip"
@@ -81,7 +82,7 @@ func TestThroughput(t *testing.T) {
 
 // TestIdleMemory opens WOST_IDLE (default 2000 when set to 1) idle
 // intercepted connections and reports the Go heap and stack growth per
-// connection. The far side of each flow is an in-memory idle FlowConn; the
+// connection. The far side of each flow is an in-memory idle flow.Conn; the
 // count includes the test's client sockets (a few hundred bytes each), so it
 // slightly overestimates the edge's cost.
 func TestIdleMemory(t *testing.T) {
@@ -97,7 +98,7 @@ func TestIdleMemory(t *testing.T) {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Logf("raise RLIMIT_NOFILE: %v", err)
 	}
-	l := newLab(t, 1500, dialerFunc(func(context.Context, netip.AddrPort, netip.AddrPort) (FlowConn, error) {
+	l := newLab(t, 1500, dialerFunc(func(context.Context, netip.AddrPort, netip.AddrPort) (flow.Conn, error) {
 		return newIdleFlow(), nil
 	}), Config{MaxInFlight: 4096})
 
@@ -151,9 +152,9 @@ func TestIdleMemory(t *testing.T) {
 	}
 }
 
-type dialerFunc func(ctx context.Context, src, dst netip.AddrPort) (FlowConn, error)
+type dialerFunc func(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error)
 
-func (f dialerFunc) DialFlow(ctx context.Context, src, dst netip.AddrPort) (FlowConn, error) {
+func (f dialerFunc) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error) {
 	return f(ctx, src, dst)
 }
 

@@ -11,12 +11,12 @@ import (
 	"crypto/sha256"
 	"flag"
 	"fmt"
+	"github.com/wanopt/wanopt/flow"
 	"hash"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,6 +31,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/link/pipe"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/wanopt/wanopt/internal/leaktest"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -47,7 +49,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// floodDialer answers DialFlow for a SYN flood: with block set it waits
+// floodDialer answers Dial for a SYN flood: with block set it waits
 // for block to close (or ctx) and refuses; otherwise it connects at once to
 // a far side that stays silent until closed.
 type floodDialer struct {
@@ -56,14 +58,14 @@ type floodDialer struct {
 	opened, closed atomic.Int64
 }
 
-func (d *floodDialer) DialFlow(ctx context.Context, _, _ netip.AddrPort) (FlowConn, error) {
+func (d *floodDialer) Dial(ctx context.Context, _, _ netip.AddrPort) (flow.Conn, error) {
 	if d.block != nil {
 		d.pending.Add(1)
 		select {
 		case <-d.block:
 		case <-ctx.Done():
 		}
-		return nil, ErrRefused
+		return nil, flow.ErrRefused
 	}
 	d.opened.Add(1)
 	return &silentFar{d: d, done: make(chan struct{})}, nil
@@ -88,7 +90,7 @@ type synSink struct{ synAcks, rsts atomic.Int64 }
 
 // chanStack builds a Stack on a channel endpoint and drains its output
 // into a synSink until the test ends.
-func chanStack(t *testing.T, d Dialer, cfg Config) (*Stack, *channel.Endpoint, *synSink) {
+func chanStack(t *testing.T, d flow.Dialer, cfg Config) (*Stack, *channel.Endpoint, *synSink) {
 	t.Helper()
 	ch := channel.New(8192, 1500, "")
 	cfg.MTU, cfg.Logger, cfg.KeepAliveIdle = 1500, quiet, -1
@@ -157,9 +159,9 @@ func floodSource(i int) netip.AddrPort {
 // clock: minutes of TCP timers in no time), and then every endpoint, flow,
 // far-side connection and goroutine must be gone.
 func TestSYNFloodNoLeak(t *testing.T) {
+	leaktest.Check(t)
 	clock := faketime.NewManualClock()
 	d := &floodDialer{}
-	base := runtime.NumGoroutine()
 	st, ch, sink := chanStack(t, d, Config{clock: clock})
 	dst := netip.MustParseAddrPort("198.18.2.2:80")
 	const n = 300
@@ -188,17 +190,15 @@ func TestSYNFloodNoLeak(t *testing.T) {
 	if sink.synAcks.Load() <= n {
 		t.Errorf("%d SYN-ACKs for %d SYNs: the handshakes were not retried before giving up", sink.synAcks.Load(), n)
 	}
-	st.Close()
-	checkGoroutines(t, base+1) // the sink's drain goroutine ends at cleanup
 }
 
 // TestSYNFloodInFlightLimit: while MaxInFlight SYNs wait for the far side,
 // further SYNs are dropped and counted, not queued without bound; once the
 // far side answers, everything is released.
 func TestSYNFloodInFlightLimit(t *testing.T) {
+	leaktest.Check(t)
 	const limit, n = 32, 200
 	d := &floodDialer{block: make(chan struct{})}
-	base := runtime.NumGoroutine()
 	st, ch, sink := chanStack(t, d, Config{MaxInFlight: limit})
 	dst := netip.MustParseAddrPort("198.18.2.2:80")
 	for i := range n {
@@ -217,8 +217,6 @@ func TestSYNFloodInFlightLimit(t *testing.T) {
 	if s := st.Stats(); s.Refused != limit {
 		t.Errorf("refused %d, want %d", s.Refused, limit)
 	}
-	st.Close()
-	checkGoroutines(t, base+1)
 }
 
 // lossyLink drops data-carrying packets written to it: each with
@@ -312,7 +310,7 @@ func (g *genFar) Close() error      { g.closeMu.Do(func() { close(g.closed) }); 
 
 type genDialer struct{ far *genFar }
 
-func (d genDialer) DialFlow(context.Context, netip.AddrPort, netip.AddrPort) (FlowConn, error) {
+func (d genDialer) Dial(context.Context, netip.AddrPort, netip.AddrPort) (flow.Conn, error) {
 	return d.far, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wanopt/wanopt/flow"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/link/qdisc/fifo"
@@ -24,17 +25,17 @@ const nicID tcpip.NICID = 1
 var ErrClosed = errors.New("stack closed")
 
 // Stack is a gVisor netstack on one NIC that intercepts every TCP connection
-// arriving on it and bridges it to a Dialer. Its methods are safe for
+// arriving on it and relays it to the far end its flow.Dialer opens. Its methods are safe for
 // concurrent use.
 type Stack struct {
 	cfg    Config
 	log    *slog.Logger
-	dialer Dialer
+	dialer flow.Dialer
 	s      *gstack.Stack
 	link   string // "offload", "fdbased" or "custom", for logs and tests
 	nicEP  gstack.LinkEndpoint
 
-	ctx    context.Context // cancelled by Close; parent of every DialFlow
+	ctx    context.Context // cancelled by Close; parent of every Dial
 	cancel context.CancelFunc
 	stop   func() bool // unregisters the AfterFunc on the caller's ctx
 
@@ -42,7 +43,6 @@ type Stack struct {
 	closed bool
 	wg     sync.WaitGroup // forwarder handlers and copy goroutines
 	flows  flowTable
-	aborts map[uint64]func() // established flows' abort functions, by flow ID
 
 	closeOnce sync.Once
 
@@ -56,18 +56,18 @@ type Stack struct {
 // applied in this order: protocols and TCP options, the forwarder handler,
 // the NIC (with a FIFO queue and the optional tap), promiscuous mode and
 // spoofing, then default routes for IPv4 and IPv6.
-func NewWithEndpoint(ctx context.Context, ep gstack.LinkEndpoint, d Dialer, cfg Config) (*Stack, error) {
+func NewWithEndpoint(ctx context.Context, ep gstack.LinkEndpoint, d flow.Dialer, cfg Config) (*Stack, error) {
 	return newStack(ctx, ep, "custom", d, cfg)
 }
 
-func newStack(ctx context.Context, ep gstack.LinkEndpoint, link string, d Dialer, cfg Config) (*Stack, error) {
+func newStack(ctx context.Context, ep gstack.LinkEndpoint, link string, d flow.Dialer, cfg Config) (*Stack, error) {
 	if d == nil {
 		return nil, errors.New("stack: nil Dialer: pass the tunnel's dialer")
 	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	st := &Stack{cfg: cfg, log: cfg.Logger, dialer: d, link: link, aborts: make(map[uint64]func())}
+	st := &Stack{cfg: cfg, log: cfg.Logger, dialer: d, link: link}
 	st.ctx, st.cancel = context.WithCancel(context.WithoutCancel(ctx))
 
 	s := gstack.New(gstack.Options{
@@ -142,31 +142,12 @@ func (st *Stack) setBuffers(rcv, snd BufferRange) tcpip.Error {
 	return st.s.SetTransportProtocolOption(tcp.ProtocolNumber, &w)
 }
 
-// SetBufferRanges changes the TCP buffer ranges for flows created from now
-// on (the tunnel calls it as its bandwidth-delay product estimate moves).
-// After Close it returns ErrClosed.
-func (st *Stack) SetBufferRanges(rcv, snd BufferRange) error {
-	st.mu.Lock()
-	closed := st.closed
-	st.mu.Unlock()
-	if closed {
-		return ErrClosed
-	}
-	if !rcv.valid() || !snd.valid() {
-		return fmt.Errorf("stack: buffer ranges must satisfy 0 < Min <= Default <= Max (receive %+v, send %+v)", rcv, snd)
-	}
-	if terr := st.setBuffers(rcv, snd); terr != nil {
-		return fmt.Errorf("stack: set buffer ranges: %s", terr)
-	}
-	return nil
-}
-
 // Stats are the stack's counters since New.
 type Stats struct {
 	// SYNs is the number of intercepted connection requests handled;
 	// ForwarderDrops the number dropped because MaxInFlight were pending.
 	SYNs, ForwarderDrops uint64
-	// Outcomes of DialFlow.
+	// Outcomes of Dial.
 	Dialed, Refused, NotAllowed, Unreachable, Timeouts, DialErrors uint64
 	// HandshakeFailed counts flows whose far side connected but whose
 	// client's handshake did not complete (the client had given up).
@@ -214,7 +195,7 @@ func (st *Stack) enter() bool {
 	return true
 }
 
-// Close stops the stack: pending DialFlow calls are cancelled, established
+// Close stops the stack: pending Dial calls are cancelled, established
 // flows are reset on both sides, and Close returns when every goroutine the
 // stack started (its own and gVisor's, including the link endpoint's) has
 // exited. The link endpoint's fd may be closed afterwards. Idempotent.
@@ -225,15 +206,8 @@ func (st *Stack) Close() error {
 		}
 		st.mu.Lock()
 		st.closed = true
-		aborts := make([]func(), 0, len(st.aborts))
-		for _, a := range st.aborts {
-			aborts = append(aborts, a)
-		}
 		st.mu.Unlock()
-		st.cancel()
-		for _, a := range aborts {
-			a()
-		}
+		st.cancel()  // resets the relayed flows (flow.Relay)
 		st.s.Close() // aborts endpoints still in their handshake
 		st.wg.Wait()
 		// Stop inbound delivery before Wait: gVisor's Wait holds the stack

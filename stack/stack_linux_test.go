@@ -8,17 +8,19 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/wanopt/wanopt/flow"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wanopt/wanopt/internal/leaktest"
 )
 
 // TestTransferBothWays sends 10 MB each way at the same time through the
@@ -142,7 +144,7 @@ func TestHalfClose(t *testing.T) {
 
 // TestRefused: the far side refuses, the client gets a RST at once.
 func TestRefused(t *testing.T) {
-	d := &fakeDialer{fail: func(netip.AddrPort) error { return fmt.Errorf("server said no: %w", ErrRefused) }}
+	d := &fakeDialer{fail: func(netip.AddrPort) error { return fmt.Errorf("server said no: %w", flow.ErrRefused) }}
 	l := newLab(t, 1500, d, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -163,14 +165,14 @@ func TestRefused(t *testing.T) {
 
 // TestBlackhole: the far side never answers; the client sees no answer at
 // all and its connect times out, as on a black-holed path. Each client SYN
-// retransmission after a DialFlow timed out is a new DialFlow.
+// retransmission after a Dial timed out is a new Dial.
 func TestBlackhole(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		d    *fakeDialer
 	}{
 		{"hang", &fakeDialer{hang: true}},
-		{"unreachable", &fakeDialer{fail: func(netip.AddrPort) error { return ErrUnreachable }}},
+		{"unreachable", &fakeDialer{fail: func(netip.AddrPort) error { return flow.ErrUnreachable }}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t, 1500, tc.d, Config{DialTimeout: 700 * time.Millisecond})
@@ -264,9 +266,9 @@ func TestClientReset(t *testing.T) {
 // succeed, the flow table must empty and the goroutine count must return to
 // its baseline once the stack is closed.
 func TestConcurrentShort(t *testing.T) {
+	leaktest.Check(t)
 	const n = 200
 	addr := startServer(t, func(c *net.TCPConn) { io.Copy(c, c) })
-	base := runtime.NumGoroutine()
 	l := newLab(t, 1500, &fakeDialer{target: addr}, Config{MaxInFlight: 256})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -306,8 +308,6 @@ func TestConcurrentShort(t *testing.T) {
 	if s.Dialed != n || s.ForwarderDrops != 0 {
 		t.Errorf("dialed %d (want %d), forwarder drops %d", s.Dialed, n, s.ForwarderDrops)
 	}
-	l.close()
-	checkGoroutines(t, base)
 }
 
 // TestCurl fetches a page through the stack with the real curl in the

@@ -11,86 +11,23 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-	"github.com/vishvananda/netns"
+
+	"github.com/wanopt/wanopt/internal/netnstest"
 )
-
-var nsSeq atomic.Int32
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Getenv(helperEnv) != "" {
-		t.Skip("helper process")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces and TUN devices; run the tests as root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs ip(8) from iproute2")
-	}
-}
-
-// newNS creates a network namespace wost<pid>-t<n>, deleted in Cleanup.
-func newNS(t *testing.T) (string, netns.NsHandle) {
-	t.Helper()
-	name := fmt.Sprintf("wost%d-t%d", os.Getpid(), nsSeq.Add(1))
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
-	}
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		exec.Command("ip", "netns", "del", name).Run()
-		t.Fatalf("open netns %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		h.Close()
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v: %s", name, err, out)
-		}
-	})
-	return name, h
-}
-
-// inNS runs fn on a fresh OS thread in ns (discarded if it cannot switch
-// back).
-func inNS(ns netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- err
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- ferr
-	}()
-	return <-errc
-}
 
 // TestReadWrite creates a TUN in a namespace, sends a UDP datagram into it
 // from a socket, reads it with Read, and answers with Write.
 func TestReadWrite(t *testing.T) {
-	requireRoot(t)
-	_, ns := newNS(t)
+	_, ns := netnstest.New(t)
 	var dev *Device
 	var sock *net.UDPConn
-	err := inNS(ns, func() error {
+	err := netnstest.Do(ns, func() error {
 		var err error
 		if dev, err = Open(Config{Name: "wost0", MTU: 9000, Create: true, NoOffload: true}); err != nil {
 			return err
@@ -168,9 +105,8 @@ func TestReadWrite(t *testing.T) {
 }
 
 func TestOpenErrors(t *testing.T) {
-	requireRoot(t)
-	_, ns := newNS(t)
-	inNS(ns, func() error {
+	_, ns := netnstest.New(t)
+	err := netnstest.Do(ns, func() error {
 		_, err := Open(Config{Name: "wostnone"})
 		if !errors.Is(err, ErrNotExist) || !strings.Contains(err.Error(), "ip tuntap add") {
 			t.Errorf("attach to a missing device: %v, want ErrNotExist with a hint", err)
@@ -183,6 +119,9 @@ func TestOpenErrors(t *testing.T) {
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 const helperEnv = "WOST_TUN_HELPER"
@@ -212,13 +151,13 @@ func TestHelperProcess(t *testing.T) {
 // attaches to it from a process running as that uid with no capabilities;
 // another uid is refused with ErrPermission.
 func TestAttachUnprivileged(t *testing.T) {
-	requireRoot(t)
+	netnstest.RequireRoot(t)
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("needs setpriv(1) from util-linux")
 	}
-	nsName, ns := newNS(t)
+	nsName, ns := netnstest.New(t)
 	const owner = 65534
-	err := inNS(ns, func() error {
+	err := netnstest.Do(ns, func() error {
 		dev, err := Open(Config{Name: "wostp0", Create: true})
 		if err != nil {
 			return err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,7 +16,7 @@ import (
 
 	"github.com/wanopt/wanopt/bench/cgroup"
 	"github.com/wanopt/wanopt/bench/lab"
-	"github.com/wanopt/wanopt/internal/control"
+	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 )
 
@@ -210,27 +209,14 @@ func parseProcStat(pid int, s string) (CPUTime, error) {
 // socket is the control socket of the "near" or "far" edge.
 func (e *Edges) socket(side string) string { return filepath.Join(e.dir, side+".sock") }
 
-// TunnelStatus is what the bench reads from an edge's 'wanopt status'
-// (the fields it reports; see cmd/wanopt).
-type TunnelStatus struct {
-	SmoothedRTT   time.Duration `json:"srtt_ns"`
-	MinRTT        time.Duration `json:"min_rtt_ns"`
-	PacketsLost   uint64        `json:"packets_lost"`
-	Retransmitted uint64        `json:"stream_bytes_retransmitted"`
-	BytesSent     uint64        `json:"bytes_sent"`
-	ProbeRTTs     int           `json:"probe_rtts"`
-}
-
 // Tunnel asks the "near" or "far" edge for its tunnel's counters.
-func (e *Edges) Tunnel(side string) (TunnelStatus, error) {
-	var r struct {
-		Tunnel *TunnelStatus `json:"tunnel"`
-	}
+func (e *Edges) Tunnel(side string) (control.Tunnel, error) {
+	var r control.Status
 	if err := e.query(side, "status", &r); err != nil {
-		return TunnelStatus{}, err
+		return control.Tunnel{}, err
 	}
 	if r.Tunnel == nil {
-		return TunnelStatus{}, fmt.Errorf("%s edge reports its tunnel down", side)
+		return control.Tunnel{}, fmt.Errorf("%s edge reports its tunnel down", side)
 	}
 	return *r.Tunnel, nil
 }
@@ -244,7 +230,7 @@ func (e *Edges) WaitNoFlows(d time.Duration) error {
 	for {
 		busy := 0
 		for _, side := range []string{"near", "far"} {
-			var flows []json.RawMessage
+			var flows []control.Flow
 			if err := e.query(side, "flows", &flows); err != nil {
 				return err
 			}

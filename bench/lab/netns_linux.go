@@ -3,42 +3,19 @@ package lab
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"unsafe"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/wanopt/wanopt/internal/nsenter"
 )
 
-// InNetns runs fn on an OS thread switched into the named network namespace.
-// Sockets and TUN file descriptors created by fn stay bound to that namespace
-// after fn returns and may be used from any goroutine.
+// InNetns runs fn on an OS thread switched into the named network namespace
+// (nsenter.DoNamed, which the tests share). Sockets and TUN file descriptors
+// created by fn stay bound to that namespace after fn returns and may be
+// used from any goroutine.
 func InNetns(name string, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("read current network namespace: %w", err)
-	}
-	defer orig.Close()
-	target, err := netns.GetFromName(name)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("open network namespace %q: %w (was the lab built? run as root)", name, err)
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter network namespace %q: %w (needs CAP_SYS_ADMIN: run as root)", name, err)
-	}
-	ferr := fn()
-	if err := netns.Set(orig); err != nil {
-		// Leave the thread locked: the runtime then discards it with the
-		// goroutine instead of reusing a thread in the wrong namespace.
-		return fmt.Errorf("return from network namespace %q: %w", name, err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
+	return nsenter.DoNamed(name, fn)
 }
 
 // OpenTUN attaches to the existing TUN device dev inside network namespace ns

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/wanopt/wanopt/edge/control"
 	"io"
 	mrand "math/rand/v2"
 	"net"
@@ -190,7 +191,7 @@ func TestEndToEnd(t *testing.T) {
 		go func() {
 			defer close(watched)
 			for {
-				var fl []flowReport
+				var fl []control.Flow
 				if queryControl(filepath.Join(dir, "near.sock"), "flows", &fl) == nil {
 					for _, f := range fl {
 						maxRateBps = max(maxRateBps, f.RateUpBps, f.RateDownBps)
@@ -276,7 +277,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Logf("near edge, wanopt status:\n%s", out)
 			// Every stream of the finished flows is forgotten on both edges.
 			for _, side := range []string{"near", "far"} {
-				var r statusReport
+				var r control.Status
 				sock := filepath.Join(dir, side+".sock")
 				for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 					if err := queryControl(sock, "status", &r); err != nil || r.Tunnel == nil || r.Tunnel.StreamsOpen == 0 {
@@ -612,13 +613,13 @@ func (e *edgeLab) waitNoFlows(t *testing.T, within time.Duration) {
 	t.Helper()
 	for _, side := range []string{"near", "far"} {
 		var (
-			fl  []flowReport
-			st  statusReport
+			fl  []control.Flow
+			st  control.Status
 			err error
 		)
 		start := time.Now()
 		for deadline := start.Add(within); ; time.Sleep(100 * time.Millisecond) {
-			fl, st = nil, statusReport{}
+			fl, st = nil, control.Status{}
 			if err = queryControl(e.sock(side), "flows", &fl); err == nil {
 				err = queryControl(e.sock(side), "status", &st)
 			}
@@ -656,7 +657,7 @@ func TestEdgeLossyLink(t *testing.T) {
 	t.Run("8MB each way at 1% loss", func(t *testing.T) {
 		const size = 8 << 20
 		el := echoHashed(t, ctx, e.l.Client.NS, size, 7, 120*time.Second)
-		var st statusReport
+		var st control.Status
 		if err := queryControl(e.sock("near"), "status", &st); err != nil || st.Tunnel == nil {
 			t.Fatalf("near edge's status: %+v, %v", st.Tunnel, err)
 		}
@@ -730,7 +731,7 @@ func TestEdgeLossyLink(t *testing.T) {
 			}
 		}
 		dialed := time.Since(start)
-		var nearFlows, farFlows []flowReport
+		var nearFlows, farFlows []control.Flow
 		if err := queryControl(e.sock("near"), "flows", &nearFlows); err != nil {
 			t.Errorf("near edge's flows: %v", err)
 		}
@@ -762,7 +763,7 @@ func TestEdgeLossyLink(t *testing.T) {
 			t.Fatalf("%d of %d connections failed", len(errs), conns)
 		}
 		e.waitNoFlows(t, 15*time.Second)
-		var st statusReport
+		var st control.Status
 		if err := queryControl(e.sock("near"), "status", &st); err == nil && st.Ingress != nil {
 			in := st.Ingress
 			t.Logf("near edge's stack: %d SYNs, %d dropped by the forwarder's in-flight limit, %d dialled, %d handshakes failed, %d TCP endpoints left (TIME-WAIT included)",
@@ -805,7 +806,7 @@ func TestEdgeTransparent(t *testing.T) {
 	t.Logf("closed port: refused after %v", time.Since(start).Round(time.Millisecond))
 
 	e.waitNoFlows(t, 10*time.Second)
-	var st statusReport
+	var st control.Status
 	if err := queryControl(e.sock("far"), "status", &st); err != nil {
 		t.Fatal(err)
 	}

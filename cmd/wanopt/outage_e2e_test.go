@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"github.com/wanopt/wanopt/edge/control"
 	"io"
 	mrand "math/rand/v2"
 	"net"
@@ -163,7 +164,7 @@ func TestEdgeOutage(t *testing.T) {
 		const size, before = 100 << 20, 20 << 20
 		start := time.Now()
 		rec := outageRun(t, ctx, e, size, before, outage, goodputLimit, byte(10+i))
-		var st statusReport
+		var st control.Status
 		if err := queryControl(e.sock("far"), "status", &st); err != nil || st.Tunnel == nil {
 			t.Fatalf("far edge's status: %+v, %v", st.Tunnel, err)
 		}

@@ -1,4 +1,4 @@
-package stack
+package flow
 
 import (
 	"bytes"
@@ -34,9 +34,9 @@ func TestCopyAdaptive(t *testing.T) {
 	}
 }
 
-// trickle is a gatherReader handing out one chunk per Read; ReadGather
-// takes chunks until it holds min bytes or nothing is left (as the
-// driver's gathering read does when its wait passes).
+// trickle is a gatherer handing out one chunk per Read; ReadGather takes
+// chunks until it holds atLeast bytes or nothing is left (as the driver's
+// gathering read does when its wait passes).
 type trickle struct {
 	data  []byte
 	chunk int
@@ -83,8 +83,7 @@ func (w *writeSizes) Write(b []byte) (int, error) {
 func TestCopyCoalesces(t *testing.T) {
 	src := payload(4, 99000)
 	var dst writeSizes
-	var n atomic.Uint64
-	rerr, werr := copyAdaptive(&dst, &trickle{data: src, chunk: 1000}, &n)
+	rerr, werr := copyAdaptive(&dst, &trickle{data: src, chunk: 1000}, nil)
 	if rerr != io.EOF || werr != nil || !bytes.Equal(dst.Bytes(), src) {
 		t.Fatalf("copy: rerr %v werr %v, equal %v", rerr, werr, bytes.Equal(dst.Bytes(), src))
 	}

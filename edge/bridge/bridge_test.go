@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"github.com/wanopt/wanopt/flow"
 	"io"
 	"log/slog"
 	"net"
@@ -15,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/stack"
-	"github.com/wanopt/wanopt/stack/egress"
 	"github.com/wanopt/wanopt/tunnel/driver"
 	"github.com/wanopt/wanopt/tunnel/driver/drivertest"
 	"github.com/wanopt/wanopt/tunnel/wire"
@@ -61,17 +62,17 @@ func TestErrorMapping(t *testing.T) {
 		code wire.OpenCode
 		want error
 	}{
-		{wire.OpenRefused, stack.ErrRefused},
-		{wire.OpenNotAllowed, stack.ErrNotAllowed},
-		{wire.OpenUnreachable, stack.ErrUnreachable},
-		{wire.OpenTimedOut, stack.ErrTimeout},
-		{wire.OpenResourceLimit, stack.ErrUnreachable},
-		{wire.OpenError, stack.ErrUnreachable},
+		{wire.OpenRefused, flow.ErrRefused},
+		{wire.OpenNotAllowed, flow.ErrNotAllowed},
+		{wire.OpenUnreachable, flow.ErrUnreachable},
+		{wire.OpenTimedOut, flow.ErrTimeout},
+		{wire.OpenResourceLimit, flow.ErrUnreachable},
+		{wire.OpenError, flow.ErrUnreachable},
 	} {
 		dst := netip.AddrPortFrom(netip.MustParseAddr("198.18.2.2"), uint16(tc.code))
-		fc, err := d.DialFlow(ctx, src, dst)
+		fc, err := d.Dial(ctx, src, dst)
 		if fc != nil || !errors.Is(err, tc.want) {
-			t.Errorf("far edge answers %v: DialFlow = %v, %v; want %v", tc.code, fc, err, tc.want)
+			t.Errorf("far edge answers %v: Dial = %v, %v; want %v", tc.code, fc, err, tc.want)
 		}
 		var oe *driver.OpenError
 		if !errors.As(err, &oe) || oe.Code != tc.code {
@@ -85,13 +86,13 @@ func TestErrorMapping(t *testing.T) {
 
 	// No tunnel: silent, so that the client retries.
 	d.SetTunnel(nil)
-	if _, err := d.DialFlow(ctx, src, netip.MustParseAddrPort("198.18.2.2:80")); !errors.Is(err, stack.ErrUnreachable) || !errors.Is(err, ErrNoTunnel) {
+	if _, err := d.Dial(ctx, src, netip.MustParseAddrPort("198.18.2.2:80")); !errors.Is(err, flow.ErrUnreachable) || !errors.Is(err, ErrNoTunnel) {
 		t.Errorf("no tunnel: %v; want ErrUnreachable and ErrNoTunnel", err)
 	}
 	// A closed tunnel: silent too.
 	d.SetTunnel(near)
 	near.Close()
-	if _, err := d.DialFlow(ctx, src, netip.MustParseAddrPort("198.18.2.2:80")); !errors.Is(err, stack.ErrUnreachable) {
+	if _, err := d.Dial(ctx, src, netip.MustParseAddrPort("198.18.2.2:80")); !errors.Is(err, flow.ErrUnreachable) {
 		t.Errorf("closed tunnel: %v; want ErrUnreachable", err)
 	}
 }
@@ -134,13 +135,13 @@ func TestThroughEgress(t *testing.T) {
 
 	d := New(near, testLogger())
 	src := netip.MustParseAddrPort("198.18.1.2:40000")
-	if _, err := d.DialFlow(ctx, src, closed); !errors.Is(err, stack.ErrRefused) {
+	if _, err := d.Dial(ctx, src, closed); !errors.Is(err, flow.ErrRefused) {
 		t.Errorf("closed port: %v; want ErrRefused", err)
 	}
-	if _, err := d.DialFlow(ctx, src, netip.AddrPortFrom(lnAddr.Addr(), 3)); !errors.Is(err, stack.ErrNotAllowed) {
+	if _, err := d.Dial(ctx, src, netip.AddrPortFrom(lnAddr.Addr(), 3)); !errors.Is(err, flow.ErrNotAllowed) {
 		t.Errorf("port outside the policy: %v; want ErrNotAllowed", err)
 	}
-	fc, err := d.DialFlow(ctx, src, lnAddr)
+	fc, err := d.Dial(ctx, src, lnAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,8 +158,8 @@ func TestThroughEgress(t *testing.T) {
 	if err != nil || n != size || !bytes.Equal(h.Sum(nil), sha256Sum(data)) {
 		t.Fatalf("echo: %d bytes, %v; want %d bytes with the sent hash", n, err, size)
 	}
-	if _, ok := fc.(stack.Aborter); !ok {
-		t.Error("FlowConn does not implement stack.Aborter")
+	if _, ok := fc.(flow.Aborter); !ok {
+		t.Error("FlowConn does not implement flow.Aborter")
 	}
 }
 
@@ -218,7 +219,7 @@ func TestResetEndToEnd(t *testing.T) {
 	d := New(near, testLogger())
 
 	// Client → server.
-	fc, err := d.DialFlow(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), lnAddr)
+	fc, err := d.Dial(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), lnAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestResetEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if err := fc.(stack.Aborter).Abort(); err != nil {
+	if err := fc.(flow.Aborter).Abort(); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -241,7 +242,7 @@ func TestResetEndToEnd(t *testing.T) {
 	}
 
 	// Server → client.
-	fc, err = d.DialFlow(ctx, netip.MustParseAddrPort("198.18.1.2:40001"), lnAddr)
+	fc, err = d.Dial(ctx, netip.MustParseAddrPort("198.18.1.2:40001"), lnAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

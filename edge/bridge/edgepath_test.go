@@ -46,9 +46,10 @@ import (
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
+	"github.com/wanopt/wanopt/egress"
+	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/stack"
-	"github.com/wanopt/wanopt/stack/egress"
 	"github.com/wanopt/wanopt/tun"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/bind"
@@ -384,11 +385,11 @@ type frontDialer struct {
 	kernel        egress.KernelDialer
 }
 
-func (d frontDialer) Connect(ctx context.Context, src, dst netip.AddrPort) (egress.Conn, error) {
+func (d frontDialer) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error) {
 	if dst != d.front {
 		return nil, fmt.Errorf("benchmark far edge: %v is not the server's front %v: %w", dst, d.front, syscall.ECONNREFUSED)
 	}
-	return d.kernel.Connect(ctx, src, d.server)
+	return d.kernel.Dial(ctx, src, d.server)
 }
 
 // The server's protocol. The client opens each connection with a request,

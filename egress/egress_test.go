@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/tunnel/driver"
 	"github.com/wanopt/wanopt/tunnel/driver/drivertest"
@@ -31,8 +32,6 @@ func tunnelPair(t testing.TB) (near, far *driver.Tunnel) {
 	t.Helper()
 	return drivertest.Pair(t, testLogger(t))
 }
-
-func checkGoroutines(t *testing.T) { leaktest.Check(t) }
 
 func TestParseRule(t *testing.T) {
 	for _, tc := range []struct {
@@ -87,7 +86,7 @@ func TestParseRule(t *testing.T) {
 // is nil.
 type fakeDialer struct{ err error }
 
-func (d fakeDialer) Connect(ctx context.Context, _, _ netip.AddrPort) (Conn, error) {
+func (d fakeDialer) Dial(ctx context.Context, _, _ netip.AddrPort) (flow.Conn, error) {
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -96,12 +95,12 @@ func (d fakeDialer) Connect(ctx context.Context, _, _ netip.AddrPort) (Conn, err
 }
 
 func TestOutcomes(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Check(t)
 	closed := closedPort(t)
 	src := netip.MustParseAddrPort("198.18.1.2:40000")
 	for _, tc := range []struct {
 		name   string
-		dialer Dialer
+		dialer flow.Dialer
 		dst    netip.AddrPort
 		want   error
 	}{
@@ -159,7 +158,7 @@ func closedPort(t *testing.T) netip.AddrPort {
 // only after it saw EOF: the reply must arrive after the near edge's FIN,
 // then the server's FIN as io.EOF.
 func TestRelayHalfClose(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Check(t)
 	near, far := tunnelPair(t)
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -215,7 +214,7 @@ func TestRelayHalfClose(t *testing.T) {
 // the near edge (a *driver.StreamError, not EOF or a hang), and a near edge that closes
 // its stream while the server sends gets the server reset.
 func TestServerReset(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Check(t)
 	near, far := tunnelPair(t)
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -284,7 +283,7 @@ func TestServerReset(t *testing.T) {
 // resets the server socket at once: the server's read fails with
 // ECONNRESET, not EOF.
 func TestNearReset(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Check(t)
 	near, far := tunnelPair(t)
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -337,7 +336,7 @@ func TestNearReset(t *testing.T) {
 
 // TestMaxFlows: beyond MaxFlows, streams are refused with ResourceLimit.
 func TestMaxFlows(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Check(t)
 	near, far := tunnelPair(t)
 	e := New(Policy{Rules: []Rule{{Prefix: netip.MustParsePrefix("127.0.0.1/32")}}}, fakeDialer{}, Options{MaxFlows: 2, DialTimeout: 2 * time.Second, Logger: testLogger(t)})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -367,10 +366,10 @@ func TestMaxFlows(t *testing.T) {
 
 // TestServeEndsWithTunnel: Serve returns the tunnel's error when it closes.
 func TestServeEndsWithTunnel(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Check(t)
 	near, far := tunnelPair(t)
 	done := make(chan error, 1)
-	go func() { done <- Serve(context.Background(), far, Policy{}, nil) }()
+	go func() { done <- New(Policy{}, nil, Options{}).Serve(context.Background(), far) }()
 	near.Close()
 	select {
 	case err := <-done:

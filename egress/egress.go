@@ -19,27 +19,24 @@
 //	ECONNREFUSED, ECONNRESET (a RST)    OpenRefused
 //	EHOSTUNREACH, ENETUNREACH, ...      OpenUnreachable
 //	no answer within DialTimeout        OpenTimedOut
+//	flow.ErrX from the Dialer           the matching answer
 //	MaxFlows flows already open         OpenResourceLimit
 //	not TCP                             OpenUnsupported
 //	anything else                       OpenError
 //
 // # Ends of a flow
 //
-// Each direction ends independently: the near edge's FIN (io.EOF from the
-// stream) becomes CloseWrite on the server socket, the server's FIN becomes
-// CloseWrite on the stream. Resets are carried end to end: a server reset
-// (ECONNRESET, or any other socket error) resets the stream
-// (driver.CodeTCPReset), so the near edge's read fails at once and it
-// resets its client; the near edge resetting the stream (its client's RST),
-// stopping to read, or the stream failing resets the server socket
-// (SO_LINGER 0, a RST).
+// flow.Relay copies both ways, the server's socket as the LAN end and the
+// stream as the tunnel's: each direction's FIN is passed on by itself, and a
+// reset or failure on either side resets both (the stream with
+// driver.CodeTCPReset, so the near edge resets its client; the server's
+// socket with SO_LINGER 0, a RST).
 package egress
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -50,33 +47,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/meter"
 	"github.com/wanopt/wanopt/tunnel/driver"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
 
-// Conn is a connection to a destination.
-type Conn interface {
-	io.ReadWriteCloser
-	// CloseWrite sends a FIN; the destination may go on sending.
-	CloseWrite() error
-}
-
-// Dialer connects a flow's destination dst. src is the client's address: a
-// transparent dialer connects from it, a kernel one ignores it.
-// Errors wrapping syscall errnos (ECONNREFUSED, EHOSTUNREACH, ETIMEDOUT…)
-// choose the answer the near edge gets. A Conn with an Abort method is
-// reset with it; a *net.TCPConn with SO_LINGER 0.
-type Dialer interface {
-	Connect(ctx context.Context, src, dst netip.AddrPort) (Conn, error)
-}
-
 // KernelDialer connects from this host's own address with a kernel TCP
-// socket.
+// socket. It implements flow.Dialer; src is not used.
 type KernelDialer struct{ net.Dialer }
 
-// Connect implements Dialer; src is not used.
-func (d *KernelDialer) Connect(ctx context.Context, _, dst netip.AddrPort) (Conn, error) {
+// Dial connects dst.
+func (d *KernelDialer) Dial(ctx context.Context, _, dst netip.AddrPort) (flow.Conn, error) {
 	c, err := d.DialContext(ctx, "tcp", dst.String())
 	if err != nil {
 		return nil, err
@@ -92,8 +74,6 @@ const (
 	DefaultDialTimeout = 10 * time.Second
 	// DefaultMaxFlows bounds the flows open at once.
 	DefaultMaxFlows = 4096
-	// DefaultCopyBuffer is each direction's copy buffer.
-	DefaultCopyBuffer = 64 << 10
 )
 
 // Options configure an Egress. Zero fields take the defaults.
@@ -103,8 +83,6 @@ type Options struct {
 	// MaxFlows bounds the flows being connected or relayed at once, over
 	// all Serve calls; more are answered wire.OpenResourceLimit.
 	MaxFlows int
-	// CopyBuffer is the size of each direction's copy buffer.
-	CopyBuffer int
 	// Logger receives events (per flow at Debug); nil discards them.
 	Logger *slog.Logger
 }
@@ -135,21 +113,22 @@ type FlowInfo struct {
 // for concurrent use.
 type Egress struct {
 	policy Policy
-	dialer Dialer
+	dialer flow.Dialer
 	opts   Options
 	log    *slog.Logger
 	sem    chan struct{}
-	bufs   sync.Pool
 
 	streams, connected, notAllowed, refused, unreachable, timedOut, overloaded, failed atomic.Uint64
 	active                                                                             atomic.Int64
-	bytesUp, bytesDown                                                                 atomic.Uint64
 
 	mu    sync.Mutex
-	flows map[*flow]struct{}
+	flows map[*relayed]struct{}
+	// doneUp and doneDown are the bytes of flows that ended (under mu).
+	doneUp, doneDown uint64
 }
 
-type flow struct {
+// relayed is one flow being relayed.
+type relayed struct {
 	src, dst         netip.AddrPort
 	started          time.Time
 	up, down         atomic.Uint64
@@ -158,15 +137,12 @@ type flow struct {
 
 // New returns an Egress that connects to what policy allows with dialer
 // (nil: a KernelDialer).
-func New(policy Policy, dialer Dialer, opts Options) *Egress {
+func New(policy Policy, dialer flow.Dialer, opts Options) *Egress {
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = DefaultDialTimeout
 	}
 	if opts.MaxFlows <= 0 {
 		opts.MaxFlows = DefaultMaxFlows
-	}
-	if opts.CopyBuffer <= 0 {
-		opts.CopyBuffer = DefaultCopyBuffer
 	}
 	if dialer == nil {
 		dialer = &KernelDialer{}
@@ -181,15 +157,9 @@ func New(policy Policy, dialer Dialer, opts Options) *Egress {
 		opts:   opts,
 		log:    log,
 		sem:    make(chan struct{}, opts.MaxFlows),
-		flows:  make(map[*flow]struct{}),
+		flows:  make(map[*relayed]struct{}),
 	}
-	e.bufs.New = func() any { b := make([]byte, opts.CopyBuffer); return &b }
 	return e
-}
-
-// Serve is New(policy, dialer, Options{}).Serve(ctx, t).
-func Serve(ctx context.Context, t *driver.Tunnel, policy Policy, dialer Dialer) error {
-	return New(policy, dialer, Options{}).Serve(ctx, t)
 }
 
 // Serve accepts t's incoming streams until ctx ends or t closes, and
@@ -215,7 +185,7 @@ func (e *Egress) Serve(ctx context.Context, t *driver.Tunnel) error {
 		case e.sem <- struct{}{}:
 		default:
 			e.overloaded.Add(1)
-			e.log.Warn("egress: too many flows; refusing", "max_flows", e.opts.MaxFlows, "dst", in.Dst())
+			e.log.Warn("too many flows; refusing", "max_flows", e.opts.MaxFlows, "dst", in.Dst())
 			_ = in.Reject(wire.OpenResourceLimit)
 			continue
 		}
@@ -240,35 +210,39 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 	}
 	if !e.policy.Allows(dst) {
 		e.notAllowed.Add(1)
-		log.Debug("egress: destination not allowed by policy")
+		log.Debug("destination not allowed by policy")
 		_ = in.Reject(wire.OpenNotAllowed)
 		return
 	}
 	dctx, cancel := context.WithTimeout(ctx, e.opts.DialTimeout)
-	c, err := e.dialer.Connect(dctx, src, dst)
+	c, err := e.dialer.Dial(dctx, src, dst)
 	cancel()
 	if err != nil {
 		code := e.openCode(err)
-		log.Debug("egress: connect failed", "answer", code, "err", err)
+		log.Debug("connect failed", "answer", code, "err", err)
 		_ = in.Reject(code)
 		return
 	}
 	s, err := in.Accept()
 	if err != nil {
-		log.Debug("egress: accept stream failed", "err", err)
-		resetConn(c)
+		log.Debug("accept stream failed", "err", err)
+		_ = flow.Abort(c)
 		return
 	}
 	e.connected.Add(1)
-	f := &flow{src: src, dst: dst, started: time.Now()}
+	f := &relayed{src: src, dst: dst, started: time.Now()}
 	e.mu.Lock()
 	e.flows[f] = struct{}{}
 	e.mu.Unlock()
-	e.relay(ctx, f, s, c, log)
+	// The server's end is the LAN side: its bytes go down, toward the
+	// near edge.
+	flow.Relay(ctx, c, streamConn{s}, flow.RelayOptions{LANToWAN: &f.down, WANToLAN: &f.up, Log: log})
 	e.mu.Lock()
 	delete(e.flows, f)
+	e.doneUp += f.up.Load()
+	e.doneDown += f.down.Load()
 	e.mu.Unlock()
-	log.Debug("egress: flow closed", "up", f.up.Load(), "down", f.down.Load())
+	log.Debug("flow closed", "up", f.up.Load(), "down", f.down.Load())
 }
 
 // openCode maps a connect error to the answer the near edge gets, and
@@ -276,14 +250,17 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 func (e *Egress) openCode(err error) wire.OpenCode {
 	var ne net.Error
 	switch {
-	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET):
+	case errors.Is(err, flow.ErrNotAllowed):
+		e.notAllowed.Add(1)
+		return wire.OpenNotAllowed
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, flow.ErrRefused):
 		e.refused.Add(1)
 		return wire.OpenRefused
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
-		errors.Is(err, syscall.EHOSTDOWN), errors.Is(err, syscall.ENETDOWN):
+		errors.Is(err, syscall.EHOSTDOWN), errors.Is(err, syscall.ENETDOWN), errors.Is(err, flow.ErrUnreachable):
 		e.unreachable.Add(1)
 		return wire.OpenUnreachable
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT),
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, flow.ErrTimeout),
 		errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		e.timedOut.Add(1)
 		return wire.OpenTimedOut
@@ -293,95 +270,21 @@ func (e *Egress) openCode(err error) wire.OpenCode {
 	}
 }
 
-// relay copies both ways until both directions ended; see the package doc
-// for how each end is passed on. ctx ending tears the flow down.
-func (e *Egress) relay(ctx context.Context, f *flow, s *driver.Stream, c Conn, log *slog.Logger) {
-	stop := context.AfterFunc(ctx, func() {
-		resetConn(c)
-		s.Reset(driver.CodeTCPReset)
-	})
-	defer stop()
-	// resetBoth ends the flow as a RST both ways. The stream is reset
-	// first: closing the socket wakes the other direction, whose own
-	// teardown must not reach the stream before the reset.
-	resetBoth := func() {
-		s.Reset(driver.CodeTCPReset)
-		resetConn(c)
-	}
+// streamConn is a tunnel stream as the flow's tunnel end: Abort resets it
+// (driver.CodeTCPReset), so the near edge resets its client.
+type streamConn struct{ *driver.Stream }
 
-	upDone := make(chan struct{})
-	go func() { // near edge → server
-		defer close(upDone)
-		rerr, werr := e.copy(c, s, &f.up, &e.bytesUp)
-		switch {
-		case werr != nil: // server reset or failed
-			log.Debug("egress: server write failed; resetting stream", "err", werr)
-			resetBoth()
-		case rerr == io.EOF: // near edge's FIN
-			if err := c.CloseWrite(); err != nil {
-				log.Debug("egress: server close-write failed; resetting stream", "err", err)
-				resetBoth()
-			}
-		default: // stream reset by the near edge (its client's RST), failed or closed
-			log.Debug("egress: stream read ended; resetting server", "err", rerr)
-			resetBoth()
-		}
-	}()
-
-	rerr, werr := e.copy(s, c, &f.down, &e.bytesDown) // server → near edge
-	switch {
-	case werr != nil: // near edge stopped reading (client reset) or stream failed
-		log.Debug("egress: stream write failed; resetting server", "err", werr)
-		resetBoth()
-	case rerr == io.EOF: // server's FIN
-		if err := s.CloseWrite(); err != nil {
-			log.Debug("egress: stream close-write failed", "err", err)
-			resetBoth()
-		}
-	default: // server reset or failed
-		log.Debug("egress: server read failed; resetting stream", "err", rerr)
-		resetBoth()
-	}
-	<-upDone
-	c.Close()
-	s.Close()
-}
-
-// copy copies src to dst until src ends, counting bytes in n and total. It
-// returns src's error (io.EOF at a clean end) or dst's error.
-func (e *Egress) copy(dst io.Writer, src io.Reader, n, total *atomic.Uint64) (rerr, werr error) {
-	bp := e.bufs.Get().(*[]byte)
-	defer e.bufs.Put(bp)
-	buf := *bp
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return nil, werr
-			}
-			n.Add(uint64(k))
-			total.Add(uint64(k))
-		}
-		if err != nil {
-			return err, nil
-		}
-	}
-}
-
-// resetConn closes c with a RST.
-func resetConn(c Conn) {
-	switch c := c.(type) {
-	case interface{ Abort() error }:
-		_ = c.Abort()
-		return
-	case *net.TCPConn:
-		_ = c.SetLinger(0)
-	}
-	_ = c.Close()
-}
+func (c streamConn) Abort() error { return c.Reset(driver.CodeTCPReset) }
 
 // Stats returns a snapshot of the counters.
 func (e *Egress) Stats() Stats {
+	e.mu.Lock()
+	up, down := e.doneUp, e.doneDown
+	for f := range e.flows {
+		up += f.up.Load()
+		down += f.down.Load()
+	}
+	e.mu.Unlock()
 	return Stats{
 		Streams:     e.streams.Load(),
 		Connected:   e.connected.Load(),
@@ -392,8 +295,8 @@ func (e *Egress) Stats() Stats {
 		Overloaded:  e.overloaded.Load(),
 		Failed:      e.failed.Load(),
 		Active:      e.active.Load(),
-		BytesUp:     e.bytesUp.Load(),
-		BytesDown:   e.bytesDown.Load(),
+		BytesUp:     up,
+		BytesDown:   down,
 	}
 }
 

@@ -1,7 +1,3 @@
-// Package control is the client side of an edge's control socket
-// ('wanopt run --control PATH'): it sends one request line ("status",
-// "flows") and decodes the one JSON document the edge answers. wanopt's
-// status and flows commands and the lab bench both use it.
 package control
 
 import (

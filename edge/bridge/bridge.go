@@ -1,12 +1,12 @@
-// Package bridge connects package stack to the WAN tunnel: a Dialer whose
-// DialFlow opens a tunnel stream carrying the intercepted flow's original
+// Package bridge is where the near edge's two halves meet: a flow.Dialer
+// whose Dial opens a tunnel stream carrying the intercepted flow's original
 // source and destination, waits for the far edge to connect to the server,
-// and hands the stream to the stack as the flow's far side.
+// and hands the stream to the stack as the flow's far end.
 //
-// The far edge's answer decides what the client sees (DESIGN.md decision
-// 4), through package stack's errors:
+// The far edge's answer decides what the client sees, through package
+// flow's errors:
 //
-//	far edge answer                    stack error      client sees
+//	far edge answer                    flow error       client sees
 //	OpenRefused (server sent RST)      ErrRefused       RST
 //	OpenNotAllowed (egress policy)     ErrNotAllowed    RST
 //	OpenUnreachable (no route, ICMP)   ErrUnreachable   nothing
@@ -30,17 +30,17 @@ import (
 	"net/netip"
 	"sync/atomic"
 
-	"github.com/wanopt/wanopt/stack"
+	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/driver"
 )
 
-// ErrNoTunnel is returned (wrapped with stack.ErrUnreachable) by DialFlow
+// ErrNoTunnel is returned (wrapped with flow.ErrUnreachable) by Dial
 // while no tunnel is up: the client's SYN goes unanswered and its retry
 // may find the tunnel back.
 var ErrNoTunnel = errors.New("bridge: no tunnel to the far edge is up")
 
-// Dialer implements stack.Dialer over the current tunnel. The tunnel may be
+// Dialer implements flow.Dialer over the current tunnel. The tunnel may be
 // replaced (SetTunnel) when the connection to the far edge is re-established;
 // flows already open keep their stream on the old tunnel and end with it.
 // Its methods are safe for concurrent use.
@@ -51,9 +51,9 @@ type Dialer struct {
 	opened, refused, notAllowed, unreachable, timedOut, failed atomic.Uint64
 }
 
-var _ stack.Dialer = (*Dialer)(nil)
+var _ flow.Dialer = (*Dialer)(nil)
 
-// New returns a Dialer over t (nil: no tunnel yet; DialFlow fails until
+// New returns a Dialer over t (nil: no tunnel yet; Dial fails until
 // SetTunnel). log receives per-flow debug events; nil discards them.
 func New(t *driver.Tunnel, log *slog.Logger) *Dialer {
 	if log == nil {
@@ -70,15 +70,15 @@ func (d *Dialer) SetTunnel(t *driver.Tunnel) { d.cur.Store(t) }
 // Tunnel returns the current tunnel, or nil.
 func (d *Dialer) Tunnel() *driver.Tunnel { return d.cur.Load() }
 
-// DialFlow opens a stream for the flow src→dst and returns it once the far
+// Dial opens a stream for the flow src→dst and returns it once the far
 // edge has connected to dst. It returns when ctx ends (the half-open stream
 // is then reset by the driver). Errors wrap one of package stack's
 // sentinels (see the package doc) and the driver's error.
-func (d *Dialer) DialFlow(ctx context.Context, src, dst netip.AddrPort) (stack.FlowConn, error) {
+func (d *Dialer) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error) {
 	t := d.cur.Load()
 	if t == nil {
 		d.unreachable.Add(1)
-		return nil, fmt.Errorf("open flow %v→%v: %w: %w", src, dst, stack.ErrUnreachable, ErrNoTunnel)
+		return nil, fmt.Errorf("open flow %v→%v: %w: %w", src, dst, flow.ErrUnreachable, ErrNoTunnel)
 	}
 	s, err := t.OpenStream(ctx, src, dst)
 	if err != nil {
@@ -96,26 +96,26 @@ func (d *Dialer) classify(err error) error {
 	switch {
 	case errors.Is(err, driver.ErrOpenRefused):
 		d.refused.Add(1)
-		return stack.ErrRefused
+		return flow.ErrRefused
 	case errors.Is(err, driver.ErrOpenNotAllowed):
 		d.notAllowed.Add(1)
-		return stack.ErrNotAllowed
+		return flow.ErrNotAllowed
 	case errors.Is(err, driver.ErrOpenTimedOut), errors.Is(err, context.DeadlineExceeded):
 		d.timedOut.Add(1)
-		return stack.ErrTimeout
+		return flow.ErrTimeout
 	case errors.Is(err, driver.ErrOpenUnreachable),
 		errors.Is(err, driver.ErrOpenResourceLimit),
 		errors.Is(err, tunnel.ErrStreamLimit),
 		errors.Is(err, driver.ErrTunnelClosed):
 		d.unreachable.Add(1)
-		return stack.ErrUnreachable
+		return flow.ErrUnreachable
 	default:
 		d.failed.Add(1)
-		return stack.ErrUnreachable
+		return flow.ErrUnreachable
 	}
 }
 
-// Stats counts DialFlow outcomes since New.
+// Stats counts Dial outcomes since New.
 type Stats struct {
 	Opened, Refused, NotAllowed, Unreachable, TimedOut, Failed uint64
 }
@@ -132,7 +132,7 @@ func (d *Dialer) Stats() Stats {
 	}
 }
 
-// flowConn is the stream as the stack's FlowConn. Abort carries the
+// flowConn is the stream as the flow's far end. Abort carries the
 // client's RST end to end: it resets the stream (RESET_STREAM and
 // STOP_SENDING with driver.CodeTCPReset), the far edge's read of the stream
 // fails at once and it resets the server socket. The other way, a server's
@@ -143,8 +143,8 @@ type flowConn struct {
 }
 
 var (
-	_ stack.FlowConn = (*flowConn)(nil)
-	_ stack.Aborter  = (*flowConn)(nil)
+	_ flow.Conn    = (*flowConn)(nil)
+	_ flow.Aborter = (*flowConn)(nil)
 )
 
 // Abort resets the flow after the client reset it (see flowConn).

@@ -2,27 +2,24 @@
 
 package stack
 
+// Tests of the flows the stack intercepts, through the TUN lab: the
+// addresses the Dialer sees, the flow table, the in-flight limit, and flows
+// ended by Close or by keepalives.
+
 import (
-	"bytes"
 	"context"
 	"errors"
+	"github.com/wanopt/wanopt/flow"
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
-	"github.com/google/gopacket/pcapgo"
-
-	"github.com/wanopt/wanopt/tun"
+	"github.com/wanopt/wanopt/internal/leaktest"
 )
 
 // TestIPv6 intercepts a connection to an IPv6 destination and checks that
@@ -37,11 +34,11 @@ func TestIPv6(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}}
-	l := newLab(t, 1500, dialerFunc(func(ctx context.Context, src, dst netip.AddrPort) (FlowConn, error) {
+	l := newLab(t, 1500, dialerFunc(func(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error) {
 		mu.Lock()
 		gotSrc = src
 		mu.Unlock()
-		return d.DialFlow(ctx, src, dst)
+		return d.Dial(ctx, src, dst)
 	}), Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -125,15 +122,15 @@ func TestInFlightLimit(t *testing.T) {
 // pending: the client sees a reset, the pending dial is cancelled and no
 // goroutine remains.
 func TestCloseWithFlows(t *testing.T) {
+	leaktest.Check(t)
 	addr := startServer(t, func(c *net.TCPConn) { io.Copy(c, c) })
-	base := runtime.NumGoroutine()
 	fd := &fakeDialer{target: addr}
-	l := newLab(t, 1500, dialerFunc(func(ctx context.Context, src, dst netip.AddrPort) (FlowConn, error) {
+	l := newLab(t, 1500, dialerFunc(func(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error) {
 		if dst.Port() == 9 {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}
-		return fd.DialFlow(ctx, src, dst)
+		return fd.Dial(ctx, src, dst)
 	}), Config{})
 	c, err := l.dial(context.Background(), netip.AddrPortFrom(interAddr, 80))
 	if err != nil {
@@ -163,63 +160,6 @@ func TestCloseWithFlows(t *testing.T) {
 	if !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("client after Close: %v, want connection reset", err)
 	}
-	l.dev.Close()
-	time.Sleep(2500 * time.Millisecond) // the pending client dial gives up
-	checkGoroutines(t, base)
-}
-
-// TestCaptureTap writes the packets of one flow to a pcap file through the
-// tap and finds the client's SYN and the stack's SYN-ACK in it.
-func TestCaptureTap(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tap.pcap")
-	capt, err := tun.NewCapture(tun.CaptureConfig{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := startServer(t, func(c *net.TCPConn) { io.Copy(c, c) })
-	l := newLab(t, 1500, &fakeDialer{target: addr}, Config{Tap: capt})
-	c, err := l.dial(context.Background(), netip.AddrPortFrom(interAddr, 80))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Write([]byte("tapped"))
-	c.CloseWrite()
-	io.ReadAll(c)
-	c.Close()
-	l.close()
-	if err := capt.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f, err := openPcap(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var syn, synack, payloadSeen bool
-	for {
-		data, _, err := f.ReadPacketData()
-		if err != nil {
-			break
-		}
-		p := gopacket.NewPacket(data, layers.LayerTypeIPv4, gopacket.Default)
-		tcp, ok := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
-		if !ok {
-			continue
-		}
-		syn = syn || (tcp.SYN && !tcp.ACK && tcp.DstPort == 80)
-		synack = synack || (tcp.SYN && tcp.ACK && tcp.SrcPort == 80)
-		payloadSeen = payloadSeen || string(tcp.Payload) == "tapped"
-	}
-	if !syn || !synack || !payloadSeen {
-		t.Fatalf("capture: SYN %v, SYN-ACK %v, payload %v (%d packets)", syn, synack, payloadSeen, capt.Packets())
-	}
-}
-
-func openPcap(path string) (*pcapgo.Reader, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return pcapgo.NewReader(bytes.NewReader(b))
 }
 
 // TestKeepAliveEndsVanishedClient: a client that vanishes without FIN or RST

@@ -1,0 +1,146 @@
+// Package control is an edge's control socket ('wanopt run --control
+// PATH'): the one definition of what it answers (Status, Flow), the server
+// the edge runs and the client 'wanopt status', 'wanopt flows' and the lab
+// bench use. A request is one line ("status" or "flows"); the answer is one
+// JSON document, or {"error": "..."}.
+package control
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wanopt/wanopt/edge/bridge"
+	"github.com/wanopt/wanopt/egress"
+	"github.com/wanopt/wanopt/stack"
+)
+
+// Status is the answer to "status".
+type Status struct {
+	Role    string        `json:"role"`
+	Config  string        `json:"config"`
+	Uptime  time.Duration `json:"uptime_ns"`
+	Tunnel  *Tunnel       `json:"tunnel,omitempty"` // nil: down
+	Ingress *stack.Stats  `json:"ingress,omitempty"`
+	Bridge  bridge.Stats  `json:"bridge"`
+	Egress  egress.Stats  `json:"egress"`
+}
+
+// Tunnel is the tunnel of the moment.
+type Tunnel struct {
+	Peer          string        `json:"peer"`
+	Congestion    string        `json:"congestion"`
+	Cipher        string        `json:"cipher"`
+	SmoothedRTT   time.Duration `json:"srtt_ns"`
+	MinRTT        time.Duration `json:"min_rtt_ns"`
+	BandwidthBps  uint64        `json:"bandwidth_bps"`
+	PacingRateBps uint64        `json:"pacing_rate_bps"`
+	Cwnd          int           `json:"cwnd"`
+	InFlight      int           `json:"in_flight"`
+	BytesSent     uint64        `json:"bytes_sent"`
+	BytesReceived uint64        `json:"bytes_received"`
+	PacketsLost   uint64        `json:"packets_lost"`
+	Retransmitted uint64        `json:"stream_bytes_retransmitted"`
+	PTOs          uint64        `json:"ptos"` // probe timeouts (an outage shows as a run of them)
+	StreamsOpen   int           `json:"streams_open"`
+	// The stream memory budget: in use and limit.
+	BudgetUsedBytes uint64 `json:"budget_used_bytes"`
+	BudgetBytes     uint64 `json:"budget_bytes"`
+	// BBR's state and its ProbeRTT episodes so far (BBR only).
+	BBRMode   string `json:"bbr_mode,omitempty"`
+	ProbeRTTs int    `json:"probe_rtts"`
+}
+
+// Flow is one line of the answer to "flows".
+type Flow struct {
+	Side      string `json:"side"` // ingress (intercepted here) or egress (connected here)
+	Src       string `json:"src"`
+	Dst       string `json:"dst"`
+	State     string `json:"state"`
+	BytesUp   uint64 `json:"bytes_up"`
+	BytesDown uint64 `json:"bytes_down"`
+	// RateUpBps and RateDownBps are the rates over the last second.
+	RateUpBps   uint64 `json:"rate_up_bps"`
+	RateDownBps uint64 `json:"rate_down_bps"`
+	// TunnelRTT is the tunnel's smoothed RTT, which every flow crosses
+	// (0: tunnel down).
+	TunnelRTT time.Duration `json:"tunnel_srtt_ns"`
+	Age       time.Duration `json:"age_ns"`
+}
+
+// Source answers the requests: the running edge.
+type Source interface {
+	Status() Status
+	Flows() []Flow
+}
+
+// Serve listens on the unix socket path and answers requests from src
+// until the returned stop function is called (which waits for its
+// goroutines and removes the socket). The socket is mode 0660: whoever
+// may read it may see the edge's flows. A socket left by an edge that was
+// killed is replaced; one another edge answers on is an error.
+func Serve(path string, src Source, log *slog.Logger) (stop func(), err error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("control socket %s: another wanopt is running there; stop it or choose another --control", path)
+		}
+		os.Remove(path) // stale, from a run that was killed
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w (choose a writable --control path)", err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				answer(c, src)
+			}()
+		}
+	}()
+	log.Info("control socket listening", "path", path)
+	return func() {
+		ln.Close()
+		wg.Wait()
+	}, nil
+}
+
+// answer reads one request from c and writes the answer.
+func answer(c net.Conn, src Source) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(io.LimitReader(c, 64)).ReadString('\n')
+	if err != nil {
+		return
+	}
+	var v any
+	switch req := strings.TrimSpace(line); req {
+	case "status":
+		v = src.Status()
+	case "flows":
+		v = src.Flows()
+	default:
+		v = map[string]string{"error": fmt.Sprintf("unknown request %q: want status or flows", req)}
+	}
+	json.NewEncoder(c).Encode(v)
+}

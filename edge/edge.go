@@ -1,0 +1,329 @@
+// Package edge runs a wanopt edge: the ingress that intercepts TCP on a TUN
+// device (a gVisor netstack, package stack), the tunnel to the peer edge
+// (package tunnel/driver), kept up with reconnects, the bridge that opens a
+// tunnel stream for each intercepted flow (edge/bridge), the egress that
+// connects the flows the peer opens (package egress), and the control
+// socket (edge/control). cmd/wanopt parses flags into a Config; tests and
+// the lab build edges the same way, in-process.
+//
+//	e, err := edge.New(cfg)
+//	...
+//	err = e.Run(ctx) // until ctx ends
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/wanopt/wanopt/edge/bridge"
+	"github.com/wanopt/wanopt/edge/control"
+	"github.com/wanopt/wanopt/egress"
+	"github.com/wanopt/wanopt/flow"
+	"github.com/wanopt/wanopt/stack"
+	"github.com/wanopt/wanopt/tun"
+	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/driver"
+	"github.com/wanopt/wanopt/tunnel/stream"
+)
+
+// Edge is one edge. Status and Flows may be called at any time, also
+// concurrently with Run.
+type Edge struct {
+	cfg Config
+	log *slog.Logger
+	br  *bridge.Dialer
+
+	// Set by Run (under mu): the ingress while it is open, the egress.
+	mu      sync.Mutex
+	started time.Time
+	dev     *tun.Device
+	st      *stack.Stack
+	eg      *egress.Egress
+	// capture, if set, records the TUN's packets (--capture).
+	capture *tun.Capture
+}
+
+// New checks cfg and returns an edge ready to Run. It opens nothing yet.
+func New(cfg Config) (*Edge, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	e := &Edge{cfg: cfg, log: cfg.Logger, br: bridge.New(nil, cfg.Logger.With("sub", "bridge"))}
+	return e, nil
+}
+
+// Run runs the edge until ctx ends, then resets the flows still open,
+// closes the tunnel and the device, and returns nil. Errors are setup
+// failures (the TUN device, the control socket); a tunnel that cannot
+// reach its peer is retried, not an error. Run may be called once.
+func (e *Edge) Run(ctx context.Context) error {
+	cfg := e.cfg
+	e.mu.Lock()
+	e.started = time.Now()
+	e.mu.Unlock()
+	if cfg.TUN != "" {
+		if err := e.openIngress(ctx); err != nil {
+			return err
+		}
+		defer e.closeIngress()
+	}
+	var dialer flow.Dialer = &egress.KernelDialer{}
+	if cfg.Transparent {
+		dialer = e.stack()
+	}
+	eg := egress.New(cfg.Policy, dialer, egress.Options{
+		DialTimeout: cfg.DialTimeout,
+		MaxFlows:    cfg.MaxFlows,
+		Logger:      e.log.With("sub", "egress"),
+	})
+	e.mu.Lock()
+	e.eg = eg
+	e.mu.Unlock()
+	stopRates := e.sampleRates(eg)
+	defer stopRates()
+	if cfg.Control != "" {
+		stop, err := control.Serve(cfg.Control, e, e.log.With("sub", "control"))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	e.log.Info("edge starting", "config", cfg.Summary())
+	e.tunnelLoop(ctx, eg)
+	e.log.Info("edge stopped", "egress", fmt.Sprintf("%+v", eg.Stats()), "bridge", fmt.Sprintf("%+v", e.br.Stats()))
+	return nil
+}
+
+// sampleRates updates the flows' current rates every second until the
+// returned stop function is called (which waits for it).
+func (e *Edge) sampleRates(eg *egress.Egress) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(time.Second)
+		defer tk.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tk.C:
+				if st := e.stack(); st != nil {
+					st.SampleRates(now.Sub(last))
+				}
+				eg.SampleRates(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+func (e *Edge) stack() *stack.Stack {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.st
+}
+
+func (e *Edge) egress() *egress.Egress {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.eg
+}
+
+// openIngress opens (or creates and sets up) the TUN and starts the stack.
+func (e *Edge) openIngress(ctx context.Context) error {
+	cfg := e.cfg
+	mtu := cfg.MTU
+	if cfg.TUNSetup && mtu == 0 {
+		mtu = tun.DefaultMTU
+	}
+	dev, err := tun.Open(tun.Config{Name: cfg.TUN, MTU: mtu, Create: cfg.TUNSetup})
+	if err != nil {
+		return fmt.Errorf("open TUN %s: %w (create it with 'ip tuntap add dev %s mode tun user USER', or run with --tun-setup as root)", cfg.TUN, err, cfg.TUN)
+	}
+	if cfg.TUNSetup {
+		err := tun.Setup(tun.SetupConfig{Name: cfg.TUN, Addrs: cfg.TUNAddrs, MTU: mtu, Routes: cfg.TUNRoutes})
+		if err != nil {
+			dev.Close()
+			return fmt.Errorf("set up TUN %s: %w", cfg.TUN, err)
+		}
+	}
+	bp := cfg.buffers()
+	scfg := stack.Config{MTU: dev.MTU(), Logger: e.log.With("sub", "stack"),
+		ReceiveBuffer: stack.BufferRange{Min: bp.RecvMin, Default: bp.RecvDefault, Max: bp.RecvMax},
+		SendBuffer:    stack.BufferRange{Min: bp.SendMin, Default: bp.SendDefault, Max: bp.SendMax},
+	}
+	var capt *tun.Capture
+	if cfg.CaptureDir != "" {
+		if err := os.MkdirAll(cfg.CaptureDir, 0o750); err != nil {
+			dev.Close()
+			return fmt.Errorf("--capture %s: %w", cfg.CaptureDir, err)
+		}
+		// Headers are what the analyser needs; payload would fill the
+		// files (and hold user data).
+		path := filepath.Join(cfg.CaptureDir, "lan.pcap")
+		capt, err = tun.NewCapture(tun.CaptureConfig{Path: path, SnapLen: 128})
+		if err != nil {
+			dev.Close()
+			return fmt.Errorf("--capture: %w", err)
+		}
+		scfg.Tap = capt
+		e.log.Info("capturing the TUN's packets", "file", path)
+	}
+	st, err := stack.New(ctx, dev.Fd(), e.br, scfg)
+	if err != nil {
+		if capt != nil {
+			capt.Close()
+		}
+		dev.Close()
+		return fmt.Errorf("start the TCP stack on TUN %s: %w", cfg.TUN, err)
+	}
+	e.mu.Lock()
+	e.dev, e.st, e.capture = dev, st, capt
+	e.mu.Unlock()
+	e.log.Info("intercepting TCP", "tun", cfg.TUN, "mtu", dev.MTU(), "offload", dev.Offload())
+	return nil
+}
+
+// closeIngress resets the flows still open and releases the device.
+func (e *Edge) closeIngress() {
+	e.mu.Lock()
+	dev, st, capt := e.dev, e.st, e.capture
+	e.mu.Unlock()
+	if err := st.Close(); err != nil {
+		e.log.Warn("closing the TCP stack failed", "err", err)
+	}
+	if capt != nil {
+		if err := capt.Close(); err != nil {
+			e.log.Warn("closing the capture failed", "err", err)
+		}
+	}
+	if err := dev.Close(); err != nil {
+		e.log.Warn("closing the TUN device failed", "err", err)
+	}
+}
+
+// tunnelLoop keeps a tunnel to the peer up until ctx ends: it dials (or
+// listens), serves it, and starts over when it closes.
+func (e *Edge) tunnelLoop(ctx context.Context, eg *egress.Egress) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		start := time.Now()
+		t, err := e.connect(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if time.Since(start) > backoff {
+				// The attempt itself waited (a handshake that went
+				// unanswered for --peer-timeout): the path may be back
+				// any moment, so try again at once rather than after a
+				// growing pause; only quick failures back off.
+				backoff = time.Second
+			}
+			e.log.Warn("could not connect to the peer; retrying", "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, 10*time.Second)
+			continue
+		}
+		backoff = time.Second
+		e.log.Info("tunnel up", "peer", t.Stats().PeerAddr, "local", t.LocalAddr())
+		e.serve(ctx, t, eg)
+	}
+}
+
+// serve runs one tunnel until it closes or ctx ends.
+func (e *Edge) serve(ctx context.Context, t *driver.Tunnel, eg *egress.Egress) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	egDone := make(chan error, 1)
+	go func() { egDone <- eg.Serve(sctx, t) }()
+	e.br.SetTunnel(t)
+	select {
+	case <-t.Done():
+		e.log.Warn("tunnel down; reconnecting", "err", t.Err())
+	case <-ctx.Done():
+		e.log.Info("stopping: closing flows and the tunnel")
+	}
+	e.br.SetTunnel(nil)
+	if st := e.stack(); ctx.Err() != nil && st != nil {
+		// Reset the intercepted flows while the tunnel still carries the
+		// far side's end of them.
+		st.Close()
+	}
+	cancel()
+	if err := <-egDone; err != nil && !errors.Is(err, driver.ErrTunnelClosed) {
+		e.log.Warn("egress stopped", "err", err)
+	}
+	t.Close()
+}
+
+// connect opens the tunnel: Dial for the initiator, Listen (waiting for
+// the peer) for the responder.
+func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
+	cfg := e.cfg
+	dc := driver.Config{
+		Tunnel: tunnel.Config{
+			PrivateKey:          cfg.PrivateKey,
+			PeerPublicKey:       cfg.PeerKey,
+			Congestion:          cfg.CC,
+			IdleTimeout:         cfg.PeerTimeout,
+			InitialBandwidthBps: cfg.WANRateBps,
+			Stream:              stream.Config{BudgetBytes: cfg.buffers().TunnelBytes},
+			Logger:              e.log.With("sub", "tunnel"),
+		},
+		Logger: e.log.With("sub", "driver"),
+	}
+	if cfg.Bind != nil {
+		b, err := cfg.Bind()
+		if err != nil {
+			return nil, fmt.Errorf("open the tunnel's socket: %w", err)
+		}
+		dc.Bind = b
+	}
+	if cfg.Peer.IsValid() {
+		dc.RemoteAddr = cfg.Peer
+		if cfg.Peer.Addr().Is4() {
+			dc.Network = "udp4"
+		}
+		t, err := driver.Dial(ctx, dc)
+		if err != nil {
+			return nil, fmt.Errorf("dial the peer at %v: %w", cfg.Peer, err)
+		}
+		return t, nil
+	}
+	dc.LocalAddr = cfg.Listen
+	if cfg.Listen.Addr().Is4() {
+		dc.Network = "udp4"
+	}
+	e.log.Info("waiting for the peer", "listen", cfg.Listen)
+	t, err := driver.Listen(ctx, dc)
+	if err != nil {
+		return nil, fmt.Errorf("listen for the peer on %v: %w", cfg.Listen, err)
+	}
+	return t, nil
+}
+
+// Dial opens a flow from src to dst through the tunnel, as if the ingress
+// had intercepted it: the peer's egress connects dst (if its policy allows)
+// and the returned Conn carries the flow. Errors wrap flow.ErrRefused,
+// flow.ErrNotAllowed, flow.ErrUnreachable (also while no tunnel is up) or
+// flow.ErrTimeout.
+func (e *Edge) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error) {
+	return e.br.Dial(ctx, src, dst)
+}

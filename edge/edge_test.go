@@ -1,0 +1,246 @@
+package edge
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/egress"
+	"github.com/wanopt/wanopt/flow"
+	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/bind"
+	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+)
+
+func TestMemoryBudget(t *testing.T) {
+	for _, tc := range []struct {
+		mib  int
+		want bufferPlan
+	}{
+		// The default keeps the tunnel's 64 MiB and gVisor's own maxima.
+		{128, bufferPlan{TunnelBytes: 64 << 20, RecvMin: 4 << 10, RecvDefault: 1 << 20, RecvMax: 4 << 20, SendMin: 4 << 10, SendDefault: 1 << 20, SendMax: 6 << 20}},
+		{16, bufferPlan{TunnelBytes: 8 << 20, RecvMin: 4 << 10, RecvDefault: 512 << 10, RecvMax: 512 << 10, SendMin: 4 << 10, SendDefault: 768 << 10, SendMax: 768 << 10}},
+		{4096, bufferPlan{TunnelBytes: 2 << 30, RecvMin: 4 << 10, RecvDefault: 1 << 20, RecvMax: 4 << 20, SendMin: 4 << 10, SendDefault: 1 << 20, SendMax: 6 << 20}},
+	} {
+		c := Config{MemoryMiB: tc.mib}
+		if got := c.buffers(); got != tc.want {
+			t.Errorf("MemoryMiB %d: %+v, want %+v", tc.mib, got, tc.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ka, _ := crypt.GenerateKey(rand.Reader)
+	kb, _ := crypt.GenerateKey(rand.Reader)
+	pol, _ := egress.ParsePolicy([]string{"198.18.2.0/24"})
+	far := Config{PrivateKey: kb, PeerKey: ka.PublicKey(), Listen: netip.MustParseAddrPort("198.18.0.2:4500"), Policy: pol}
+	if err := far.Validate(); err != nil {
+		t.Fatalf("a far edge's config: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(c *Config)
+		want   string // in the error
+	}{
+		{"no end", func(c *Config) { c.Listen = netip.AddrPort{} }, "--listen ADDR:PORT"},
+		{"both ends", func(c *Config) { c.Peer = c.Listen }, "exclusive"},
+		{"no key", func(c *Config) { c.PrivateKey = crypt.PrivateKey{} }, "--key"},
+		{"own key as peer", func(c *Config) { c.PeerKey = kb.PublicKey() }, "own public key"},
+		{"nothing to do", func(c *Config) { c.Policy = egress.Policy{} }, "would do nothing"},
+		{"transparent without TUN", func(c *Config) { c.Transparent = true }, "needs --tun NAME"},
+		{"memory", func(c *Config) { c.MemoryMiB = 8 }, "--memory-mib 8"},
+		{"MTU", func(c *Config) { c.TUN, c.MTU = "wo0", 100 }, "--mtu"},
+		{"routes without setup", func(c *Config) { c.TUN, c.TUNRoutes = "wo0", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} }, "need --tun-setup"},
+		{"peer timeout", func(c *Config) { c.PeerTimeout = time.Second }, "--peer-timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := far
+			tc.change(&c)
+			err := c.Validate()
+			if !errors.Is(err, ErrConfig) || !bytes.Contains([]byte(err.Error()), []byte(tc.want)) {
+				t.Errorf("%v; want ErrConfig mentioning %q", err, tc.want)
+			}
+			if _, err := New(c); err == nil {
+				t.Error("New accepted it")
+			}
+		})
+	}
+}
+
+// pair runs a near and a far edge in this process over an in-memory bind
+// (no TUN, no root): the far edge's egress connects what its policy allows
+// with kernel sockets on loopback.
+type pair struct {
+	near, far *Edge
+	stop      func()
+}
+
+func startPair(t *testing.T, allow string) *pair {
+	t.Helper()
+	ka, _ := crypt.GenerateKey(rand.Reader)
+	kb, _ := crypt.GenerateKey(rand.Reader)
+	pol, err := egress.ParsePolicy([]string{allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := bindtest.NewPair(bindtest.Config{})
+	once := func(c bind.Conn) func() (bind.Conn, error) {
+		var used atomic.Bool
+		return func() (bind.Conn, error) {
+			if used.Swap(true) {
+				return nil, errors.New("the in-memory bind is used up")
+			}
+			return c, nil
+		}
+	}
+	far, err := New(Config{PrivateKey: kb, PeerKey: ka.PublicKey(), Listen: b.LocalAddr(), Policy: pol, Bind: once(b)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The near edge has no TUN here; flows come in through Dial. Its policy
+	// only makes it a valid edge (it connects nothing in this test).
+	near, err := New(Config{PrivateKey: ka, PeerKey: kb.PublicKey(), Peer: b.LocalAddr(), Policy: pol, Bind: once(a), CC: tunnel.CCCubic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- far.Run(ctx) }()
+	go func() { done <- near.Run(ctx) }()
+	p := &pair{near: near, far: far, stop: func() {
+		cancel()
+		for range 2 {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("an edge did not stop within 10 s of its context ending")
+			}
+		}
+	}}
+	t.Cleanup(p.stop)
+	for _, e := range []*Edge{near, far} {
+		deadline := time.Now().Add(10 * time.Second)
+		for e.Status().Tunnel == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: tunnel not up within 10 s", e.cfg.Role())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return p
+}
+
+// hashServer answers each connection with resp after reading the request
+// to its end, and reports the request's hash.
+func hashServer(t *testing.T, resp []byte) (netip.AddrPort, <-chan [32]byte) {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	sums := make(chan [32]byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		io.Copy(h, c)
+		var sum [32]byte
+		h.Sum(sum[:0])
+		sums <- sum
+		c.Write(resp)
+	}()
+	return netip.MustParseAddrPort(ln.Addr().String()), sums
+}
+
+// TestEdgePair moves 8 MiB each way through two edges in this process,
+// hash-checked, with a half-close in between (the request's end, then the
+// answer), and checks what Status and Flows report.
+func TestEdgePair(t *testing.T) {
+	leaktest.Check(t)
+	p := startPair(t, "127.0.0.1/32")
+	req, resp := make([]byte, 8<<20), make([]byte, 8<<20)
+	rand.Read(req)
+	rand.Read(resp)
+	dst, sums := hashServer(t, resp)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := p.near.Dial(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), dst)
+	if err != nil {
+		t.Fatalf("Dial %v through the tunnel: %v", dst, err)
+	}
+	defer c.Close()
+	if fl := p.far.Flows(); len(fl) != 1 || fl[0].Side != "egress" || fl[0].Dst != dst.String() {
+		t.Errorf("far edge's flows %+v; want the one egress flow to %v", fl, dst)
+	}
+	if _, err := c.Write(req); err != nil {
+		t.Fatalf("write the request: %v", err)
+	}
+	if err := c.CloseWrite(); err != nil {
+		t.Fatalf("close-write: %v", err)
+	}
+	if got, want := <-sums, sha256.Sum256(req); got != want {
+		t.Fatal("the server got a request with another hash")
+	}
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, resp) {
+		t.Fatalf("answer: %d bytes, err %v; want the server's %d bytes and EOF", len(got), err, len(resp))
+	}
+	st := p.far.Status()
+	if st.Egress.Connected != 1 || st.Egress.BytesUp != uint64(len(req)) || st.Tunnel == nil || st.Tunnel.Congestion != "bbr" {
+		t.Errorf("far edge's status %+v; want 1 flow connected, %d bytes up, a BBR tunnel", st, len(req))
+	}
+	if ns := p.near.Status(); ns.Bridge.Opened != 1 || ns.Tunnel == nil || ns.Tunnel.Congestion != "cubic" || ns.Role != "initiator" {
+		t.Errorf("near edge's status %+v; want 1 flow opened over a CUBIC tunnel", ns)
+	}
+}
+
+// TestEdgePairOutcomes: what the far edge answers reaches Dial as the flow
+// errors that decide what a client sees.
+func TestEdgePairOutcomes(t *testing.T) {
+	leaktest.Check(t)
+	p := startPair(t, "127.0.0.1/32:1-1000")
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := netip.MustParseAddrPort(ln.Addr().String())
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	src := netip.MustParseAddrPort("198.18.1.2:40000")
+	for _, tc := range []struct {
+		name string
+		dst  netip.AddrPort
+		want error
+	}{
+		{"outside the policy", netip.MustParseAddrPort("127.0.0.2:80"), flow.ErrNotAllowed},
+		{"closed port", netip.AddrPortFrom(closed.Addr(), 9), flow.ErrRefused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if c, err := p.near.Dial(ctx, src, tc.dst); !errors.Is(err, tc.want) {
+				if c != nil {
+					c.Close()
+				}
+				t.Errorf("Dial %v: %v; want %v", tc.dst, err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,67 @@
+package edge
+
+import (
+	"time"
+
+	"github.com/wanopt/wanopt/edge/control"
+)
+
+// Status reports the edge's tunnel and counters (the control socket's
+// "status").
+func (e *Edge) Status() control.Status {
+	r := control.Status{Role: e.cfg.Role(), Config: e.cfg.Summary(), Bridge: e.br.Stats()}
+	e.mu.Lock()
+	started := e.started
+	e.mu.Unlock()
+	if !started.IsZero() {
+		r.Uptime = time.Since(started)
+	}
+	if eg := e.egress(); eg != nil {
+		r.Egress = eg.Stats()
+	}
+	if t := e.br.Tunnel(); t != nil {
+		s := t.Stats()
+		r.Tunnel = &control.Tunnel{
+			Peer: s.PeerAddr.String(), Congestion: s.Tunnel.Congestion, Cipher: s.Tunnel.Cipher,
+			SmoothedRTT: s.Tunnel.SmoothedRTT, MinRTT: s.Tunnel.MinRTT,
+			BandwidthBps: s.Tunnel.BandwidthBps, PacingRateBps: s.Tunnel.PacingRateBps,
+			Cwnd: s.Tunnel.CongestionWindow, InFlight: s.Tunnel.BytesInFlight,
+			BytesSent: s.Tunnel.BytesSent, BytesReceived: s.Tunnel.BytesReceived,
+			PacketsLost: s.Tunnel.PacketsLost, Retransmitted: s.Tunnel.StreamBytesRetransmitted,
+			PTOs:            s.Tunnel.PTOs,
+			StreamsOpen:     s.Tunnel.StreamsOpen,
+			BudgetUsedBytes: s.Tunnel.BudgetUsedBytes, BudgetBytes: s.Tunnel.BudgetBytes,
+		}
+		if s.Tunnel.Congestion == "bbr" {
+			r.Tunnel.BBRMode, r.Tunnel.ProbeRTTs = s.Tunnel.BBR.Mode.String(), s.Tunnel.BBR.ProbeRTTCount
+		}
+	}
+	if st := e.stack(); st != nil {
+		s := st.Stats()
+		r.Ingress = &s
+	}
+	return r
+}
+
+// Flows lists the flows through the edge now (the control socket's
+// "flows"): those intercepted here, then those connected here.
+func (e *Edge) Flows() []control.Flow {
+	var out []control.Flow
+	var srtt time.Duration
+	if t := e.br.Tunnel(); t != nil {
+		srtt = t.Stats().Tunnel.SmoothedRTT
+	}
+	if st := e.stack(); st != nil {
+		for _, f := range st.Flows() {
+			out = append(out, control.Flow{Side: "ingress", Src: f.Src.String(), Dst: f.Dst.String(), State: f.State.String(),
+				BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: f.Age})
+		}
+	}
+	if eg := e.egress(); eg != nil {
+		for _, f := range eg.Flows() {
+			out = append(out, control.Flow{Side: "egress", Src: f.Src.String(), Dst: f.Dst.String(), State: "relaying",
+				BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: time.Since(f.Started)})
+		}
+	}
+	return out
+}

@@ -1,0 +1,3 @@
+package nsenter
+
+var ErrGoexit = errGoexit
