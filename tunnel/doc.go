@@ -69,9 +69,9 @@
 // AcceptStream or RejectStream, which sends OPEN_RESULT. Data written on
 // our side before the answer is buffered and sent only after wire.OpenOK,
 // so a refused or unreachable destination never receives bytes (the local
-// TCP client's SYN is answered only then, see DESIGN.md decision 4); the
-// accepting side may write at once after AcceptStream, and the opener
-// accepts its data even if it overtakes OPEN_RESULT. FIN and reset pass
+// TCP client's SYN is answered only then); the accepting side may write at
+// once after AcceptStream, and the opener accepts its data even if it
+// overtakes OPEN_RESULT. FIN and reset pass
 // end to end and each direction closes on its own (half-close). A stream is
 // forgotten (EventStreamClosed) when both directions are finished: our FIN
 // or reset acknowledged, and the peer's FIN or reset seen by the

@@ -1,5 +1,7 @@
 package tunnel
 
+import "github.com/wanopt/wanopt/internal/ring"
+
 // frameKind says what a sent frame was, for its acknowledgment or loss.
 type frameKind uint8
 
@@ -30,12 +32,11 @@ type sentFrame struct {
 // order. A packet's records are consecutive; its token (see
 // recovery.Sender) is the sequence number of its first record shifted left
 // by tokenCountBits, ORed with their count. Packets resolve out of order,
-// so a slot is reused only when every older record is resolved. The ring
-// doubles when full, so in steady state it does not allocate.
+// so a record leaves the ring only when every older record is resolved.
+// The ring doubles when full, so in steady state it does not allocate.
 type recordRing struct {
-	buf        []sentFrame
-	mask       uint64
-	base, next uint64 // sequence numbers: [base, next) are held
+	q    ring.Ring[sentFrame] // records [base, base+q.Len())
+	base uint64               // sequence number of q's front
 }
 
 // tokenCountBits is the width of the record count in a token.
@@ -45,43 +46,27 @@ const tokenCountBits = 16
 const maxRecordsPerPacket = 1<<tokenCountBits - 1
 
 func newRecordRing(capacity int) recordRing {
-	n := 64
-	for n < capacity {
-		n *= 2
-	}
-	return recordRing{buf: make([]sentFrame, n), mask: uint64(n - 1)}
+	return recordRing{q: ring.New[sentFrame](max(64, capacity))}
 }
 
 // push appends a record and returns its sequence number.
 func (r *recordRing) push(f sentFrame) uint64 {
-	if r.next-r.base == uint64(len(r.buf)) {
-		r.grow()
-	}
-	seq := r.next
-	r.buf[seq&r.mask] = f
-	r.next++
+	seq := r.base + uint64(r.q.Len())
+	r.q.PushBack(f)
 	return seq
 }
 
-func (r *recordRing) grow() {
-	nb := make([]sentFrame, 2*len(r.buf))
-	nm := uint64(len(nb) - 1)
-	for s := r.base; s < r.next; s++ {
-		nb[s&nm] = r.buf[s&r.mask]
-	}
-	r.buf, r.mask = nb, nm
-}
+// at returns the record with sequence number seq, which must be held.
+func (r *recordRing) at(seq uint64) *sentFrame { return r.q.At(int(seq - r.base)) }
 
-// at returns the record with sequence number seq.
-func (r *recordRing) at(seq uint64) *sentFrame { return &r.buf[seq&r.mask] }
-
-// release marks the records [seq, seq+n) resolved and frees the slots of
-// the resolved prefix.
+// release marks the records [seq, seq+n) resolved and drops the resolved
+// prefix.
 func (r *recordRing) release(seq uint64, n int) {
 	for i := range uint64(n) {
 		r.at(seq + i).kind = fkDone
 	}
-	for r.base < r.next && r.at(r.base).kind == fkDone {
+	for r.q.Len() > 0 && r.q.Front().kind == fkDone {
+		r.q.PopFront()
 		r.base++
 	}
 }

@@ -10,6 +10,11 @@ import (
 // the figures are the CPU cost of both ends per datagram. It reports
 // datagrams/s, Gbit/s of UDP payload and system calls per datagram (both
 // ends together).
+//
+// Last measured (a loaded 2-core VM): about 0.17 M datagrams/s with one
+// system call per datagram (plain/batch1), 0.23 M with batches of 64
+// (plain/batch64), and 3.2 M (38 Gbit/s) with batches of 64 and GSO and
+// GRO (gso-gro/batch64).
 func BenchmarkLoopback(b *testing.B) {
 	for _, bc := range []struct {
 		name string

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/wanopt/wanopt/internal/leaktest"
 )
 
 // TestConcurrent runs several writers on one Conn and, at the same time, a
@@ -16,7 +18,7 @@ func TestConcurrent(t *testing.T) {
 		opts Options
 	}{{"offload", offloadOn}, {"plain", offloadOff}} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkLeaks(t)
+			leaktest.Check(t)
 			a := listen(t, "udp4", "127.0.0.1:0", tc.opts)
 			b := listen(t, "udp4", "127.0.0.1:0", tc.opts)
 			if s := b.Stats(); s.ReadBuffer != 0 && s.ReadBuffer < 2<<20 {

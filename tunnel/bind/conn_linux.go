@@ -147,7 +147,7 @@ func (c *linuxConn) ioError(op string, err error) error {
 func (c *linuxConn) disableGSO(err error) {
 	c.stats.gso.Store(false)
 	if c.log != nil {
-		c.log.Warn("bind: UDP GSO send failed; sending without GSO from now on",
+		c.log.Warn("UDP GSO send failed; sending without GSO from now on",
 			"local", c.local, "err", err)
 	}
 }

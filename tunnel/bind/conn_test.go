@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/wanopt/wanopt/internal/leaktest"
 )
 
 var (
@@ -28,9 +30,9 @@ func TestEcho(t *testing.T) {
 		{"v6/plain", "udp6", "[::1]:0", offloadOff},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			leaktest.Check(t)
 			seed := uint64(time.Now().UnixNano())
 			t.Logf("seed %d", seed)
-			checkLeaks(t)
 			a := listen(t, tc.network, tc.addr, tc.opts)
 			b := listen(t, tc.network, tc.addr, tc.opts)
 			watchdog(t, 20*time.Second, a, b)
@@ -112,7 +114,7 @@ func TestEcho(t *testing.T) {
 // IPv4 or IPv6 endpoints, including through a dual-stack socket, and that
 // unreachable families are refused.
 func TestAddresses(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	v4 := listen(t, "udp4", "127.0.0.1:0", Options{})
 	v4b := listen(t, "udp4", "127.0.0.1:0", Options{})
 	v6 := listen(t, "udp6", "[::1]:0", Options{})
@@ -181,40 +183,45 @@ func TestAddresses(t *testing.T) {
 // TestClose checks that Close wakes a blocked ReadBatch with net.ErrClosed
 // and that every later call fails the same way.
 func TestClose(t *testing.T) {
-	for _, o := range []Options{offloadOn, offloadOff} {
-		checkLeaks(t)
-		c, err := Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		errc := make(chan error, 1)
-		go func() {
-			bufs, sizes, eps := buffers(c.BatchSize(), 1500)
-			_, err := c.ReadBatch(bufs, sizes, eps)
-			errc <- err
-		}()
-		time.Sleep(20 * time.Millisecond) // let it block; the outcome is the same if not
-		if err := c.Close(); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-		select {
-		case err := <-errc:
-			if !errors.Is(err, net.ErrClosed) {
-				t.Errorf("blocked ReadBatch returned %v, want net.ErrClosed", err)
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{{"offload", offloadOn}, {"plain", offloadOff}} {
+		t.Run(tc.name, func(t *testing.T) {
+			leaktest.Check(t)
+			c, err := Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), tc.opts)
+			if err != nil {
+				t.Fatal(err)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("Close did not wake ReadBatch")
-		}
-		bufs, sizes, eps := buffers(1, 1500)
-		if _, err := c.ReadBatch(bufs, sizes, eps); !errors.Is(err, net.ErrClosed) {
-			t.Errorf("ReadBatch after Close: %v, want net.ErrClosed", err)
-		}
-		if err := c.WriteBatch(bufs, c.LocalAddr()); !errors.Is(err, net.ErrClosed) {
-			t.Errorf("WriteBatch after Close: %v, want net.ErrClosed", err)
-		}
-		if err := c.Close(); err != nil {
-			t.Errorf("second Close: %v, want nil", err)
-		}
+			errc := make(chan error, 1)
+			go func() {
+				bufs, sizes, eps := buffers(c.BatchSize(), 1500)
+				_, err := c.ReadBatch(bufs, sizes, eps)
+				errc <- err
+			}()
+			time.Sleep(20 * time.Millisecond) // let it block; the outcome is the same if not
+			if err := c.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			select {
+			case err := <-errc:
+				if !errors.Is(err, net.ErrClosed) {
+					t.Errorf("blocked ReadBatch returned %v, want net.ErrClosed", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Close did not wake ReadBatch")
+			}
+			bufs, sizes, eps := buffers(1, 1500)
+			if _, err := c.ReadBatch(bufs, sizes, eps); !errors.Is(err, net.ErrClosed) {
+				t.Errorf("ReadBatch after Close: %v, want net.ErrClosed", err)
+			}
+			if err := c.WriteBatch(bufs, c.LocalAddr()); !errors.Is(err, net.ErrClosed) {
+				t.Errorf("WriteBatch after Close: %v, want net.ErrClosed", err)
+			}
+			if err := c.Close(); err != nil {
+				t.Errorf("second Close: %v, want nil", err)
+			}
+		})
 	}
 }
 
@@ -230,7 +237,7 @@ func TestShortBuffers(t *testing.T) {
 		opts Options
 	}{{"offload", offloadOn}, {"plain", offloadOff}} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkLeaks(t)
+			leaktest.Check(t)
 			a := listen(t, "udp4", "127.0.0.1:0", tc.opts)
 			b := listen(t, "udp4", "127.0.0.1:0", tc.opts)
 			watchdog(t, 10*time.Second, a, b)

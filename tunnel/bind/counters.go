@@ -40,11 +40,11 @@ func logOpened(log *slog.Logger, local Endpoint, o Options, s Stats) {
 	if log == nil {
 		return
 	}
-	log.Info("bind: udp socket open", "local", local, "batch", o.BatchSize,
+	log.Info("udp socket open", "local", local, "batch", o.BatchSize,
 		"gso", s.GSO, "gro", s.GRO, "rcvbuf", s.ReadBuffer, "sndbuf", s.WriteBuffer)
 	short := func(granted, asked int) bool { return granted != 0 && asked > 0 && granted/2 < asked }
 	if short(s.ReadBuffer, o.ReadBuffer) || short(s.WriteBuffer, o.WriteBuffer) {
-		log.Warn("bind: kernel granted smaller socket buffers than asked; bursts may be dropped",
+		log.Warn("kernel granted smaller socket buffers than asked; bursts may be dropped",
 			"rcvbuf_asked", o.ReadBuffer, "sndbuf_asked", o.WriteBuffer,
 			"fix", "raise net.core.rmem_max and net.core.wmem_max, or run with CAP_NET_ADMIN")
 	}

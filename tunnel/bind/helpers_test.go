@@ -8,28 +8,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"runtime"
 	"testing"
 	"time"
 )
-
-// checkLeaks fails the test if goroutines started during it outlive it.
-// Call it first, so that its cleanup runs after the Conns' Close.
-func checkLeaks(t testing.TB) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(2 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<16)
-				t.Errorf("%d goroutines, want %d: leak?\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	})
-}
 
 // listen opens a Conn closed at the end of the test.
 func listen(t testing.TB, network, addr string, o Options) Conn {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
 	"github.com/wanopt/wanopt/tunnel/crypt"
@@ -17,7 +18,7 @@ import (
 )
 
 func TestHandshakeAndEcho(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	cli, srv := memPair(t, 1, nil)
 	c, s := openAccepted(t, cli, srv)
 	if c.ID()%2 != 0 || s.ID() != c.ID() {
@@ -46,7 +47,7 @@ func TestHandshakeAndEcho(t *testing.T) {
 // TestTransfer moves 20 MB each way at once on one stream, hash-checked,
 // with half-close ending each direction.
 func TestTransfer(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	size := int64(20 << 20)
 	if testing.Short() {
 		size = 4 << 20
@@ -97,7 +98,7 @@ func TestTransfer(t *testing.T) {
 }
 
 func TestHalfClose(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	cli, srv := memPair(t, 3, nil)
 	c, s := openAccepted(t, cli, srv)
 	if _, err := c.Write([]byte("request")); err != nil {
@@ -134,7 +135,7 @@ func TestHalfClose(t *testing.T) {
 }
 
 func TestOpenRejected(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	cli, srv := memPair(t, 4, nil)
 	tests := []struct {
 		code wire.OpenCode
@@ -170,7 +171,7 @@ func TestOpenRejected(t *testing.T) {
 }
 
 func TestOpenContextCancelled(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	cli, srv := memPair(t, 5, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -199,7 +200,7 @@ func TestOpenContextCancelled(t *testing.T) {
 }
 
 func TestDeadlines(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	cli, srv := memPair(t, 6, func(c, s *Config) {
 		c.Tunnel.Stream.SendBufferBytes = 256 << 10
 		c.Tunnel.Stream.MinSendBufferBytes = 256 << 10
@@ -256,7 +257,7 @@ func TestDeadlines(t *testing.T) {
 // TestCloseUnblocks: blocked Reads and Writes return when the stream or
 // the tunnel closes, and the peer learns why.
 func TestCloseUnblocks(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	cli, srv := memPair(t, 7, func(c, s *Config) {
 		c.Tunnel.Stream.SendBufferBytes = 256 << 10
 		c.Tunnel.Stream.MinSendBufferBytes = 256 << 10
@@ -324,7 +325,7 @@ func TestCloseUnblocks(t *testing.T) {
 }
 
 func TestDialTimeout(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	ccfg, _ := pairConfigs(t, 8)
 	a, b := bindtestPair()
 	defer b.Close()

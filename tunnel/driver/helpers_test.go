@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -28,25 +27,6 @@ func seeded(seed uint64) *rand.ChaCha8 {
 		s[i] = byte(seed >> (8 * i))
 	}
 	return rand.NewChaCha8(s)
-}
-
-// checkLeaks fails the test if goroutines started during it are still
-// running when it ends (after every other cleanup). Register it first.
-func checkLeaks(t testing.TB) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("goroutine leak: %d running, %d before the test\n%s", runtime.NumGoroutine(), before, buf)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
 }
 
 // testWriter sends log lines to t.Log while the test runs.

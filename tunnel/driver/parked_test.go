@@ -7,13 +7,15 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/wanopt/wanopt/internal/leaktest"
 )
 
 // TestReadGather: a gathering read returns once it holds min bytes, or
 // its wait has passed since the first byte, or the stream ends; its bytes
 // are never lost, whatever ends it.
 func TestReadGather(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	cli, srv := memPair(t, 21, nil)
 	c, s := openAccepted(t, cli, srv)
 	buf := make([]byte, 64<<10)
@@ -84,7 +86,7 @@ func TestReadGather(t *testing.T) {
 
 // TestReadGatherClosed: Close and the tunnel's end wake a parked read.
 func TestReadGatherClosed(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	cli, srv := memPair(t, 22, nil)
 	c1, s1 := openAccepted(t, cli, srv)
 	c2, s2 := openAccepted(t, cli, srv)

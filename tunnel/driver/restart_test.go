@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/tunnel/bind"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
@@ -48,7 +49,7 @@ func (c *indexBind) WriteBatch(bufs [][]byte, ep netip.AddrPort) error {
 // session authenticates, resets the old session's streams, and new streams
 // work again, all far within 5 s (not after the 30 s idle timeout).
 func TestFarEdgeRestart(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	sb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +130,7 @@ func TestFarEdgeRestart(t *testing.T) {
 // (anyone on the path can forge one) starts a handshake the server
 // ignores, and the session and its streams go on untouched.
 func TestForgedReject(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	sb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +195,7 @@ func (c *initBind) WriteBatch(bufs [][]byte, ep netip.AddrPort) error {
 // streams and serves the new one; a replay of the old client's initiation
 // afterwards changes nothing.
 func TestNearEdgeRestart(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	cb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -221,6 +221,10 @@ func (s *Stream) Close() error {
 	return s.shut(opClose, 0)
 }
 
+// Abort is Reset(CodeTCPReset): a relayed TCP flow's RST carried across
+// the tunnel, so the peer's relay resets its end too (a flow.Aborter).
+func (s *Stream) Abort() error { return s.Reset(CodeTCPReset) }
+
 // Reset aborts both halves at once, as a TCP RST does: bytes written and
 // not yet delivered are dropped, the peer is sent RESET_STREAM with code
 // (its Read fails promptly with a *StreamError holding code, even if data

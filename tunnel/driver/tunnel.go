@@ -47,7 +47,7 @@ type Tunnel struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// Driver-owned: touched only by the driver goroutine (loop.go).
+	// Driver-owned: touched only by the driver goroutine (state.go).
 	d driverState
 }
 
@@ -113,7 +113,7 @@ func start(ctx context.Context, cfg Config, client bool) (*Tunnel, error) {
 		return nil, fmt.Errorf("driver: %s: %w", what, err)
 	}
 	t := newTunnel(cfg, bc, conn, client)
-	t.log.Info("driver: tunnel starting", "local", bc.LocalAddr(), "remote", cfg.RemoteAddr, "client", client,
+	t.log.Info("tunnel starting", "local", bc.LocalAddr(), "remote", cfg.RemoteAddr, "client", client,
 		"batch", bc.BatchSize())
 	go t.readLoop()
 	if t.d.sleepReq != nil {

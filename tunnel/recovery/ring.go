@@ -3,6 +3,7 @@ package recovery
 import (
 	"github.com/wanopt/wanopt/cc"
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/ring"
 )
 
 // pktStatus is the life cycle of a sent packet record.
@@ -26,57 +27,38 @@ type sentPacket struct {
 	ackEliciting bool
 }
 
-// sentRing holds the records of packet numbers [base, next), indexed by
-// packet number modulo a power-of-two capacity. The record of base is
-// always outstanding (resolved records at the head are popped), so the ring
-// spans from the oldest unresolved packet to the newest sent one. It grows
-// by doubling when full and never shrinks, so a connection in steady state
-// does not allocate.
+// sentRing holds the records of packet numbers [base, next) in sending
+// order. The record of base is always outstanding (resolved records at the
+// head are popped), so the ring spans from the oldest unresolved packet to
+// the newest sent one. It grows by doubling when full and never shrinks,
+// so a connection in steady state does not allocate.
 type sentRing struct {
-	buf  []sentPacket
-	mask uint64
-	base uint64 // lowest packet number held
-	next uint64 // next packet number to be sent
+	q    ring.Ring[sentPacket] // the records of [base, next)
+	base uint64                // lowest packet number held
+	next uint64                // next packet number to be sent
 }
 
 func newSentRing(capacity int) sentRing {
-	n := 16
-	for n < capacity {
-		n <<= 1
-	}
-	return sentRing{buf: make([]sentPacket, n), mask: uint64(n - 1)}
+	return sentRing{q: ring.New[sentPacket](max(16, capacity))}
 }
 
 // len returns the number of records held.
-func (r *sentRing) len() int { return int(r.next - r.base) }
+func (r *sentRing) len() int { return r.q.Len() }
 
 // at returns the record of pn, which must be in [base, next).
-func (r *sentRing) at(pn uint64) *sentPacket { return &r.buf[pn&r.mask] }
+func (r *sentRing) at(pn uint64) *sentPacket { return r.q.At(int(pn - r.base)) }
 
 // push appends the record of packet number r.next and returns it, zeroed.
 func (r *sentRing) push() *sentPacket {
-	if r.len() == len(r.buf) {
-		r.grow()
-	}
-	p := &r.buf[r.next&r.mask]
-	*p = sentPacket{}
+	r.q.PushBack(sentPacket{})
 	r.next++
-	return p
-}
-
-// grow doubles the capacity, keeping every record at pn&mask.
-func (r *sentRing) grow() {
-	nb := make([]sentPacket, 2*len(r.buf))
-	nmask := uint64(len(nb) - 1)
-	for pn := r.base; pn < r.next; pn++ {
-		nb[pn&nmask] = r.buf[pn&r.mask]
-	}
-	r.buf, r.mask = nb, nmask
+	return r.q.Back()
 }
 
 // popResolved advances base past acked and lost records.
 func (r *sentRing) popResolved() {
-	for r.base < r.next && r.buf[r.base&r.mask].status != statusOutstanding {
+	for r.q.Len() > 0 && r.q.Front().status != statusOutstanding {
+		r.q.PopFront()
 		r.base++
 	}
 }

@@ -5,27 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/tunnel/bind"
 )
-
-func checkLeaks(t *testing.T) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(2 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<16)
-				t.Errorf("%d goroutines, want %d: leak?\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	})
-}
 
 func datagrams(n int) [][]byte {
 	out := make([][]byte, n)
@@ -59,7 +44,7 @@ func readAll(t *testing.T, c bind.Conn, want int) []string {
 }
 
 func TestPair(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	dropped := func(b []byte) bool { return len(b) > 0 && b[len(b)-1] == '3' }
 	a, b := NewPair(Config{
 		BatchSize: 8,
@@ -101,7 +86,7 @@ func TestPair(t *testing.T) {
 }
 
 func TestPairClose(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	a, b := NewPair(Config{Queue: 2})
 	defer a.Close()
 

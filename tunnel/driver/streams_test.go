@@ -1,3 +1,7 @@
+// Tests of streams beyond the basics of driver_test.go: how they end
+// (Close with unread data, Reset), the limits on opening them (accept
+// backlog, MaxStreams), and many at once over a lossy path.
+
 package driver
 
 import (
@@ -6,10 +10,10 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
 	"github.com/wanopt/wanopt/tunnel/wire"
@@ -19,7 +23,7 @@ import (
 // it (as TCP sends RST): the peer's Read fails with a *StreamError, and
 // its Write fails once our STOP_SENDING arrives.
 func TestCloseWithUnreadDataResets(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	cli, srv := memPair(t, 21, nil)
 	c, s := openAccepted(t, cli, srv)
 	if _, err := c.Write([]byte("unread")); err != nil {
@@ -40,9 +44,69 @@ func TestCloseWithUnreadDataResets(t *testing.T) {
 	waitFor(t, func() bool { return cli.Stats().Tunnel.StreamsOpen == 0 && srv.Stats().Tunnel.StreamsOpen == 0 })
 }
 
+// TestStreamReset: Reset reaches the peer at once, in both directions: a
+// Read blocked there fails with a *StreamError holding the code (even with
+// data waiting unread), and its Write fails once STOP_SENDING arrives.
+func TestStreamReset(t *testing.T) {
+	leaktest.Check(t)
+	cli, srv := memPair(t, 22, nil)
+
+	// Reset by the accepting side while the opener is blocked in Read.
+	c, s := openAccepted(t, cli, srv)
+	rerr := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 10))
+		rerr <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let Read block
+	start := time.Now()
+	if err := s.Reset(CodeTCPReset); err != nil {
+		t.Fatal(err)
+	}
+	var se *StreamError
+	select {
+	case err := <-rerr:
+		if !errors.As(err, &se) || se.StopSending || se.Code != CodeTCPReset || !errors.Is(err, ErrStreamReset) {
+			t.Fatalf("blocked read after the peer's Reset: %v; want a reset *StreamError with code %d", err, CodeTCPReset)
+		}
+		t.Logf("reset seen after %v", time.Since(start))
+	case <-time.After(2 * time.Second):
+		t.Fatal("a blocked Read did not end 2 s after the peer's Reset")
+	}
+	waitFor(t, func() bool {
+		_, err := c.Write([]byte("more"))
+		return errors.As(err, &se) && se.StopSending && se.Code == CodeTCPReset
+	})
+	if _, err := s.Read(make([]byte, 1)); !errors.Is(err, ErrStreamClosed) {
+		t.Errorf("read after our own Reset: %v; want ErrStreamClosed", err)
+	}
+	if err := s.Reset(CodeTCPReset); err != nil {
+		t.Errorf("second Reset: %v", err)
+	}
+	c.Close()
+
+	// Reset by the opener with data waiting unread at the peer: the
+	// peer's Read gets the reset, not the data.
+	c, s = openAccepted(t, cli, srv)
+	if _, err := s.Write([]byte("pending")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("unread")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return srv.Stats().Tunnel.StreamBytesReceived >= 6 })
+	c.Reset(7)
+	waitFor(t, func() bool {
+		_, err := s.Read(make([]byte, 10))
+		return errors.As(err, &se) && !se.StopSending && se.Code == 7
+	})
+	s.Close()
+	waitFor(t, func() bool { return cli.Stats().Tunnel.StreamsOpen == 0 && srv.Stats().Tunnel.StreamsOpen == 0 })
+}
+
 // TestAcceptBacklog: streams beyond AcceptBacklog are refused.
 func TestAcceptBacklog(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	cli, srv := memPair(t, 22, func(c, s *Config) { s.AcceptBacklog = 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -69,69 +133,9 @@ func TestAcceptBacklog(t *testing.T) {
 	in.Reject(wire.OpenRefused)
 }
 
-// TestIdleTimeout: when the path goes dead, both ends close with
-// tunnel.ErrIdleTimeout and blocked calls return.
-func TestIdleTimeout(t *testing.T) {
-	checkLeaks(t)
-	var dead atomic.Bool
-	a, b := bindtest.NewPair(bindtest.Config{Drop: func(_, _ netip.AddrPort, _ []byte) bool { return dead.Load() }})
-	ccfg, scfg := pairConfigs(t, 23)
-	ccfg.Bind, ccfg.RemoteAddr, scfg.Bind = a, b.LocalAddr(), b
-	ccfg.Tunnel.IdleTimeout = 300 * time.Millisecond
-	scfg.Tunnel.IdleTimeout = 300 * time.Millisecond
-	cli, srv := connect(t, ccfg, scfg)
-	c, _ := openAccepted(t, cli, srv)
-	dead.Store(true)
-	start := time.Now()
-	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, ErrTunnelClosed) || !errors.Is(err, tunnel.ErrIdleTimeout) {
-		t.Fatalf("read on a dead path: %v, want ErrTunnelClosed wrapping tunnel.ErrIdleTimeout", err)
-	}
-	t.Logf("idle timeout noticed after %v", time.Since(start))
-	<-srv.Done()
-	if !errors.Is(srv.Err(), tunnel.ErrIdleTimeout) {
-		t.Fatalf("server: %v", srv.Err())
-	}
-}
-
-// TestListenRestarts: a server waiting longer than IdleTimeout for its
-// client still accepts it.
-func TestListenRestarts(t *testing.T) {
-	checkLeaks(t)
-	a, b := bindtest.NewPair(bindtest.Config{})
-	ccfg, scfg := pairConfigs(t, 24)
-	ccfg.Bind, ccfg.RemoteAddr, scfg.Bind = a, b.LocalAddr(), b
-	scfg.Tunnel.IdleTimeout = 100 * time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ch := make(chan *Tunnel, 1)
-	go func() {
-		s, err := Listen(ctx, scfg)
-		if err != nil {
-			t.Error(err)
-		}
-		ch <- s
-	}()
-	time.Sleep(350 * time.Millisecond) // several server restarts
-	cli, err := Dial(ctx, ccfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	srv := <-ch
-	if srv == nil {
-		return
-	}
-	defer srv.Close()
-	c, s := openAccepted(t, cli, srv)
-	c.Write([]byte("late"))
-	mustRead(t, s, []byte("late"))
-	c.Close()
-	s.Close()
-}
-
 // TestStreamLimit: OpenStream beyond Tunnel.MaxStreams fails at once.
 func TestStreamLimit(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	cli, srv := memPair(t, 25, func(c, s *Config) { c.Tunnel.MaxStreams = 1 })
 	c, s := openAccepted(t, cli, srv)
 	if _, err := cli.OpenStream(context.Background(), flowSrc, flowDst); !errors.Is(err, tunnel.ErrStreamLimit) {
@@ -144,7 +148,7 @@ func TestStreamLimit(t *testing.T) {
 // TestLossyManyStreams moves 8 streams of 2 MB each way at once over an
 // in-memory path that drops 1 % of datagrams (seeded), hash-checked.
 func TestLossyManyStreams(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	const seed = 26
 	var mu sync.Mutex
 	r := seeded(seed)
@@ -200,64 +204,4 @@ func TestLossyManyStreams(t *testing.T) {
 	if st.Tunnel.PacketsLost == 0 {
 		t.Error("no loss detected on a lossy path")
 	}
-}
-
-// TestStreamReset: Reset reaches the peer at once, in both directions: a
-// Read blocked there fails with a *StreamError holding the code (even with
-// data waiting unread), and its Write fails once STOP_SENDING arrives.
-func TestStreamReset(t *testing.T) {
-	checkLeaks(t)
-	cli, srv := memPair(t, 22, nil)
-
-	// Reset by the accepting side while the opener is blocked in Read.
-	c, s := openAccepted(t, cli, srv)
-	rerr := make(chan error, 1)
-	go func() {
-		_, err := c.Read(make([]byte, 10))
-		rerr <- err
-	}()
-	time.Sleep(50 * time.Millisecond) // let Read block
-	start := time.Now()
-	if err := s.Reset(CodeTCPReset); err != nil {
-		t.Fatal(err)
-	}
-	var se *StreamError
-	select {
-	case err := <-rerr:
-		if !errors.As(err, &se) || se.StopSending || se.Code != CodeTCPReset || !errors.Is(err, ErrStreamReset) {
-			t.Fatalf("blocked read after the peer's Reset: %v; want a reset *StreamError with code %d", err, CodeTCPReset)
-		}
-		t.Logf("reset seen after %v", time.Since(start))
-	case <-time.After(2 * time.Second):
-		t.Fatal("a blocked Read did not end 2 s after the peer's Reset")
-	}
-	waitFor(t, func() bool {
-		_, err := c.Write([]byte("more"))
-		return errors.As(err, &se) && se.StopSending && se.Code == CodeTCPReset
-	})
-	if _, err := s.Read(make([]byte, 1)); !errors.Is(err, ErrStreamClosed) {
-		t.Errorf("read after our own Reset: %v; want ErrStreamClosed", err)
-	}
-	if err := s.Reset(CodeTCPReset); err != nil {
-		t.Errorf("second Reset: %v", err)
-	}
-	c.Close()
-
-	// Reset by the opener with data waiting unread at the peer: the
-	// peer's Read gets the reset, not the data.
-	c, s = openAccepted(t, cli, srv)
-	if _, err := s.Write([]byte("pending")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Write([]byte("unread")); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool { return srv.Stats().Tunnel.StreamBytesReceived >= 6 })
-	c.Reset(7)
-	waitFor(t, func() bool {
-		_, err := s.Read(make([]byte, 10))
-		return errors.As(err, &se) && !se.StopSending && se.Code == 7
-	})
-	s.Close()
-	waitFor(t, func() bool { return cli.Stats().Tunnel.StreamsOpen == 0 && srv.Stats().Tunnel.StreamsOpen == 0 })
 }

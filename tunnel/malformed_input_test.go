@@ -1,3 +1,7 @@
+// Tests that malformed input never panics the Conn: authenticated packets
+// full of garbage frames from a peer that holds the keys, and arbitrary
+// datagrams (fuzzed) from anyone.
+
 package tunnel
 
 import (

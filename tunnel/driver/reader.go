@@ -1,0 +1,208 @@
+// The receive path: the reader goroutine (readLoop) that fills pooled
+// batches from the socket, its receive moderation (rxHolder), and the
+// driver's handling of a received batch (handleRx).
+
+package driver
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/tunnel"
+)
+
+// rxStallLimit is how long the reader waits for a free batch before it
+// drops what it reads: 5 ms is 625 KB at 1 Gbit/s, well within the
+// default 4 MiB socket buffer.
+const rxStallLimit = 5 * time.Millisecond
+
+// rxHoldDatagrams is how many datagrams a held read aims to gather
+// (Config.RxHold); minRxHold the shortest hold worth a sleep (a
+// nanosleep costs about as much as the wake-up it saves).
+const (
+	rxHoldDatagrams = 8
+	minRxHold       = 100 * time.Microsecond
+	rxHoldMinBytes  = 1000
+)
+
+// bulk reports whether the datagrams of a read average at least
+// rxHoldMinBytes: data of a bulk transfer, not ACKs.
+func bulk(sizes []int) bool {
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	return total >= rxHoldMinBytes*len(sizes)
+}
+
+// rxBatch is one ReadBatch worth of datagrams, pooled between the reader
+// and the driver (Tunnel.rxFree and Tunnel.rxq).
+type rxBatch struct {
+	bufs  [][]byte
+	sizes []int
+	eps   []netip.AddrPort
+	n     int
+}
+
+func newRxBatch(batch, bufLen int) *rxBatch {
+	b := &rxBatch{
+		bufs:  make([][]byte, batch),
+		sizes: make([]int, batch),
+		eps:   make([]netip.AddrPort, batch),
+	}
+	mem := make([]byte, batch*bufLen)
+	for i := range b.bufs {
+		b.bufs[i] = mem[i*bufLen : (i+1)*bufLen : (i+1)*bufLen]
+	}
+	return b
+}
+
+// readLoop is the reader goroutine: it fills pooled batches from the
+// socket and hands them to the driver. When every batch is in use it
+// waits up to rxStallLimit for one (a kernel socket buffer holds the
+// backlog meanwhile), then reads into a spare batch and drops it, as a
+// full socket buffer would. So it never waits on the driver for long, and
+// two drivers blocked in WriteBatch on each other's full in-memory queues
+// (bindtest) cannot deadlock. It stops when the socket is closed (the
+// driver closes it on exit) or the tunnel's context ends.
+func (t *Tunnel) readLoop() {
+	defer close(t.readerDone)
+	spare := newRxBatch(t.bc.BatchSize(), t.cfg.Tunnel.MaxUDPPayloadBytes)
+	stall := time.NewTimer(time.Hour)
+	stall.Stop()
+	defer stall.Stop()
+	var lastErr string
+	var hold rxHolder
+	if havePreciseSleep {
+		hold.max = t.cfg.RxHold // negative: never
+	}
+	for {
+		var b *rxBatch
+		select {
+		case b = <-t.rxFree:
+		default:
+			// The driver is behind: wait a little (the socket buffer
+			// absorbs it), then read and drop rather than stall a
+			// blocking bind's writer for good.
+			stall.Reset(rxStallLimit)
+			select {
+			case b = <-t.rxFree:
+				stall.Stop()
+			case <-stall.C:
+				b = spare
+			case <-t.ctx.Done():
+				return
+			}
+		}
+		n, err := t.bc.ReadBatch(b.bufs, b.sizes, b.eps)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || t.ctx.Err() != nil {
+				return
+			}
+			if s := err.Error(); s != lastErr { // e.g. ECONNREFUSED after an ICMP error
+				lastErr = s
+				t.log.Warn("receive failed; continuing", "err", err)
+			}
+			if b != spare {
+				t.rxFree <- b
+			}
+			stall.Reset(time.Millisecond) // do not spin on a failing socket
+			select {
+			case <-stall.C:
+			case <-t.ctx.Done():
+				return
+			}
+			continue
+		}
+		if b == spare {
+			t.rxDropped.Add(uint64(n))
+			continue
+		}
+		b.n = n
+		t.rxq <- b // never blocks: rxq holds every batch
+		if hold.max > 0 {
+			now := monotime.Now()
+			if d := hold.after(now, b.sizes[:n]); d > 0 {
+				sleepUntil(now.Add(d))
+				t.rxHolds.Add(1)
+			}
+		}
+	}
+}
+
+// rxHolder decides how long the reader holds its next read
+// (Config.RxHold). While full-size datagrams (a bulk transfer's data)
+// keep coming a few at a time, it lets some gather in the socket buffer
+// rather than wake the reader and the driver for each: the hold is what
+// rxHoldDatagrams take at the recent spacing, at most max. At high rates
+// reads fill up without it; small datagrams (the ACKs a sender lives on)
+// and a datagram after a pause are never held.
+type rxHolder struct {
+	max      time.Duration
+	lastRead monotime.Time // when the previous read returned
+	spacing  time.Duration // smoothed time per datagram while they keep coming
+}
+
+// after returns the hold before the next read, for a read that returned
+// datagrams of sizes at now.
+func (h *rxHolder) after(now monotime.Time, sizes []int) time.Duration {
+	gap := now.Sub(h.lastRead) // the previous hold included
+	first := h.lastRead == 0
+	h.lastRead = now
+	n := len(sizes)
+	if first || n == 0 || gap >= 2*h.max || n >= rxHoldDatagrams || !bulk(sizes) {
+		return 0
+	}
+	h.spacing = (3*h.spacing + gap/time.Duration(n)) / 4
+	if d := min(h.max, rxHoldDatagrams*h.spacing); d >= minRxHold {
+		return d
+	}
+	return 0
+}
+
+// handleRx feeds a batch of datagrams to the Conn and recycles it.
+func (d *driverState) handleRx(b *rxBatch) {
+	now := monotime.Now()
+	d.ctr.rxBatches++
+	d.ctr.datagramsIn += uint64(b.n)
+	for i := range b.n {
+		p := b.bufs[i][:b.sizes[i]]
+		if d.next != nil && (d.next.IsHandshakeResponse(p) || d.next.OwnsDatagram(p)) {
+			d.next.HandleDatagram(now, p) // the new handshake's answer, or its first data
+			if !d.t.client && d.next != nil && d.next.OwnsDatagram(p) {
+				d.nextPeer = b.eps[i]
+			}
+			continue
+		}
+		if !d.t.client && d.estDone && tunnel.IsHandshakeInitiation(p) {
+			d.offerSuccessor(now, p, b.eps[i])
+			continue
+		}
+		if b.eps[i] == d.peer {
+			d.conn.HandleDatagram(now, p)
+			if !d.t.client && !d.estDone {
+				d.maybeReject(now, p, b.eps[i])
+			}
+			continue
+		}
+		// From another address: adopt it only if the datagram
+		// authenticated (the peer roamed, or this is the server learning
+		// its client). A replay or forgery counts nothing and moves
+		// nothing.
+		before := d.conn.Stats().PacketsReceived
+		d.conn.HandleDatagram(now, p)
+		if d.conn.Stats().PacketsReceived > before {
+			if d.peer.IsValid() {
+				d.t.log.Info("peer address changed", "from", d.peer, "to", b.eps[i])
+			}
+			d.peer = b.eps[i]
+		} else if !d.t.client {
+			d.maybeReject(now, p, b.eps[i])
+		}
+	}
+	b.n = 0
+	d.t.rxFree <- b // never blocks: rxFree holds every batch
+}

@@ -1,0 +1,94 @@
+// The driver goroutine's state (driverState) and counters.
+
+package driver
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/tunnel"
+)
+
+// driverState is the part of a Tunnel only the driver goroutine touches.
+type driverState struct {
+	t     *Tunnel
+	conn  *tunnel.Conn
+	peer  netip.AddrPort
+	timer *time.Timer
+	armed monotime.Time // deadline the timer is set for; 0: stopped
+
+	// The sleeper (nil channels when not used): sleepReq carries the
+	// next wake time (capacity 1), sleepWake the wakeup (capacity 1).
+	sleepReq  chan monotime.Time
+	sleepWake chan struct{}
+	sleeping  monotime.Time // wake time handed to the sleeper; 0: none
+	streams   map[uint64]*Stream
+
+	// parked holds the streams with a parked read (for shutdown);
+	// gatherq[gatherHead:] the armed waits of ReadGather (parked.go).
+	parked     map[*Stream]struct{}
+	gatherq    []gatherWait
+	gatherHead int
+
+	txBufs [][]byte // BatchSize buffers of MaxUDPPayloadBytes
+	txOut  [][]byte // the filled prefixes handed to WriteBatch
+
+	// next is a new handshake beside conn, which goes on meanwhile; nil
+	// when none runs. A client starts one when the server rejected our
+	// session (it restarted?); a server when an established session's
+	// client sends a new initiation (it restarted: see
+	// tunnel.Conn.NewSuccessor), answered at nextPeer. nextTried is when
+	// the last one started.
+	next      *tunnel.Conn
+	nextPeer  netip.AddrPort
+	nextTried monotime.Time
+	// initTokens and initRefill rate-limit the initiations a server
+	// examines while established (each costs two X25519).
+	initTokens float64
+	initRefill monotime.Time
+	// lastReject is when the server last sent a REJECT (rate limit).
+	lastReject monotime.Time
+	rejectBuf  []byte
+
+	estDone   bool
+	closeErr  error // the Conn's EventClosed reason
+	sockErr   error // closing the socket failed
+	txErrLog  bool  // a send error was logged (once per kind of error)
+	lastTxErr string
+
+	ctr counters
+}
+
+// counters are the driver's own Stats fields.
+type counters struct {
+	datagramsIn, datagramsOut uint64
+	rxBatches, txBatches      uint64
+	timerWakeups, loops       uint64
+	sleepWakeups              uint64
+	txErrors, acceptOverflow  uint64
+	rejectsSent, rehandshakes uint64
+	clientRestarts            uint64
+}
+
+func (d *driverState) init(t *Tunnel, conn *tunnel.Conn, cfg Config) {
+	d.t = t
+	d.conn = conn
+	d.peer = cfg.RemoteAddr
+	d.timer = time.NewTimer(time.Hour)
+	d.timer.Stop()
+	d.streams = make(map[uint64]*Stream)
+	d.parked = make(map[*Stream]struct{})
+	if havePreciseSleep && !cfg.TimerOnly {
+		d.sleepReq = make(chan monotime.Time, 1)
+		d.sleepWake = make(chan struct{}, 1)
+	}
+	batch := t.bc.BatchSize()
+	d.txBufs = make([][]byte, batch)
+	d.txOut = make([][]byte, batch)
+	n := cfg.Tunnel.MaxUDPPayloadBytes
+	mem := make([]byte, batch*n)
+	for i := range d.txBufs {
+		d.txBufs[i] = mem[i*n : (i+1)*n : (i+1)*n]
+	}
+}
