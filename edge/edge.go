@@ -3,8 +3,9 @@
 // (package tunnel/driver), kept up with reconnects, the bridge that opens a
 // tunnel stream for each intercepted flow (edge/bridge), the egress that
 // connects the flows the peer opens (package egress), and the control
-// socket (edge/control). cmd/wanopt parses flags into a Config; tests and
-// the lab build edges the same way, in-process.
+// socket (edge/control). cmd/wanopt parses flags into a Config and runs
+// it; tests build edges the same way, in-process (an edge pair can talk
+// over an in-memory bind: Config.Bind).
 //
 //	e, err := edge.New(cfg)
 //	...

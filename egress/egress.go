@@ -236,7 +236,7 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 	e.mu.Unlock()
 	// The server's end is the LAN side: its bytes go down, toward the
 	// near edge.
-	flow.Relay(ctx, c, streamConn{s}, flow.RelayOptions{LANToWAN: &f.down, WANToLAN: &f.up, Log: log})
+	flow.Relay(ctx, c, s, flow.RelayOptions{LANToWAN: &f.down, WANToLAN: &f.up, Log: log})
 	e.mu.Lock()
 	delete(e.flows, f)
 	e.doneUp += f.up.Load()
@@ -269,12 +269,6 @@ func (e *Egress) openCode(err error) wire.OpenCode {
 		return wire.OpenError
 	}
 }
-
-// streamConn is a tunnel stream as the flow's tunnel end: Abort resets it
-// (driver.CodeTCPReset), so the near edge resets its client.
-type streamConn struct{ *driver.Stream }
-
-func (c streamConn) Abort() error { return c.Reset(driver.CodeTCPReset) }
 
 // Stats returns a snapshot of the counters.
 func (e *Egress) Stats() Stats {

@@ -87,7 +87,12 @@ func (d *Dialer) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, 
 		return nil, fmt.Errorf("open flow %v→%v through the tunnel: %w: %w", src, dst, serr, err)
 	}
 	d.opened.Add(1)
-	return &flowConn{Stream: s}, nil
+	// The stream's Abort carries the client's RST end to end: the far
+	// edge's read of the stream fails at once and it resets the server's
+	// socket. The other way, a server's RST makes the far edge reset the
+	// stream, Read here fails with a *driver.StreamError (not io.EOF), and
+	// the stack resets the client.
+	return s, nil
 }
 
 // classify maps a driver error to the stack error that gives the client the
@@ -131,21 +136,3 @@ func (d *Dialer) Stats() Stats {
 		Failed:      d.failed.Load(),
 	}
 }
-
-// flowConn is the stream as the flow's far end. Abort carries the
-// client's RST end to end: it resets the stream (RESET_STREAM and
-// STOP_SENDING with driver.CodeTCPReset), the far edge's read of the stream
-// fails at once and it resets the server socket. The other way, a server's
-// RST makes the far edge reset the stream, Read here fails with a
-// *driver.StreamError (not io.EOF), and the stack resets the client.
-type flowConn struct {
-	*driver.Stream
-}
-
-var (
-	_ flow.Conn    = (*flowConn)(nil)
-	_ flow.Aborter = (*flowConn)(nil)
-)
-
-// Abort resets the flow after the client reset it (see flowConn).
-func (c *flowConn) Abort() error { return c.Stream.Reset(driver.CodeTCPReset) }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/internal/leaktest"
-	"github.com/wanopt/wanopt/stack"
 	"github.com/wanopt/wanopt/tunnel/driver"
 	"github.com/wanopt/wanopt/tunnel/driver/drivertest"
 	"github.com/wanopt/wanopt/tunnel/wire"
@@ -248,7 +247,7 @@ func TestResetEndToEnd(t *testing.T) {
 	}
 	defer fc.Close()
 	fc.Write([]byte("rst"))
-	fc.(*flowConn).SetReadDeadline(time.Now().Add(time.Second))
+	fc.(*driver.Stream).SetReadDeadline(time.Now().Add(time.Second))
 	got, err := io.ReadAll(fc)
 	var se *driver.StreamError
 	if !errors.As(err, &se) || se.StopSending || se.Code != driver.CodeTCPReset {
