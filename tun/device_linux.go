@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -15,13 +14,8 @@ import (
 
 const cloneDevice = "/dev/net/tun"
 
-// BatchSize is the number of packets Read returns at most per call and the
-// batch size Write is designed for.
-const BatchSize = 64
-
-// Device is an open TUN device. Read and Write may be called concurrently
-// with each other (one reader, one writer); Close may be called from any
-// goroutine and unblocks pending Read and Write calls.
+// Device is an open TUN device. Its packet I/O is done on the descriptor Fd
+// returns; Close may be called from any goroutine.
 type Device struct {
 	name string
 	mtu  int
@@ -31,7 +25,6 @@ type Device struct {
 
 	offload bool
 
-	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -163,11 +156,9 @@ func (d *Device) MTU() int { return d.mtu }
 
 // Fd returns the raw file descriptor, in non-blocking mode. It stays valid
 // until Close; whoever uses it (gVisor's fdbased endpoint) must have stopped
-// before Close is called. Do not mix Fd with Read and Write.
+// before Close is called. With offload (the default) every packet read from
+// or written to it starts with a VirtioNetHdrLen-byte virtio-net header.
 func (d *Device) Fd() int { return d.fd }
-
-// BatchSize returns the largest number of packets Read returns per call.
-func (d *Device) BatchSize() int { return BatchSize }
 
 // SetPersist makes the device outlive this process (true) or disappear when
 // its last file descriptor closes (false). Needs CAP_NET_ADMIN unless the
@@ -200,88 +191,11 @@ func (d *Device) control(f func(fd int) error) error {
 	return ferr
 }
 
-// Read reads up to len(bufs) packets, blocking until at least one is
-// available. With offload (the default) each packet starts with its virtio-net
-// header and may be up to 64 KiB long. Packet i is written to bufs[i][offset:] and its length stored in
-// sizes[i]; a buffer must have room for offset+MTU bytes, or the packet is
-// truncated. It returns the number of packets read. After Close it returns
-// ErrClosed. Only one goroutine may call Read at a time.
-func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
-	n := 0
-	var rerr error
-	err := d.rc.Read(func(fd uintptr) bool {
-		for n < len(bufs) && n < len(sizes) {
-			m, err := unix.Read(int(fd), bufs[n][offset:])
-			switch {
-			case err == unix.EINTR:
-				continue
-			case err == unix.EAGAIN:
-				return n > 0
-			case err != nil:
-				rerr = err
-				return true
-			}
-			sizes[n] = m
-			n++
-		}
-		return true
-	})
-	if err != nil {
-		if n > 0 {
-			return n, nil
-		}
-		return 0, d.ioError("read", err)
-	}
-	if rerr != nil && n == 0 {
-		return 0, d.ioError("read", rerr)
-	}
-	return n, nil
-}
-
-// Write writes one packet per buffer, taken from bufs[i][offset:]. It
-// returns the number of packets written; on an error, the packets before the
-// failing one were written. A packet the kernel rejects (malformed) is
-// reported as an error. Only one goroutine may call Write at a time.
-func (d *Device) Write(bufs [][]byte, offset int) (int, error) {
-	n := 0
-	var werr error
-	err := d.rc.Write(func(fd uintptr) bool {
-		for n < len(bufs) {
-			_, err := unix.Write(int(fd), bufs[n][offset:])
-			switch {
-			case err == unix.EINTR:
-				continue
-			case err == unix.EAGAIN:
-				return false
-			case err != nil:
-				werr = err
-				return true
-			}
-			n++
-		}
-		return true
-	})
-	if err == nil {
-		err = werr
-	}
-	if err != nil {
-		return n, d.ioError("write", err)
-	}
-	return n, nil
-}
-
-func (d *Device) ioError(op string, err error) error {
-	if d.closed.Load() || errors.Is(err, os.ErrClosed) {
-		return ErrClosed
-	}
-	return fmt.Errorf("tun %s: %s: %w", d.name, op, err)
-}
-
-// Close closes the device. A non-persistent device disappears. Pending Read
-// and Write calls return ErrClosed. Close is idempotent.
+// Close closes the device. A non-persistent device disappears. Fd is invalid
+// afterwards, and SetPersist and SetOwner return ErrClosed. Close is
+// idempotent.
 func (d *Device) Close() error {
 	d.closeOnce.Do(func() {
-		d.closed.Store(true)
 		d.closeErr = d.file.Close()
 	})
 	return d.closeErr

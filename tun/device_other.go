@@ -4,9 +4,6 @@ package tun
 
 import "fmt"
 
-// BatchSize is the number of packets Read returns at most per call.
-const BatchSize = 1
-
 // Device is an open TUN device. Only Linux is implemented.
 type Device struct{}
 
@@ -23,15 +20,6 @@ func (d *Device) MTU() int { return 0 }
 
 // Fd returns -1.
 func (d *Device) Fd() int { return -1 }
-
-// BatchSize returns BatchSize.
-func (d *Device) BatchSize() int { return BatchSize }
-
-// Read returns ErrUnsupported.
-func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) { return 0, ErrUnsupported }
-
-// Write returns ErrUnsupported.
-func (d *Device) Write(bufs [][]byte, offset int) (int, error) { return 0, ErrUnsupported }
 
 // Offload reports false.
 func (d *Device) Offload() bool { return false }

@@ -1,13 +1,10 @@
 // Package tun opens the TUN device an edge intercepts traffic on, configures
 // it, and taps the packets crossing it into pcap files.
 //
-// A Device carries raw IP packets (no packet-information header, no
-// virtio-net header). It offers two ways in, use exactly one per device:
-//
-//   - Fd: the raw, non-blocking file descriptor, for gVisor's fdbased link
-//     endpoint (the default path of package stack);
-//   - Read and Write: batched packet I/O in the style of wireguard-go, for a
-//     channel-style endpoint driven by separate reader and writer goroutines.
+// A Device carries IP packets without a packet-information header; by default
+// (offload, see Config.NoOffload) each starts with a virtio-net header. The
+// packets cross its raw, non-blocking file descriptor (Fd), which package
+// stack hands to gVisor's fdbased link endpoint.
 //
 // On Linux, Open attaches to a persistent device created beforehand for the
 // service user (`ip tuntap add dev wan0 mode tun user U`), which needs no
@@ -27,7 +24,7 @@ var (
 	// ErrPermission reports a missing privilege: the device belongs to another
 	// user, or creating or configuring it needs CAP_NET_ADMIN.
 	ErrPermission = errors.New("tun device: permission denied")
-	// ErrClosed is returned by Read and Write after Close.
+	// ErrClosed is returned by SetPersist and SetOwner after Close.
 	ErrClosed = errors.New("tun device closed")
 	// ErrUnsupported is returned on platforms without a TUN implementation.
 	ErrUnsupported = errors.New("tun devices are not supported on this platform")

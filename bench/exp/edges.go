@@ -1,7 +1,6 @@
 package exp
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -38,17 +37,19 @@ type EdgeOptions struct {
 	// Allow is the far edge's egress policy (--allow), e.g.
 	// "198.18.2.2/32:5001".
 	Allow []string
-	// Dir holds the keys and the logs; empty: a new temporary folder,
-	// removed by Stop.
+	// Dir holds the keys, the logs and the control sockets; empty: a new
+	// temporary folder, removed by Stop.
 	Dir string
-	// Up bounds the wait for the tunnel; default 20 s.
+	// Up bounds the wait for the near edge's tunnel (seen on its control
+	// socket); default 20 s.
 	Up time.Duration
 	// Transparent runs the far edge with transparent egress (on its own
 	// TUN, with the client's LAN routed into it): the server sees the
 	// client's address.
 	Transparent bool
-	// Args are added to both edges' command lines (e.g. --wan-rate).
-	Args []string
+	// Args are added to both edges' command lines (e.g. --wan-rate);
+	// NearArgs and FarArgs to one edge's only, after Args.
+	Args, NearArgs, FarArgs []string
 	// EdgeCPU, if positive, holds each edge process (near and far apart)
 	// to that many CPUs with a CPU-bandwidth cgroup (see bench/cgroup);
 	// 0: no cap.
@@ -57,8 +58,9 @@ type EdgeOptions struct {
 
 // Edges is a pair of 'wanopt run' processes in an edges lab: the near edge
 // in edgeA intercepting on TUN wo0 (the route to the server's LAN points
-// into it), the far edge in edgeB connecting the flows to the server. Stop
-// ends both and puts the plain route back, so the edges forward as before.
+// into it), the far edge in edgeB connecting the flows to the server. Each
+// answers on a control socket (Socket). Stop ends both and puts the plain
+// route back, so the edges forward as before.
 type Edges struct {
 	l          *lab.Lab
 	dir        string
@@ -70,15 +72,21 @@ type Edges struct {
 	caps       []*cgroup.CPUCap
 }
 
+// edgeProc is one run of an edge: its command line, CPU cap and process.
 type edgeProc struct {
 	name, log string
+	host      *lab.Host
+	argv      []string
+	cap       *cgroup.CPUCap // nil: none
 	cmd       *exec.Cmd
 	done      chan error // receives Wait's result once; re-sent by readers
+	killed    bool       // by RestartFar: its exit status is no failure
 }
 
 // StartEdges starts the far and the near edge with fresh keys, waits until
-// both report the tunnel up and routes the server's LAN into the near
-// edge's TUN. On error it stops whatever it started.
+// both report the tunnel up on their control sockets and routes the
+// server's LAN into the near edge's TUN. On error it stops whatever it
+// started.
 func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) {
 	if l.Kind != lab.Edges {
 		return nil, fmt.Errorf("wanopt edges need the %q lab, not %q", lab.Edges, l.Kind)
@@ -108,7 +116,7 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	if err != nil {
 		return nil, err
 	}
-	farArgs := []string{"--key", keyB, "--peer-key", pubA, "--listen", farEdgeListen, "--control", e.socket("far")}
+	farArgs := []string{"--key", keyB, "--peer-key", pubA, "--listen", farEdgeListen, "--control", e.Socket("far")}
 	for _, a := range o.Allow {
 		farArgs = append(farArgs, "--allow", a)
 	}
@@ -116,19 +124,20 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 		e.farRoute = true // --tun-setup moves it; Stop puts it back
 		farArgs = append(farArgs, "--egress", "transparent", "--tun", farEdgeTUN, "--tun-setup", "--route", clientLAN)
 	}
-	farArgs = append(farArgs, o.Args...)
+	farArgs = append(append(farArgs, o.Args...), o.FarArgs...)
 	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", o.EdgeCPU, farArgs...); err != nil {
 		return nil, err
 	}
-	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near", o.EdgeCPU, append([]string{
-		"--key", keyA, "--peer-key", pubB, "--peer", farEdgeListen,
-		"--tun", edgeTUN, "--tun-setup", "--route", serverLAN, "--control", e.socket("near")}, o.Args...)...); err != nil {
+	nearArgs := []string{"--key", keyA, "--peer-key", pubB, "--peer", farEdgeListen,
+		"--tun", edgeTUN, "--tun-setup", "--route", serverLAN, "--control", e.Socket("near")}
+	nearArgs = append(append(nearArgs, o.Args...), o.NearArgs...)
+	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near", o.EdgeCPU, nearArgs...); err != nil {
 		return nil, err
 	}
-	if err := e.near.waitLog(ctx, "tunnel up", o.Up); err != nil {
+	if err := e.waitUp(ctx, "near", o.Up); err != nil {
 		return nil, err
 	}
-	if err := e.far.waitLog(ctx, "tunnel up", 5*time.Second); err != nil {
+	if err := e.waitUp(ctx, "far", 5*time.Second); err != nil {
 		return nil, err
 	}
 	e.routeMoved = true
@@ -206,8 +215,9 @@ func parseProcStat(pid int, s string) (CPUTime, error) {
 	return CPUTime{User: time.Duration(ut) * time.Second / clockTicks, System: time.Duration(st) * time.Second / clockTicks}, nil
 }
 
-// socket is the control socket of the "near" or "far" edge.
-func (e *Edges) socket(side string) string { return filepath.Join(e.dir, side+".sock") }
+// Socket is the control socket of the "near" or "far" edge (see
+// edge/control).
+func (e *Edges) Socket(side string) string { return filepath.Join(e.dir, side+".sock") }
 
 // Tunnel asks the "near" or "far" edge for its tunnel's counters.
 func (e *Edges) Tunnel(side string) (control.Tunnel, error) {
@@ -248,18 +258,41 @@ func (e *Edges) WaitNoFlows(d time.Duration) error {
 
 // query sends req to the side's control socket and decodes the answer.
 func (e *Edges) query(side, req string, v any) error {
-	if err := control.Query(e.socket(side), req, v); err != nil {
+	if err := control.Query(e.Socket(side), req, v); err != nil {
 		return fmt.Errorf("%s edge: %w", side, err)
 	}
 	return nil
 }
 
-// Dir is the folder with the edges' keys and logs (near.log, far.log).
+// Dir is the folder with the edges' keys, logs (near.log, far.log) and
+// control sockets.
 func (e *Edges) Dir() string { return e.dir }
+
+// RestartFar crashes the far edge (SIGKILL: nothing reaches the near edge)
+// and starts it again with the same command line, CPU cap and log file. It
+// returns once the new process has started, without waiting for the tunnel.
+func (e *Edges) RestartFar(ctx context.Context) error {
+	if e.stopped {
+		return errors.New("restart the far edge: the edges were stopped")
+	}
+	old := e.far
+	old.killed = true
+	_ = old.cmd.Process.Kill()
+	err := <-old.done
+	old.done <- err
+	p := &edgeProc{name: old.name, log: old.log, host: old.host, argv: old.argv, cap: old.cap}
+	if err := e.run(ctx, p, os.O_APPEND); err != nil {
+		return err
+	}
+	e.far = p
+	return nil
+}
 
 // Stop sends both edges SIGTERM, kills one that has not exited within 5 s,
 // routes the server's LAN over the link again, removes the edges' CPU caps
-// and a temporary folder. It is safe to call more than once.
+// and a temporary folder. Its error also reports an edge that had exited
+// with an error before (one RestartFar killed does not count). It is safe to
+// call more than once.
 func (e *Edges) Stop() error {
 	if e.stopped {
 		return nil
@@ -301,58 +334,73 @@ func (e *Edges) Stop() error {
 // start starts the edge name in h; with cores > 0 it runs in a cgroup
 // that holds it to that many CPUs.
 func (e *Edges) start(ctx context.Context, h *lab.Host, bin, name string, cores float64, args ...string) (*edgeProc, error) {
-	var cpuCap *cgroup.CPUCap
+	p := &edgeProc{name: name, log: filepath.Join(e.dir, name+".log"), host: h, argv: append([]string{bin, "run"}, args...)}
 	if cores > 0 {
 		var err error
-		if cpuCap, err = cgroup.NewCPUCap(cgroup.Root, name, cores); err != nil {
+		if p.cap, err = cgroup.NewCPUCap(cgroup.Root, name, cores); err != nil {
 			return nil, fmt.Errorf("cap the %s edge's CPU at %g cores: %w", name, cores, err)
 		}
-		e.caps = append(e.caps, cpuCap) // Stop removes it, also on error
+		e.caps = append(e.caps, p.cap) // Stop removes it, also on error
 	}
-	logPath := filepath.Join(e.dir, name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("%s edge's log: %w", name, err)
-	}
-	argv := append([]string{bin, "run"}, args...)
-	// Ending ctx kills the edge, and so does the lab's Close.
-	cmd := e.l.Command(ctx, h, argv...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start the %s edge (%s) in %s: %w", name, bin, h.NS, err)
-	}
-	p := &edgeProc{name: name, log: logPath, cmd: cmd, done: make(chan error, 1)}
-	go func() { err := cmd.Wait(); f.Close(); p.done <- err }()
-	if cpuCap != nil {
-		// Go cannot run code between fork and exec, so the edge joins the
-		// group just after it started: it runs uncapped only for its first
-		// milliseconds, long before the tunnel is up and anything is
-		// measured. Its threads and children move or are born there.
-		if err := cpuCap.Add(cmd.Process.Pid); err != nil {
-			_ = p.stop()
-			return nil, fmt.Errorf("the %s edge: %w", name, err)
-		}
+	if err := e.run(ctx, p, os.O_TRUNC); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
 
-// waitLog waits until the edge's log contains s.
-func (p *edgeProc) waitLog(ctx context.Context, s string, d time.Duration) error {
+// run starts p's process, its output going to its log file (opened with
+// flag added: os.O_TRUNC or os.O_APPEND), in its CPU cap if it has one.
+func (e *Edges) run(ctx context.Context, p *edgeProc, flag int) error {
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|flag, 0o644)
+	if err != nil {
+		return fmt.Errorf("%s edge's log: %w", p.name, err)
+	}
+	// Ending ctx kills the edge, and so does the lab's Close.
+	cmd := e.l.Command(ctx, p.host, p.argv...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start the %s edge (%s) in %s: %w", p.name, p.argv[0], p.host.NS, err)
+	}
+	p.cmd, p.done = cmd, make(chan error, 1)
+	go func() { err := cmd.Wait(); f.Close(); p.done <- err }()
+	if p.cap != nil {
+		// Go cannot run code between fork and exec, so the edge joins the
+		// group just after it started: it runs uncapped only for its first
+		// milliseconds, long before the tunnel is up and anything is
+		// measured. Its threads and children move or are born there.
+		if err := p.cap.Add(cmd.Process.Pid); err != nil {
+			_ = p.stop()
+			return fmt.Errorf("the %s edge: %w", p.name, err)
+		}
+	}
+	return nil
+}
+
+// waitUp waits up to d until the side's edge reports its tunnel up on its
+// control socket.
+func (e *Edges) waitUp(ctx context.Context, side string, d time.Duration) error {
+	p := e.near
+	if side == "far" {
+		p = e.far
+	}
 	deadline := time.Now().Add(d)
 	for {
-		b, _ := os.ReadFile(p.log)
-		if bytes.Contains(b, []byte(s)) {
+		var st control.Status
+		err := e.query(side, "status", &st)
+		if err == nil && st.Tunnel != nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the %s wanopt edge did not log %q within %v; its log ends:\n%s", p.name, s, d, tail(string(b), 1500))
+			if err == nil {
+				err = errors.New("tunnel down")
+			}
+			return fmt.Errorf("the %s wanopt edge's tunnel was not up within %v (%v); its log ends:\n%s", side, d, err, p.logTail())
 		}
 		select {
 		case err := <-p.done:
 			p.done <- err
-			b, _ := os.ReadFile(p.log)
-			return fmt.Errorf("the %s wanopt edge exited (%v) before logging %q; its log ends:\n%s", p.name, err, s, tail(string(b), 1500))
+			return fmt.Errorf("the %s wanopt edge exited (%v) before its tunnel came up; its log ends:\n%s", side, err, p.logTail())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -360,11 +408,21 @@ func (p *edgeProc) waitLog(ctx context.Context, s string, d time.Duration) error
 	}
 }
 
-// stop ends the edge: SIGTERM, then SIGKILL after 5 s.
+// logTail is the end of the edge's log, for an error message.
+func (p *edgeProc) logTail() string {
+	b, _ := os.ReadFile(p.log)
+	return tail(string(b), 1500)
+}
+
+// stop ends the edge: SIGTERM, then SIGKILL after 5 s. An edge that had
+// already exited is an error if it failed and RestartFar did not kill it.
 func (p *edgeProc) stop() error {
 	select {
 	case err := <-p.done:
 		p.done <- err
+		if err != nil && !p.killed {
+			return fmt.Errorf("the %s wanopt edge had exited before it was stopped: %w", p.name, err)
+		}
 		return nil // already gone
 	default:
 	}

@@ -124,8 +124,9 @@ func RunLinkSpec(ctx context.Context, spec LinkSpec, control io.Reader, out io.W
 }
 
 // readLinkCommands applies the commands read from r (see RunLinkSpec) to
-// link until r ends, and reports unknown ones on log.
-func readLinkCommands(r io.Reader, link interface{ SetDown(bool) }, log io.Writer) {
+// link until r ends, reports unknown ones on log and returns how many it
+// ignored.
+func readLinkCommands(r io.Reader, link interface{ SetDown(bool) }, log io.Writer) (ignored int) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		switch line := strings.TrimSpace(sc.Text()); line {
@@ -135,12 +136,14 @@ func readLinkCommands(r io.Reader, link interface{ SetDown(bool) }, log io.Write
 			link.SetDown(false)
 		case "":
 		default:
+			ignored++
 			fmt.Fprintf(log, "link helper: unknown command %q on standard input ignored; want %q or %q\n", line, cmdDown, cmdUp)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		fmt.Fprintf(log, "link helper: reading commands stopped: %v\n", err)
 	}
+	return ignored
 }
 
 type linkProc struct {

@@ -4,12 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/wanopt/wanopt/edge/control"
 	"io"
+	"io/fs"
 	mrand "math/rand/v2"
 	"net"
 	"os"
@@ -24,9 +23,10 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/analyze"
+	"github.com/wanopt/wanopt/bench/exp"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
-	"github.com/wanopt/wanopt/tunnel/crypt"
+	"github.com/wanopt/wanopt/edge/control"
 )
 
 // The test binary doubles as the lab's link helper: the lab starts it again
@@ -56,42 +56,18 @@ const (
 // outside the egress policy, wanopt status and flows, a clean stop on
 // SIGTERM, and compares iperf through wanopt with plain forwarding.
 func TestEndToEnd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: the end-to-end test builds network namespaces and needs root (run 'sudo go test ./cmd/wanopt/')")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipping: the lab needs the 'ip' command (apt-get install iproute2)")
-	}
-	if testing.Short() {
-		t.Skip("skipping the end-to-end lab test in -short mode")
-	}
+	needLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-
-	bin := filepath.Join(dir, "wanopt")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build wanopt: %v\n%s", err, out)
-	}
-	keyA, pubA := writeKey(t, dir, "a.key")
-	keyB, pubB := writeKey(t, dir, "b.key")
-
-	t.Setenv(linkHelperEnv, "1")
-	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: []string{os.Args[0]}, Realtime: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	rtt := 100 * time.Millisecond
 	if v := os.Getenv("WANOPT_E2E_RTT"); v != "" { // e.g. 200ms, for a measurement
+		var err error
 		if rtt, err = time.ParseDuration(v); err != nil {
 			t.Fatalf("WANOPT_E2E_RTT=%q: %v", v, err)
 		}
 	}
 	link := wanem.Config{Delay: rtt / 2, RateBps: 100_000_000}
-	if err := l.StartLink(ctx, link, link); err != nil {
-		t.Fatal(err)
-	}
+	l := newLab(t, ctx, link, link)
 
 	// Servers in the server namespace, in this process.
 	var forbiddenAccepts atomic.Int64
@@ -136,18 +112,10 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// The edges.
-	far := startEdge(t, ctx, l, l.EdgeB, dir, "edgeB",
-		"--key", keyB, "--peer-key", pubA, "--listen", "198.18.0.2:4500",
-		"--allow", fmt.Sprintf("198.18.2.2/32:%d,%d,%d", echoPort, closedPort, iperfPort), "--control", filepath.Join(dir, "far.sock"))
-	near := startEdge(t, ctx, l, l.EdgeA, dir, "edgeA",
-		"--key", keyA, "--peer-key", pubB, "--peer", "198.18.0.2:4500",
-		"--tun", "wo0", "--tun-setup", "--route", "198.18.2.0/24", "--control", filepath.Join(dir, "near.sock"),
-		"--capture", filepath.Join(dir, "capture"))
-	near.waitLog(t, "tunnel up", 15*time.Second)
-	far.waitLog(t, "tunnel up", 5*time.Second)
-	if out, err := exec.CommandContext(ctx, "ip", "-n", l.EdgeA.NS, "route", "replace", "198.18.2.0/24", "dev", "wo0").CombinedOutput(); err != nil {
-		t.Fatalf("route 198.18.2.0/24 into wo0: %v: %s", err, out)
-	}
+	capture := filepath.Join(t.TempDir(), "capture")
+	edges := startEdges(t, ctx, l, exp.EdgeOptions{Up: 15 * time.Second,
+		Allow:    []string{fmt.Sprintf("198.18.2.2/32:%d,%d,%d", echoPort, closedPort, iperfPort)},
+		NearArgs: []string{"--capture", capture}})
 
 	t.Run("echo 20MB each way", func(t *testing.T) {
 		const size = 20 << 20
@@ -175,7 +143,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("echo: read %d of the first MB: %v", n, err)
 		}
 		for _, side := range []string{"near", "far"} {
-			code, out, errs := run("flows", "--control", filepath.Join(dir, side+".sock"))
+			code, out, errs := run("flows", "--control", edges.Socket(side))
 			if code != 0 || !strings.Contains(out, fmt.Sprintf("198.18.2.2:%d", echoPort)) {
 				t.Errorf("%s edge's flows during the echo: code %d, %q, %q", side, code, out, errs)
 			}
@@ -192,7 +160,7 @@ func TestEndToEnd(t *testing.T) {
 			defer close(watched)
 			for {
 				var fl []control.Flow
-				if queryControl(filepath.Join(dir, "near.sock"), "flows", &fl) == nil {
+				if queryControl(edges.Socket("near"), "flows", &fl) == nil {
 					for _, f := range fl {
 						maxRateBps = max(maxRateBps, f.RateUpBps, f.RateDownBps)
 						srtt = max(srtt, f.TunnelRTT)
@@ -270,7 +238,7 @@ func TestEndToEnd(t *testing.T) {
 			mbps := runIperf(t, ctx, l)
 			t.Logf("RTT %v, 100 Mbit/s: plain forwarding %.1f Mbit/s, through wanopt %.1f Mbit/s", rtt, plainMbps, mbps)
 			fmt.Printf("e2e: rtt_ms=%d rate_mbps=100 plain_mbps=%.1f wanopt_mbps=%.1f\n", rtt.Milliseconds(), plainMbps, mbps)
-			code, out, errs := run("status", "--control", filepath.Join(dir, "near.sock"))
+			code, out, errs := run("status", "--control", edges.Socket("near"))
 			if code != 0 || !strings.Contains(out, "tunnel: up") {
 				t.Errorf("near edge's status: code %d, %q, %q", code, out, errs)
 			}
@@ -278,7 +246,7 @@ func TestEndToEnd(t *testing.T) {
 			// Every stream of the finished flows is forgotten on both edges.
 			for _, side := range []string{"near", "far"} {
 				var r control.Status
-				sock := filepath.Join(dir, side+".sock")
+				sock := edges.Socket(side)
 				for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 					if err := queryControl(sock, "status", &r); err != nil || r.Tunnel == nil || r.Tunnel.StreamsOpen == 0 {
 						break
@@ -295,15 +263,14 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// SIGTERM: both edges stop cleanly and the TUN disappears.
-	near.stop(t)
-	far.stop(t)
+	stopEdges(t, edges)
 	if out, err := exec.Command("ip", "-n", l.EdgeA.NS, "link", "show", "wo0").CombinedOutput(); err == nil {
 		t.Errorf("wo0 still exists after the near edge stopped: %s", out)
 	}
 
 	// --capture: the near edge's LAN-side capture shows the echo flow to
 	// the analyser.
-	rep, err := analyze.AnalyzeFile(filepath.Join(dir, "capture", "lan.pcap"), analyze.Options{})
+	rep, err := analyze.AnalyzeFile(filepath.Join(capture, "lan.pcap"), analyze.Options{})
 	if err != nil {
 		t.Fatalf("analyse the near edge's capture: %v", err)
 	}
@@ -319,95 +286,80 @@ func TestEndToEnd(t *testing.T) {
 	}
 }
 
-// edgeProc is a running 'wanopt run' with its log file.
-type edgeProc struct {
-	name, log string
-	cmd       *exec.Cmd
-	done      chan error
+// needLab skips the test unless it can build the lab: root, the ip command,
+// and not -short.
+func needLab(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the end-to-end test builds network namespaces and needs root (run 'sudo go test ./cmd/wanopt/')")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping: the lab needs the 'ip' command (apt-get install iproute2)")
+	}
+	if testing.Short() {
+		t.Skip("skipping the end-to-end lab test in -short mode")
+	}
 }
 
-func startEdge(t *testing.T, ctx context.Context, l *lab.Lab, h *lab.Host, dir, name string, args ...string) *edgeProc {
+// newLab builds the edges lab, closed when the test ends, and starts the
+// link with ab and ba.
+func newLab(t *testing.T, ctx context.Context, ab, ba wanem.Config) *lab.Lab {
 	t.Helper()
-	logPath := filepath.Join(dir, name+".log")
-	f, err := os.Create(logPath)
+	t.Setenv(linkHelperEnv, "1")
+	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: []string{os.Args[0]}, Realtime: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := append([]string{filepath.Join(dir, "wanopt"), "run", "--log-level", "debug"}, args...)
-	cmd := l.Command(ctx, h, argv...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		t.Fatalf("start %s: %v", name, err)
+	t.Cleanup(func() { l.Close() })
+	if err := l.StartLink(ctx, ab, ba); err != nil {
+		t.Fatal(err)
 	}
-	e := &edgeProc{name: name, log: logPath, cmd: cmd, done: make(chan error, 1)}
-	go func() { e.done <- cmd.Wait(); f.Close() }()
+	return l
+}
+
+// startEdges builds the wanopt binary and starts the edges in l with the
+// bench's harness (o.Wanopt and o.Dir are filled in; the edges log at
+// debug level). They are stopped when the test ends, and their logs shown
+// if it failed.
+func startEdges(t *testing.T, ctx context.Context, l *lab.Lab, o exp.EdgeOptions) *exp.Edges {
+	t.Helper()
+	o.Dir = t.TempDir()
+	o.Wanopt = filepath.Join(o.Dir, "wanopt")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", o.Wanopt, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build wanopt: %v\n%s", err, out)
+	}
+	o.Args = append([]string{"--log-level", "debug"}, o.Args...)
+	edges, err := exp.StartEdges(ctx, l, o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		select {
-		case <-e.done:
-		default:
-			cmd.Process.Kill()
-			<-e.done
-		}
+		edges.Stop()
 		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			if len(b) > 6000 {
-				b = b[len(b)-6000:]
+			for _, side := range []string{"near", "far"} {
+				b, _ := os.ReadFile(filepath.Join(edges.Dir(), side+".log"))
+				if len(b) > 6000 {
+					b = b[len(b)-6000:]
+				}
+				t.Logf("%s edge's log (tail):\n%s", side, b)
 			}
-			t.Logf("%s log (tail):\n%s", name, b)
 		}
 	})
-	return e
+	return edges
 }
 
-// waitLog waits until the edge's log contains s.
-func (e *edgeProc) waitLog(t *testing.T, s string, d time.Duration) {
+// stopEdges stops both edges with SIGTERM and expects a clean exit within
+// 5 s, after which their control sockets are gone.
+func stopEdges(t *testing.T, edges *exp.Edges) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile(e.log)
-		if bytes.Contains(b, []byte(s)) {
-			return
-		}
-		select {
-		case err := <-e.done:
-			e.done <- err
-			t.Fatalf("%s exited (%v) before logging %q", e.name, err, s)
-		case <-time.After(50 * time.Millisecond):
+	if err := edges.Stop(); err != nil {
+		t.Error(err)
+	}
+	for _, side := range []string{"near", "far"} {
+		if _, err := os.Stat(edges.Socket(side)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the %s edge's control socket is still there after it stopped (%v)", side, err)
 		}
 	}
-	t.Fatalf("%s did not log %q within %v", e.name, s, d)
-}
-
-// stop sends SIGTERM and expects a clean exit within 5 s.
-func (e *edgeProc) stop(t *testing.T) {
-	t.Helper()
-	e.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-e.done:
-		e.done <- err
-		if err != nil {
-			t.Errorf("%s after SIGTERM: %v; want exit status 0", e.name, err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Errorf("%s did not stop within 5 s of SIGTERM", e.name)
-	}
-	if b, _ := os.ReadFile(e.log); !bytes.Contains(b, []byte("edge stopped")) {
-		t.Errorf("%s did not log 'edge stopped'", e.name)
-	}
-}
-
-func writeKey(t *testing.T, dir, name string) (path, pub string) {
-	t.Helper()
-	k, err := crypt.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path = filepath.Join(dir, name)
-	if err := os.WriteFile(path, []byte(k.Base64()+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path, k.PublicKey().Base64()
 }
 
 func listenIn(t *testing.T, ns string, port int) net.Listener {
@@ -503,73 +455,33 @@ func runIperf(t *testing.T, ctx context.Context, l *lab.Lab) float64 {
 	return v
 }
 
-// edgeLab is an edges lab with two running wanopt edges: the near edge in
-// edgeA intercepting on TUN wo0, the far edge in edgeB connecting flows to
-// the echo server in the server namespace (run by this process).
+// edgeLab is an edges lab with two running wanopt edges (see
+// exp.StartEdges): the near edge in edgeA intercepting on TUN wo0, the far
+// edge in edgeB connecting flows to the echo, whoami and source servers in
+// the server namespace (run by this process).
 type edgeLab struct {
-	l         *lab.Lab
-	dir       string
-	near, far *edgeProc
+	l     *lab.Lab
+	edges *exp.Edges
 }
 
 // sock is the control socket of the "near" or "far" edge.
-func (e *edgeLab) sock(side string) string { return filepath.Join(e.dir, side+".sock") }
+func (e *edgeLab) sock(side string) string { return e.edges.Socket(side) }
 
-// startEdgeLab builds the wanopt binary and the edges lab, starts the link
-// with cfg each way, an echo and a whoami server, and both edges (farArgs
-// added to the far edge's), and routes the server's LAN into the near edge's
-// TUN. It skips without root or the ip command.
-func startEdgeLab(t *testing.T, ctx context.Context, ab, ba wanem.Config, farArgs ...string) *edgeLab {
+// startEdgeLab builds the edges lab, starts the link with ab and ba, an
+// echo, a whoami and a source server, and the edges with o (the far edge
+// allows the servers' ports unless o.Allow says otherwise). It skips
+// without root or the ip command.
+func startEdgeLab(t *testing.T, ctx context.Context, ab, ba wanem.Config, o exp.EdgeOptions) *edgeLab {
 	t.Helper()
-	return startEdgeLabArgs(t, ctx, ab, ba, nil, farArgs)
-}
-
-// startEdgeLabArgs is startEdgeLab with extra arguments for the near edge
-// too.
-func startEdgeLabArgs(t *testing.T, ctx context.Context, ab, ba wanem.Config, nearArgs, farArgs []string) *edgeLab {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: the end-to-end test builds network namespaces and needs root (run 'sudo go test ./cmd/wanopt/')")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipping: the lab needs the 'ip' command (apt-get install iproute2)")
-	}
-	if testing.Short() {
-		t.Skip("skipping the end-to-end lab test in -short mode")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "wanopt")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build wanopt: %v\n%s", err, out)
-	}
-	keyA, pubA := writeKey(t, dir, "a.key")
-	keyB, pubB := writeKey(t, dir, "b.key")
-	t.Setenv(linkHelperEnv, "1")
-	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: []string{os.Args[0]}, Realtime: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	if err := l.StartLink(ctx, ab, ba); err != nil {
-		t.Fatal(err)
-	}
-	echo := listenIn(t, l.Server.NS, echoPort)
-	go serveEcho(echo)
+	needLab(t)
+	l := newLab(t, ctx, ab, ba)
+	go serveEcho(listenIn(t, l.Server.NS, echoPort))
 	go serveWhoami(listenIn(t, l.Server.NS, whoamiPort))
 	go serveSource(listenIn(t, l.Server.NS, sourcePort))
-	e := &edgeLab{l: l, dir: dir}
-	e.far = startEdge(t, ctx, l, l.EdgeB, dir, "edgeB", append([]string{
-		"--key", keyB, "--peer-key", pubA, "--listen", "198.18.0.2:4500",
-		"--allow", fmt.Sprintf("198.18.2.2/32:%d,%d,%d,%d", echoPort, whoamiPort, closedPort, sourcePort), "--control", e.sock("far")}, farArgs...)...)
-	e.near = startEdge(t, ctx, l, l.EdgeA, dir, "edgeA", append([]string{
-		"--key", keyA, "--peer-key", pubB, "--peer", "198.18.0.2:4500",
-		"--tun", "wo0", "--tun-setup", "--route", "198.18.2.0/24", "--control", e.sock("near")}, nearArgs...)...)
-	e.near.waitLog(t, "tunnel up", 20*time.Second)
-	e.far.waitLog(t, "tunnel up", 5*time.Second)
-	if out, err := exec.CommandContext(ctx, "ip", "-n", l.EdgeA.NS, "route", "replace", "198.18.2.0/24", "dev", "wo0").CombinedOutput(); err != nil {
-		t.Fatalf("route 198.18.2.0/24 into wo0: %v: %s", err, out)
+	if o.Allow == nil {
+		o.Allow = []string{fmt.Sprintf("198.18.2.2/32:%d,%d,%d,%d", echoPort, whoamiPort, closedPort, sourcePort)}
 	}
-	return e
+	return &edgeLab{l: l, edges: startEdges(t, ctx, l, o)}
 }
 
 // echoHashed sends size pseudo-random bytes to the echo server from the
@@ -652,7 +564,7 @@ func TestEdgeLossyLink(t *testing.T) {
 	link := wanem.Config{Delay: 50 * time.Millisecond, LossPct: 1, RateBps: 100_000_000}
 	ab, ba := link, link
 	ab.Seed, ba.Seed = 1, 2
-	e := startEdgeLab(t, ctx, ab, ba)
+	e := startEdgeLab(t, ctx, ab, ba, exp.EdgeOptions{})
 
 	t.Run("8MB each way at 1% loss", func(t *testing.T) {
 		const size = 8 << 20
@@ -771,8 +683,7 @@ func TestEdgeLossyLink(t *testing.T) {
 		}
 	})
 
-	e.near.stop(t)
-	e.far.stop(t)
+	stopEdges(t, e.edges)
 }
 
 // TestEdgeTransparent runs the far edge with transparent egress: it has its
@@ -785,8 +696,7 @@ func TestEdgeTransparent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	link := wanem.Config{Delay: 50 * time.Millisecond, RateBps: 100e6}
-	e := startEdgeLab(t, ctx, link, link,
-		"--tun", "wo1", "--tun-setup", "--route", "198.18.1.0/24", "--egress", "transparent")
+	e := startEdgeLab(t, ctx, link, link, exp.EdgeOptions{Transparent: true})
 
 	seen, local := whoami(t, ctx, e.l.Client.NS)
 	t.Logf("the server saw the connection from %s; the client's end is %s", seen, local)
@@ -813,8 +723,7 @@ func TestEdgeTransparent(t *testing.T) {
 	if st.Egress.Connected < 2 || st.Egress.Refused != 1 {
 		t.Errorf("far edge's egress counters %+v: want at least 2 connected and 1 refused", st.Egress)
 	}
-	e.near.stop(t)
-	e.far.stop(t)
+	stopEdges(t, e.edges)
 }
 
 // TestEdgeFarRestart kills the far edge in the middle of a transfer and
@@ -825,7 +734,7 @@ func TestEdgeFarRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	link := wanem.Config{Delay: 25 * time.Millisecond, RateBps: 100e6}
-	e := startEdgeLab(t, ctx, link, link)
+	e := startEdgeLab(t, ctx, link, link, exp.EdgeOptions{})
 	if seen, _ := whoami(t, ctx, e.l.Client.NS); !strings.HasPrefix(seen, "198.18.2.1:") {
 		t.Errorf("with kernel egress the server saw the connection from %s, want the far edge's LAN address 198.18.2.1", seen)
 	}
@@ -853,21 +762,9 @@ func TestEdgeFarRestart(t *testing.T) {
 	time.Sleep(time.Second)
 
 	// Crash the far edge (no CLOSE reaches the near edge) and restart it.
-	old := e.far
-	old.cmd.Process.Kill()
-	werr := <-old.done
-	old.done <- werr // its cleanup waits for it too
-	keyA, err := os.ReadFile(filepath.Join(e.dir, "a.key"))
-	if err != nil {
+	if err := e.edges.RestartFar(ctx); err != nil {
 		t.Fatal(err)
 	}
-	privA, err := crypt.ParsePrivateKey(strings.TrimSpace(string(keyA)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.far = startEdge(t, ctx, e.l, e.l.EdgeB, e.dir, "edgeB-restarted",
-		"--key", filepath.Join(e.dir, "b.key"), "--peer-key", privA.PublicKey().Base64(), "--listen", "198.18.0.2:4500",
-		"--allow", fmt.Sprintf("198.18.2.2/32:%d", echoPort), "--control", e.sock("far2"))
 	restarted := time.Now()
 
 	select {

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
-	"github.com/wanopt/wanopt/edge/control"
 	"io"
 	mrand "math/rand/v2"
 	"net"
@@ -15,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/bench/exp"
 	"github.com/wanopt/wanopt/bench/wanem"
+	"github.com/wanopt/wanopt/edge/control"
 )
 
 // serveSource answers each connection that sends a 9-byte request (size
@@ -157,7 +158,7 @@ func TestEdgeOutage(t *testing.T) {
 	link := wanem.Config{Delay: 50 * time.Millisecond, RateBps: rate}
 	ab, ba := link, link
 	ab.Seed, ba.Seed = 1, 2
-	e := startEdgeLab(t, ctx, ab, ba)
+	e := startEdgeLab(t, ctx, ab, ba, exp.EdgeOptions{})
 	goodputLimit := rate * 1448.0 / 1500
 	for i, outage := range []time.Duration{5 * time.Second, 60 * time.Second} {
 		// 2 s before the outage and about 6 s after it at the link rate.
@@ -188,7 +189,7 @@ func TestEdgePeerTimeout(t *testing.T) {
 	ab, ba := link, link
 	ab.Seed, ba.Seed = 1, 2
 	short := []string{"--peer-timeout", "5s"}
-	e := startEdgeLabArgs(t, ctx, ab, ba, short, short)
+	e := startEdgeLab(t, ctx, ab, ba, exp.EdgeOptions{Args: short})
 
 	c, err := dialIn(ctx, e.l.Client.NS, sourcePort, 10*time.Second)
 	if err != nil {
