@@ -9,7 +9,6 @@ package stack
 import (
 	"context"
 	"errors"
-	"github.com/wanopt/wanopt/flow"
 	"io"
 	"net"
 	"net/netip"
@@ -19,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
 )
 

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/wanopt/wanopt/flow"
 	"io"
 	"log/slog"
 	"net"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/netnstest"
 	"github.com/wanopt/wanopt/tun"
 )

@@ -15,12 +15,14 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/wanopt/wanopt/tun"
 )
 
 // virtio-net header (linux/virtio_net.h), as a TUN opened with IFF_VNET_HDR
 // prepends it to every packet, in host byte order (little-endian here).
 const (
-	vnetHdrLen     = 10
+	vnetHdrLen     = tun.VirtioNetHdrLen
 	vnetFNeedsCsum = 1 // checksum is partial: complete it from csum_start
 	vnetFDataValid = 2 // checksum already validated
 	vnetGSONone    = 0

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"github.com/wanopt/wanopt/flow"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +19,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/link/pipe"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/wanopt/wanopt/flow"
 )
 
 // refuseAll is a Dialer for stacks whose intercepting side is not under

@@ -4,7 +4,6 @@ package stack
 
 import (
 	"context"
-	"github.com/wanopt/wanopt/flow"
 	"io"
 	"net"
 	"net/netip"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wanopt/wanopt/flow"
 )
 
 // TestThroughput measures bulk throughput through the stack, client in the

@@ -11,7 +11,6 @@ import (
 	"crypto/sha256"
 	"flag"
 	"fmt"
-	"github.com/wanopt/wanopt/flow"
 	"hash"
 	"io"
 	"log/slog"
@@ -32,6 +31,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
 )
 

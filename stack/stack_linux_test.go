@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/wanopt/wanopt/flow"
 	"io"
 	"net"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
 )
 

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/wanopt/wanopt/bench/wanem/wanemtest"
+	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/internal/monotime"
 )
 
@@ -63,21 +63,8 @@ func receive(t *testing.T, d *wanemtest.Device) wanemtest.Packet {
 	}
 }
 
-// waitGoroutines waits up to 2 s for the goroutine count to fall to want.
-func waitGoroutines(t *testing.T, want int) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > want {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines, want %d: leak?\n%s", runtime.NumGoroutine(), want, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestLinkForwardsBothWaysAndStops(t *testing.T) {
-	before := runtime.NumGoroutine()
+	leaktest.Check(t)
 	a, b, l, stop := startLink(t, Config{}, Config{Delay: time.Millisecond})
 	statsDone := make(chan struct{})
 	go func() { // Stats runs concurrently with forwarding (the race detector checks)
@@ -109,11 +96,10 @@ func TestLinkForwardsBothWaysAndStops(t *testing.T) {
 	if ab.Packets != 50 || ba.Packets != 50 || ab.Bytes != wantBytes {
 		t.Fatalf("stats A→B %d packets %d B, B→A %d packets; want 50, %d B, 50", ab.Packets, ab.Bytes, ba.Packets, wantBytes)
 	}
-	waitGoroutines(t, before)
 }
 
 func TestLinkStopsWithoutDeadlinesWhenCallerCloses(t *testing.T) {
-	before := runtime.NumGoroutine()
+	leaktest.Check(t)
 	a, b := wanemtest.NewDevice(16), wanemtest.NewDevice(16)
 	l, err := NewLink(noDeadlines{a}, noDeadlines{b}, Config{}, Config{})
 	if err != nil {
@@ -137,11 +123,10 @@ func TestLinkStopsWithoutDeadlinesWhenCallerCloses(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("Run did not return within 2 s of cancel and close")
 	}
-	waitGoroutines(t, before)
 }
 
 func TestLinkReportsDeviceFailure(t *testing.T) {
-	before := runtime.NumGoroutine()
+	leaktest.Check(t)
 	a, b := wanemtest.NewDevice(16), wanemtest.NewDevice(16)
 	l, err := NewLink(a, b, Config{}, Config{})
 	if err != nil {
@@ -158,7 +143,6 @@ func TestLinkReportsDeviceFailure(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("Run did not return within 2 s of a device failing")
 	}
-	waitGoroutines(t, before)
 	// A second Run on the same link is allowed (and fails the same way).
 	if err := l.Run(context.Background()); !errors.Is(err, os.ErrClosed) {
 		t.Fatalf("second Run returned %v, want os.ErrClosed", err)

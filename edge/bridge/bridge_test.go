@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
-	"github.com/wanopt/wanopt/flow"
 	"io"
 	"log/slog"
 	"net"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/egress"
+	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/tunnel/driver"
 	"github.com/wanopt/wanopt/tunnel/driver/drivertest"
