@@ -124,7 +124,7 @@ func (c Config) Validate() error {
 	case c.Peer.IsValid() && (c.Peer.Port() == 0 || c.Peer.Addr().IsUnspecified()):
 		return bad("--peer %v: want the far edge's ADDR:PORT, e.g. 198.18.0.2:4500", c.Peer)
 	case c.PrivateKey.IsZero():
-		return bad("--key FILE is required (make one with 'wanopt keygen > edge.key')")
+		return bad("--key FILE is required (make one with 'wanopt keygen --out edge.key')")
 	case c.PeerKey.IsZero():
 		return bad("--peer-key BASE64 is required: the peer's public key ('wanopt pubkey < peer.key')")
 	case c.PeerKey == c.PrivateKey.PublicKey():

@@ -59,6 +59,8 @@ type KernelDialer struct{ net.Dialer }
 
 // Dial connects dst.
 func (d *KernelDialer) Dial(ctx context.Context, _, dst netip.AddrPort) (flow.Conn, error) {
+	// Unmapped: the address the policy checked last is the one connected.
+	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	c, err := d.DialContext(ctx, "tcp", dst.String())
 	if err != nil {
 		return nil, err
@@ -91,8 +93,9 @@ type Options struct {
 type Stats struct {
 	// Streams is the number of streams the near edge opened.
 	Streams uint64
-	// Outcomes.
-	Connected, NotAllowed, Refused, Unreachable, TimedOut, Overloaded, Failed uint64
+	// Outcomes. NotAllowed: no rule allows the destination; Denied: a
+	// --deny rule or the special-address list refused it (see Policy).
+	Connected, NotAllowed, Denied, Refused, Unreachable, TimedOut, Overloaded, Failed uint64
 	// Active is the number of flows being connected or relayed now.
 	Active int64
 	// BytesUp: near edge → server; BytesDown: server → near edge.
@@ -118,8 +121,9 @@ type Egress struct {
 	log    *slog.Logger
 	sem    chan struct{}
 
-	streams, connected, notAllowed, refused, unreachable, timedOut, overloaded, failed atomic.Uint64
-	active                                                                             atomic.Int64
+	streams, connected, notAllowed, denied, refused, unreachable, timedOut, overloaded, failed atomic.Uint64
+	local                                                                                      localAddrs
+	active                                                                                     atomic.Int64
 
 	mu    sync.Mutex
 	flows map[*relayed]struct{}
@@ -208,9 +212,14 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 		_ = in.Reject(wire.OpenUnsupported)
 		return
 	}
-	if !e.policy.Allows(dst) {
-		e.notAllowed.Add(1)
-		log.Debug("destination not allowed by policy")
+	if why := e.policy.Check(dst, e.local.contains); why != "" {
+		if why == notAllowed {
+			e.notAllowed.Add(1)
+			log.Debug("destination not allowed by policy")
+		} else {
+			e.denied.Add(1)
+			log.Info("destination refused", "why", why)
+		}
 		_ = in.Reject(wire.OpenNotAllowed)
 		return
 	}
@@ -283,6 +292,7 @@ func (e *Egress) Stats() Stats {
 		Streams:     e.streams.Load(),
 		Connected:   e.connected.Load(),
 		NotAllowed:  e.notAllowed.Load(),
+		Denied:      e.denied.Load(),
 		Refused:     e.refused.Load(),
 		Unreachable: e.unreachable.Load(),
 		TimedOut:    e.timedOut.Load(),

@@ -53,7 +53,7 @@ Flags:
 type runFlags struct {
 	config, tun, key, peerKey, listen, peer, cc, logLevel, control, capture, egress, wanRate string
 	tunSetup, check                                                                          bool
-	tunAddrs, routes, allow                                                                  []string
+	tunAddrs, routes, allow, deny                                                            []string
 	mtu, maxFlows, memoryMiB, procs                                                          int
 	dialTimeout, peerTimeout                                                                 time.Duration
 }
@@ -72,11 +72,12 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.StringArrayVar(&f.tunAddrs, "tun-addr", nil, "with --tun-setup: address of the TUN device, `CIDR` (repeatable)")
 	fs.StringArrayVar(&f.routes, "route", nil, "with --tun-setup: route `CIDR` into the TUN device (repeatable)")
 	fs.IntVar(&f.mtu, "mtu", 0, "MTU of the TUN device (default: keep the device's; 1500 with --tun-setup)")
-	fs.StringVar(&f.key, "key", "", "this edge's private key `FILE` (from 'wanopt keygen')")
+	fs.StringVar(&f.key, "key", "", "this edge's private key `FILE` (from 'wanopt keygen --out FILE'; mode 0600 or stricter)")
 	fs.StringVar(&f.peerKey, "peer-key", "", "the peer edge's public key, `BASE64`")
 	fs.StringVar(&f.listen, "listen", "", "accept the peer's tunnel on UDP `ADDR:PORT` (responder; ':PORT' for every address)")
 	fs.StringVar(&f.peer, "peer", "", "open the tunnel to the peer at UDP `ADDR:PORT` (initiator)")
 	fs.StringArrayVar(&f.allow, "allow", nil, "egress: connect flows to `CIDR[:PORTS]`, e.g. 198.18.2.0/24:80,443,8000-8100 (repeatable; none: no egress, every flow refused)")
+	fs.StringArrayVar(&f.deny, "deny", nil, "egress: never connect `CIDR[:PORTS]`, whatever --allow says (repeatable). Loopback, unspecified, link-local (169.254.0.0/16, fe80::/10), multicast, broadcast, IPv4-mapped IPv6 and this host's own addresses are refused without it, unless an --allow rule names them explicitly (e.g. --allow 127.0.0.1/32:8080)")
 	fs.StringVar(&f.egress, "egress", "kernel", "egress: how to connect servers: kernel (a socket from this host's address; no privileges) or transparent (from the client's own address through the TUN's stack, so servers see the real client; needs --tun and the clients' networks routed into the TUN)")
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "egress: give up connecting to a server after this long")
 	fs.DurationVar(&f.peerTimeout, "peer-timeout", tunnel.DefaultIdleTimeout, "end the tunnel and reset its flows after this long without a word from the peer; the default outlasts Linux TCP's own retransmission budget (about 15 minutes), so flows outlive any outage TCP would have survived")
@@ -181,12 +182,8 @@ func (f *runFlags) validate() (*runConfig, error) {
 		}
 	}
 	if f.key != "" {
-		raw, err := os.ReadFile(f.key)
-		if err != nil {
-			return bad("--key: %v", err)
-		}
-		if c.PrivateKey, err = crypt.ParsePrivateKey(strings.TrimSpace(string(raw))); err != nil {
-			return bad("--key %s: %v (the file must hold one base64 key from 'wanopt keygen')", f.key, err)
+		if c.PrivateKey, err = readKeyFile(f.key); err != nil {
+			return bad("%v", err)
 		}
 	}
 	if f.peerKey != "" {
@@ -194,8 +191,8 @@ func (f *runFlags) validate() (*runConfig, error) {
 			return bad("--peer-key: %v", err)
 		}
 	}
-	if c.Policy, err = egress.ParsePolicy(f.allow); err != nil {
-		return bad("--allow: %v", err)
+	if c.Policy, err = egress.ParsePolicy(f.allow, f.deny...); err != nil {
+		return bad("--allow/--deny: %v", err)
 	}
 	switch strings.ToLower(f.egress) {
 	case "kernel":

@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -12,22 +14,86 @@ import (
 	"github.com/wanopt/wanopt/tunnel/crypt"
 )
 
-// runKeygen prints a new private key (base64, like WireGuard's) and, on
-// standard error, its public key, so 'wanopt keygen > edge.key' keeps the
-// secret in the file and shows what to give the peer.
+// runKeygen writes a new private key (base64, like WireGuard's) to the file
+// --out names, created with mode 0600 and never over an existing file, or
+// prints it; on standard error it shows the public key, what to give the
+// peer.
 func runKeygen(args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("keygen", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
+	out := fs.String("out", "", "write the private key to `FILE` (created with mode 0600; an existing file is left alone) instead of standard output")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q: keygen takes only --out FILE", errUsage, fs.Args())
 	}
 	k, err := crypt.GenerateKey(rand.Reader)
 	if err != nil {
 		return fmt.Errorf("generate key: %w", err)
 	}
-	fmt.Fprintln(stdout, k.Base64())
+	if *out == "" {
+		fmt.Fprintln(stdout, k.Base64())
+	} else if err := writeKeyFile(*out, k); err != nil {
+		return err
+	}
 	fmt.Fprintf(stderr, "public key: %s\n", k.PublicKey().Base64())
 	return nil
+}
+
+// writeKeyFile creates path with mode 0600 (failing if it exists) and
+// writes k to it.
+func writeKeyFile(path string, k crypt.PrivateKey) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("--out %s: the file exists; keygen never overwrites a key (remove it first if you mean to replace it)", path)
+		}
+		return fmt.Errorf("--out: %w", err)
+	}
+	if _, err := fmt.Fprintln(f, k.Base64()); err != nil {
+		f.Close()
+		os.Remove(path)
+		return fmt.Errorf("--out %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(path)
+		return fmt.Errorf("--out %s: %w", path, err)
+	}
+	return nil
+}
+
+// readKeyFile reads the private key in path. It refuses a file that group
+// or others may read or write (OpenSSH's rule for private keys), and a
+// --key that is itself a key rather than a file; no error shows the key.
+func readKeyFile(path string) (crypt.PrivateKey, error) {
+	if _, err := crypt.ParsePrivateKey(strings.TrimSpace(path)); err == nil {
+		return crypt.PrivateKey{}, errors.New("--key takes the FILE that holds the private key, not the key itself (the command line is visible to every user of this host): write it with 'wanopt keygen --out FILE' and give that")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return crypt.PrivateKey{}, fmt.Errorf("--key: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return crypt.PrivateKey{}, fmt.Errorf("--key: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return crypt.PrivateKey{}, fmt.Errorf("--key %s: the private key is accessible to others (mode %04o); make it private with 'chmod 600 %s'", path, perm, path)
+	}
+	raw, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return crypt.PrivateKey{}, fmt.Errorf("--key %s: %w", path, err)
+	}
+	k, err := crypt.ParsePrivateKey(strings.TrimSpace(string(raw)))
+	if err != nil {
+		return crypt.PrivateKey{}, fmt.Errorf("--key %s: %v (the file must hold one base64 key from 'wanopt keygen')", path, err)
+	}
+	return k, nil
 }
 
 // runPubkey reads a private key on standard input and prints its public key.

@@ -14,7 +14,7 @@ const usage = `wanopt — userspace split-TCP WAN accelerator
 
 Commands:
   analyze    explain why TCP flows in a pcap/pcapng capture are slow
-  keygen     print a new private key (its public key goes to standard error)
+  keygen     make a private key (--out FILE, mode 0600; its public key goes to standard error)
   pubkey     print the public key of the private key on standard input
   run        run an edge: intercept TCP on a TUN and/or connect the peer's flows
   status     show a running edge's tunnel and counters (over its --control socket)

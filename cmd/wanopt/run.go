@@ -135,8 +135,8 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 			s.ActiveFlows, s.SYNs, s.ForwarderDrops, s.Dialed, s.Refused, s.NotAllowed, s.Unreachable, s.Timeouts, s.DialErrors)
 	}
 	g := r.Egress
-	fmt.Fprintf(stdout, "egress: %d flows, %d streams, connected %d, not allowed %d, refused %d, unreachable %d, timed out %d, overloaded %d, failed %d, %d B up, %d B down\n",
-		g.Active, g.Streams, g.Connected, g.NotAllowed, g.Refused, g.Unreachable, g.TimedOut, g.Overloaded, g.Failed, g.BytesUp, g.BytesDown)
+	fmt.Fprintf(stdout, "egress: %d flows, %d streams, connected %d, not allowed %d, denied %d, refused %d, unreachable %d, timed out %d, overloaded %d, failed %d, %d B up, %d B down\n",
+		g.Active, g.Streams, g.Connected, g.NotAllowed, g.Denied, g.Refused, g.Unreachable, g.TimedOut, g.Overloaded, g.Failed, g.BytesUp, g.BytesDown)
 	return nil
 }
 
