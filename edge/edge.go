@@ -30,6 +30,7 @@ import (
 	"github.com/wanopt/wanopt/stack"
 	"github.com/wanopt/wanopt/tun"
 	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/driver"
 	"github.com/wanopt/wanopt/tunnel/stream"
 )
@@ -40,6 +41,10 @@ type Edge struct {
 	cfg Config
 	log *slog.Logger
 	br  *bridge.Dialer
+	// stamps is the responder's handshake memory for the process's life:
+	// no initiation is answered twice, across every tunnel this edge
+	// accepts.
+	stamps *crypt.Timestamps
 
 	// Set by Run (under mu): the ingress while it is open, the egress.
 	mu      sync.Mutex
@@ -57,7 +62,7 @@ func New(cfg Config) (*Edge, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	e := &Edge{cfg: cfg, log: cfg.Logger, br: bridge.New(nil, cfg.Logger.With("sub", "bridge"))}
+	e := &Edge{cfg: cfg, log: cfg.Logger, br: bridge.New(nil, cfg.Logger.With("sub", "bridge")), stamps: crypt.NewTimestamps()}
 	return e, nil
 }
 
@@ -285,6 +290,7 @@ func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 			Congestion:          cfg.CC,
 			IdleTimeout:         cfg.PeerTimeout,
 			InitialBandwidthBps: cfg.WANRateBps,
+			Timestamps:          e.stamps,
 			Stream:              stream.Config{BudgetBytes: cfg.buffers().TunnelBytes},
 			Logger:              e.log.With("sub", "tunnel"),
 		},

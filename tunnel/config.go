@@ -96,10 +96,24 @@ type Config struct {
 	// connect. Nil allows exactly PeerPublicKey.
 	AllowPeer func(crypt.PublicKey) bool
 	// HandshakeTimestamp orders handshakes from one client key; the driver
-	// passes wall-clock Unix nanoseconds (time.Now().UnixNano()) so that it
-	// increases across restarts (see crypt.Timestamp). Tests pass any
-	// constant. Required for a client (nonzero).
+	// passes wall-clock Unix nanoseconds (time.Now().UnixNano()) at the
+	// Conn's creation so that it increases across restarts (see
+	// crypt.Timestamp). Each initiation carries it plus the time since the
+	// Conn was created, so every one is fresh and a responder never
+	// answers one twice. Tests pass any constant. Required for a client
+	// (nonzero).
 	HandshakeTimestamp crypt.Timestamp
+	// Resume (client) tells the server that this Conn's client still holds
+	// an established session with it (crypt.Initiator.SetResume): the
+	// driver's handshake after a REJECT, which a live server (the REJECT
+	// was forged) declines, while a restarted one answers it.
+	Resume bool
+	// Timestamps (server) is the memory of the newest initiation accepted
+	// from each client key. A server that passes one memory to every Conn
+	// it creates (the edge keeps one for its process's life) never answers
+	// an initiation twice, whatever happened to the Conns in between; nil:
+	// each Conn remembers only its own.
+	Timestamps *crypt.Timestamps
 
 	// MaxUDPPayloadBytes is the largest datagram the connection emits
 	// (DefaultMaxUDPPayloadBytes if 0; at least MinUDPPayloadBytes).

@@ -50,6 +50,7 @@ type Conn struct {
 	responder   *crypt.Responder // server
 	sess        *crypt.Session
 	localIndex  uint32
+	created     monotime.Time // HandshakeTimestamp's moment
 	hsNext      monotime.Time // client: when message 1 goes (again)
 	hsInterval  time.Duration
 	hsDeadline  monotime.Time // handshake fails (ErrHandshakeTimeout)
@@ -131,6 +132,7 @@ func NewClientConn(cfg Config, now monotime.Time) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: new client: %w", err)
 	}
+	c.initiator.SetResume(cfg.Resume)
 	c.hsNext = now
 	c.hsInterval = DefaultHandshakeRetransmit
 	return c, nil
@@ -145,8 +147,8 @@ func NewClientConn(cfg Config, now monotime.Time) (*Conn, error) {
 // replayed initiation cannot be used for amplification. A repeated
 // initiation from the client (its response was lost) is answered with a
 // fresh session as long as the client has not confirmed the previous one;
-// after that, initiations are dropped (no rekeying yet: a restarted client
-// is served by a successor, see NewSuccessor). With no client for
+// after that, initiations are dropped (a restarted client is served by a
+// successor, see NewSuccessor). With no client for
 // cfg.IdleTimeout it closes with ErrHandshakeTimeout.
 func NewServerConn(cfg Config, now monotime.Time) (*Conn, error) {
 	cfg, err := cfg.withDefaults(false)
@@ -160,6 +162,9 @@ func NewServerConn(cfg Config, now monotime.Time) (*Conn, error) {
 	c.responder, err = crypt.NewResponder(cfg.PrivateKey, cfg.AllowPeer, cfg.Rand)
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: new server: %w", err)
+	}
+	if cfg.Timestamps != nil {
+		c.responder.ShareTimestamps(cfg.Timestamps)
 	}
 	return c, nil
 }
@@ -179,6 +184,7 @@ func newConn(cfg Config, client bool, now monotime.Time) (*Conn, error) {
 		client:      client,
 		rng:         rng,
 		localIndex:  rng.Uint32(),
+		created:     now,
 		hsDeadline:  now.Add(cfg.IdleTimeout),
 		idleStart:   now,
 		flow:        flow,
@@ -338,6 +344,12 @@ func (c *Conn) OwnsDatagram(b []byte) bool {
 	return err == nil && hdr.Type == wire.PacketData && c.sess != nil && hdr.ReceiverIndex == c.sess.LocalIndex()
 }
 
+// PeerResuming (server) reports whether the client whose initiation this
+// Conn answered said it still holds an established session with this
+// server (Config.Resume): a live server's driver declines such a handshake
+// instead of replacing the session (see NewSuccessor).
+func (c *Conn) PeerResuming() bool { return !c.client && c.sess != nil && c.sess.Resume() }
+
 // NewSuccessor (server) returns a fresh server Conn with c's configuration
 // that shares c's handshake replay memory: it answers only an initiation
 // newer than every one c accepted. A server's Conn drops initiations once
@@ -373,9 +385,12 @@ func (c *Conn) handleInit(now monotime.Time, msg []byte) {
 	out, sess, err := c.responder.Respond(buf, msg, idx, now)
 	if err != nil {
 		c.stats.DroppedPackets++
-		if errors.Is(err, crypt.ErrUnknownPeer) {
+		switch {
+		case errors.Is(err, crypt.ErrUnknownPeer):
 			c.stats.HandshakesRejected++
-		} else {
+		case errors.Is(err, crypt.ErrReplay):
+			c.stats.HandshakeReplays++
+		default:
 			c.stats.DroppedUnauthenticated++
 		}
 		return

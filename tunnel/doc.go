@@ -20,7 +20,7 @@
 // (ErrHandshakeTimeout). The server (NewServerConn) answers only an
 // initiation that authenticates, comes from a key its policy allows and
 // carries a fresh timestamp; anything else costs no state and gets no
-// answer. Its response (65 bytes) is shorter than the initiation (113
+// answer. Its response (66 bytes) is shorter than the initiation (115
 // bytes), and it sends nothing else until the client's first data packet
 // has authenticated (key confirmation), so the server cannot be used to
 // amplify traffic toward a spoofed address. The client sends that first
@@ -103,9 +103,13 @@
 // if the peer keeps sending, for three probe timeouts); the peer reports
 // ErrPeerClosed.
 //
-// A server's established Conn ignores handshake initiations; the driver
-// offers a new one to NewSuccessor, which shares the replay memory and so
-// answers only a restarted client (a newer timestamp).
+// Every initiation carries a fresh timestamp (Config.HandshakeTimestamp
+// plus the time since the Conn was created). A server's established Conn
+// ignores handshake initiations; the driver offers a new one to
+// NewSuccessor, which shares the replay memory and so answers only a newer
+// initiation, and declines one whose client says it still holds the
+// session (Config.Resume, PeerResuming). Config.Timestamps carries the
+// memory across Conns.
 //
 // # Not done yet
 //

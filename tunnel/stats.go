@@ -28,6 +28,7 @@ type Stats struct {
 	DroppedUnknownIndex    uint64 // data for no session of ours
 	DroppedDuplicates      uint64 // replayed or duplicated packet numbers
 	HandshakesRejected     uint64 // authenticated initiations from keys not allowed
+	HandshakeReplays       uint64 // initiations not newer than one accepted before (replays)
 	RejectsReceived        uint64 // REJECTs naming our session (client): the server may have restarted
 
 	StreamsOpened   uint64 // streams we opened

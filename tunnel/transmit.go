@@ -60,7 +60,9 @@ func (c *Conn) pollHandshake(now monotime.Time, buf []byte) int {
 		return 0
 	}
 	b := wire.AppendHeader(buf[:0], &wire.Header{Type: wire.PacketHandshakeInit, SenderIndex: c.localIndex})
-	b, err := c.initiator.Begin(b, c.localIndex, c.cfg.HandshakeTimestamp, now)
+	// A fresh timestamp in every initiation (Config.HandshakeTimestamp).
+	stamp := c.cfg.HandshakeTimestamp + crypt.Timestamp(now.Sub(c.created))
+	b, err := c.initiator.Begin(b, c.localIndex, stamp, now)
 	if err != nil {
 		c.terminate(fmt.Errorf("%w: %w", ErrHandshakeTimeout, err))
 		return 0

@@ -56,6 +56,18 @@ type Tunnel struct {
 	// BBR's state and its ProbeRTT episodes so far (BBR only).
 	BBRMode   string `json:"bbr_mode,omitempty"`
 	ProbeRTTs int    `json:"probe_rtts"`
+	// Security counters of this tunnel: datagrams that failed
+	// authentication, replayed data packets, handshake initiations that
+	// were replays or came from keys not allowed, handshakes declined
+	// because the client still held the live session (a forged REJECT),
+	// sessions replaced because the client restarted, and REJECTs sent.
+	DroppedUnauthenticated uint64 `json:"dropped_unauthenticated"`
+	DroppedReplays         uint64 `json:"dropped_replays"`
+	HandshakeReplays       uint64 `json:"handshake_replays"`
+	HandshakesRefused      uint64 `json:"handshakes_refused"`
+	ResumesDeclined        uint64 `json:"resumes_declined"`
+	ClientRestarts         uint64 `json:"client_restarts"`
+	RejectsSent            uint64 `json:"rejects_sent"`
 }
 
 // Flow is one line of the answer to "flows".

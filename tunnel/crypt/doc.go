@@ -10,13 +10,14 @@
 // Noise_IK_25519_ChaChaPoly_BLAKE2s, through github.com/flynn/noise. BLAKE2s
 // is the hash WireGuard pairs with the same DH and AEAD; handshake cost is
 // dominated by the X25519 operations, so the hash choice is not a speed
-// question. The prologue is "wanopt tunnel v2", so peers speaking another
+// question. The prologue is "wanopt tunnel v3", so peers speaking another
 // protocol version fail authentication instead of misparsing each other.
 //
 // The initiator knows the responder's static public key beforehand. Message 1
 // carries the initiator's ephemeral key, its static key (encrypted) and an
-// encrypted payload with a timestamp, the initiator's sender index and the
-// packet cipher suites it offers. The responder checks the initiator's key
+// encrypted payload with a timestamp, the initiator's sender index, the
+// packet cipher suites it offers and flags (whether it still holds a session
+// with the responder: Session.Resume). The responder checks the initiator's key
 // against an injected allow-list and the timestamp against the last one it
 // accepted from that key, and only then answers with message 2, which names
 // the suite it chose: AES-256-GCM when both sides have AES instructions,
@@ -28,15 +29,18 @@
 // type byte; the caller (tunnel/wire) prepends the type. All integers are big
 // endian.
 //
-// Message 1, initiator to responder, Message1Size = 109 bytes:
+// Message 1, initiator to responder, Message1Size = 110 bytes:
 //
 //	offset size  field
 //	0      32    ephemeral public key (cleartext, Noise "e")
 //	32     48    static public key, encrypted: 32 + 16 tag (Noise "s")
-//	80     29    payload, encrypted: 13 + 16 tag
+//	80     30    payload, encrypted: 14 + 16 tag
 //	              payload[0:8]  timestamp (uint64, must increase per key)
 //	              payload[8:12] initiator's sender index (uint32)
 //	              payload[12]   suites offered (Suites: bit s-1 for Suite s)
+//	              payload[13]   flags: bit 0 resume (the initiator still
+//	                            holds an established session with the
+//	                            responder); other bits zero
 //
 // Message 2, responder to initiator, Message2Size = 57 bytes:
 //

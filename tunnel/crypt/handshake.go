@@ -17,8 +17,8 @@ const (
 	// TagSize is the Poly1305 authentication tag length.
 	TagSize = 16
 
-	msg1PayloadSize = 8 + 4 + 1 // timestamp, sender index, suites offered
-	msg2PayloadSize = 4 + 1     // sender index, suite chosen
+	msg1PayloadSize = 8 + 4 + 1 + 1 // timestamp, sender index, suites offered, flags
+	msg2PayloadSize = 4 + 1         // sender index, suite chosen
 
 	// Message1Size is the exact length of handshake message 1.
 	Message1Size = KeySize + (KeySize + TagSize) + (msg1PayloadSize + TagSize)
@@ -45,9 +45,14 @@ const HandshakeTimeout = 10 * time.Second
 // with the process. Like TAI64N it is a big-endian time, here in one uint64.
 type Timestamp uint64
 
-// prologue binds the handshake to this protocol version (v2: the suite
-// negotiation).
-var prologue = []byte("wanopt tunnel v2")
+// prologue binds the handshake to this protocol version (v2 added the suite
+// negotiation, v3 the flags of message 1).
+var prologue = []byte("wanopt tunnel v3")
+
+// flagResume, in message 1's flags, says the initiator still holds an
+// established session with this responder: it is handshaking again (its
+// peer sent a REJECT), not starting a new connection after a restart.
+const flagResume = 1
 
 var suite = noise.NewCipherSuite(noise.DH25519, noise.CipherChaChaPoly, noise.HashBLAKE2s)
 
@@ -62,14 +67,15 @@ func handshakeConfig(local PrivateKey, localPub PublicKey, initiator bool) noise
 	}
 }
 
-func putMsg1Payload(p *[msg1PayloadSize]byte, stamp Timestamp, index uint32, offer Suites) {
+func putMsg1Payload(p *[msg1PayloadSize]byte, stamp Timestamp, index uint32, offer Suites, flags byte) {
 	binary.BigEndian.PutUint64(p[0:8], uint64(stamp))
 	binary.BigEndian.PutUint32(p[8:12], index)
 	p[12] = byte(offer)
+	p[13] = flags
 }
 
-func parseMsg1Payload(p []byte) (stamp Timestamp, index uint32, offer Suites) {
-	return Timestamp(binary.BigEndian.Uint64(p[0:8])), binary.BigEndian.Uint32(p[8:12]), Suites(p[12])
+func parseMsg1Payload(p []byte) (stamp Timestamp, index uint32, offer Suites, flags byte) {
+	return Timestamp(binary.BigEndian.Uint64(p[0:8])), binary.BigEndian.Uint32(p[8:12]), Suites(p[12]), p[13]
 }
 
 // Suite is the AEAD that protects a session's packets, chosen in the

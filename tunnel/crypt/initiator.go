@@ -26,6 +26,7 @@ type Initiator struct {
 	lastStamp Timestamp // last timestamp sent, valid if sentAny
 	sentAny   bool
 	suites    Suites // offered in message 1 (localSuites; tests change it)
+	flags     byte   // message 1's flags (SetResume)
 
 	// The pending handshake; hs is nil when none is pending. eph and
 	// payload are kept so the state after message 1 can be rebuilt
@@ -53,6 +54,16 @@ func NewInitiator(local PrivateKey, remote PublicKey, rand io.Reader) (*Initiato
 // Peer returns the responder's static public key.
 func (i *Initiator) Peer() PublicKey { return i.remote }
 
+// SetResume marks the handshakes begun from now on as coming from an
+// initiator that still holds an established session with the responder
+// (Session.Resume on the responder's side).
+func (i *Initiator) SetResume(on bool) {
+	i.flags = 0
+	if on {
+		i.flags = flagResume
+	}
+}
+
 // Pending reports whether a handshake awaits message 2.
 func (i *Initiator) Pending() bool { return i.hs != nil }
 
@@ -78,7 +89,7 @@ func (i *Initiator) Begin(dst []byte, index uint32, stamp Timestamp, now monotim
 		return nil, fmt.Errorf("handshake: reading randomness for the ephemeral key: %w", err)
 	}
 	var payload [msg1PayloadSize]byte
-	putMsg1Payload(&payload, stamp, index, i.suites)
+	putMsg1Payload(&payload, stamp, index, i.suites, i.flags)
 	hs, msg, err := i.writeMessage1(dst, &eph, &payload)
 	if err != nil {
 		return nil, err

@@ -32,8 +32,47 @@ type Responder struct {
 	rand     io.Reader
 	suites   Suites // accepted (localSuites; tests change it)
 
+	stamps *Timestamps
+}
+
+// Timestamps remembers, for each initiator key, the newest message 1
+// timestamp a responder accepted. A responder that keeps one for the life
+// of its process (and shares it between the connections it accepts one
+// after another: Responder.ShareTimestamps) answers no initiation it has
+// seen, whatever happened to the connections in between. Its size is
+// bounded by the allow-list. Safe for concurrent use.
+type Timestamps struct {
 	mu   sync.Mutex
 	last map[PublicKey]Timestamp
+}
+
+// NewTimestamps returns an empty memory.
+func NewTimestamps() *Timestamps { return &Timestamps{last: make(map[PublicKey]Timestamp)} }
+
+// Last returns the newest timestamp accepted from peer, and whether one was.
+func (ts *Timestamps) Last(peer PublicKey) (Timestamp, bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t, ok := ts.last[peer]
+	return t, ok
+}
+
+// fresh reports whether stamp is newer than the last accepted from peer.
+func (ts *Timestamps) fresh(peer PublicKey, stamp Timestamp) bool {
+	last, ok := ts.Last(peer)
+	return !ok || stamp > last
+}
+
+// accept records stamp for peer if it is still the newest, and reports
+// whether it was.
+func (ts *Timestamps) accept(peer PublicKey, stamp Timestamp) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if last, ok := ts.last[peer]; ok && stamp <= last {
+		return false
+	}
+	ts.last[peer] = stamp
+	return true
 }
 
 // NewResponder returns a Responder for the local static key. allow is the
@@ -53,21 +92,21 @@ func NewResponder(local PrivateKey, allow func(PublicKey) bool, rand io.Reader) 
 		allow:    allow,
 		rand:     rand,
 		suites:   localSuites(),
-		last:     make(map[PublicKey]Timestamp),
+		stamps:   NewTimestamps(),
 	}, nil
 }
+
+// ShareTimestamps makes the responder check and record message 1
+// timestamps in ts, shared with other responders (of other connections
+// with the same peers). Call it before the first Respond.
+func (r *Responder) ShareTimestamps(ts *Timestamps) { r.stamps = ts }
 
 // PublicKey returns the responder's static public key.
 func (r *Responder) PublicKey() PublicKey { return r.localPub }
 
 // LastTimestamp returns the last message 1 timestamp accepted from peer, and
 // whether one was.
-func (r *Responder) LastTimestamp(peer PublicKey) (Timestamp, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	t, ok := r.last[peer]
-	return t, ok
-}
+func (r *Responder) LastTimestamp(peer PublicKey) (Timestamp, bool) { return r.stamps.Last(peer) }
 
 // Respond processes handshake message 1 (the bytes after the type byte).
 // On success it appends message 2 (Message2Size bytes) to dst and returns
@@ -101,12 +140,12 @@ func (r *Responder) Respond(dst, msg1 []byte, index uint32, now monotime.Time) (
 	if !r.allow(peer) {
 		return nil, nil, fmt.Errorf("handshake message 1 from %v: %w", peer, ErrUnknownPeer)
 	}
-	stamp, remoteIndex, offer := parseMsg1Payload(payload)
+	stamp, remoteIndex, offer, flags := parseMsg1Payload(payload)
 	suite := choose(offer, r.suites)
 	if suite == 0 {
 		return nil, nil, fmt.Errorf("handshake message 1 from %v: offers no cipher suite this side has (offered %08b): %w", peer, offer, ErrMalformed)
 	}
-	if !r.fresh(peer, stamp) {
+	if !r.stamps.fresh(peer, stamp) {
 		return nil, nil, fmt.Errorf("handshake message 1 from %v: %w", peer, ErrReplay)
 	}
 
@@ -125,13 +164,9 @@ func (r *Responder) Respond(dst, msg1 []byte, index uint32, now monotime.Time) (
 
 	// Commit last, re-checking: a concurrent Respond may have accepted
 	// the same or a newer message 1 meanwhile.
-	r.mu.Lock()
-	if last, ok := r.last[peer]; ok && stamp <= last {
-		r.mu.Unlock()
+	if !r.stamps.accept(peer, stamp) {
 		return nil, nil, fmt.Errorf("handshake message 1 from %v: %w", peer, ErrReplay)
 	}
-	r.last[peer] = stamp
-	r.mu.Unlock()
 
 	// Split: cs1 protects initiator to responder, cs2 the reverse.
 	s := newSession(cs2.UnsafeKey(), cs1.UnsafeKey(), suite)
@@ -139,13 +174,6 @@ func (r *Responder) Respond(dst, msg1 []byte, index uint32, now monotime.Time) (
 	s.localIndex = index
 	s.remoteIndex = remoteIndex
 	s.created = now
+	s.resume = flags&flagResume != 0
 	return out, s, nil
-}
-
-// fresh reports whether stamp is newer than the last accepted from peer.
-func (r *Responder) fresh(peer PublicKey, stamp Timestamp) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	last, ok := r.last[peer]
-	return !ok || stamp > last
 }

@@ -27,6 +27,7 @@ type Session struct {
 	remoteIndex uint32
 	created     monotime.Time
 	initiator   bool
+	resume      bool // responder: message 1 carried flagResume
 	suite       Suite
 
 	// Send side, used only by Seal.
@@ -83,6 +84,11 @@ func (s *Session) RemoteIndex() uint32 { return s.remoteIndex }
 // Created returns the now passed to the handshake call that made the
 // Session, for rekeying by age.
 func (s *Session) Created() monotime.Time { return s.created }
+
+// Resume reports, on the responder's side, that the initiator said it still
+// holds an established session with this responder (Initiator.SetResume):
+// a handshake prompted by a REJECT, not a restarted initiator.
+func (s *Session) Resume() bool { return s.resume }
 
 // IsInitiator reports whether this side sent handshake message 1.
 func (s *Session) IsInitiator() bool { return s.initiator }

@@ -98,11 +98,19 @@
 // streams are then reset (Read and Write fail with a *StreamError with
 // CodePeerRestarted; opens still waiting fail as unreachable), and new
 // streams use the new session: within a round trip of the first packet
-// the restarted server sees, not after the idle timeout. A forged REJECT
-// costs one handshake that the live server refuses: the client sends its
-// first handshake's timestamp again, which a restarted server has
-// forgotten and a live one takes for a replay; the new Conn then times
-// out and is dropped. Stats counts RejectsSent and Rehandshakes.
+// the restarted server sees, not after the idle timeout. That handshake
+// carries a fresh timestamp and the resume flag (the client still holds a
+// session): a restarted server holds none and answers, while a live one
+// (the REJECT was forged: anyone on the path can forge one) declines it
+// unanswered and keeps the session and its streams; the client's new Conn
+// then times out and is dropped. Stats counts RejectsSent, Rehandshakes
+// and ResumesDeclined.
+//
+// Every initiation carries a fresh timestamp, and a server that is given
+// one crypt.Timestamps for its process's life (Config.Tunnel.Timestamps,
+// as the edge does) answers no initiation twice, across all the tunnels
+// it accepts: a captured initiation replayed after a teardown gets no
+// answer and moves nothing.
 //
 // The other way round, a client that restarted (a new process, so a newer
 // timestamp) handshakes with a server whose session is still established:

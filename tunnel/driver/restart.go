@@ -11,6 +11,7 @@ import (
 
 	"github.com/wanopt/wanopt/internal/monotime"
 	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
 
@@ -104,7 +105,16 @@ func (d *driverState) offerSuccessor(now monotime.Time, p []byte, ep netip.AddrP
 	before := next.Stats().PacketsReceived
 	next.HandleDatagram(now, p)
 	if next.Stats().PacketsReceived == before {
-		return // replayed, forged or not allowed: no answer
+		d.ctr.initiationsRefused++ // replayed, forged or not allowed: no answer
+		return
+	}
+	if next.PeerResuming() {
+		// The client says it still holds this session: it handshakes
+		// because of a REJECT that we never sent. Declined unanswered;
+		// the session goes on.
+		d.ctr.resumesDeclined++
+		d.t.log.Info("the peer handshook again while its session here is alive (a forged REJECT?); declined, the session goes on", "from", ep)
+		return
 	}
 	d.next, d.nextPeer, d.nextTried = next, ep, now
 	d.t.log.Info("new handshake from the peer while established (it restarted?); answering, the current session goes on until it confirms", "from", ep)
@@ -119,10 +129,13 @@ func (d *driverState) startRehandshake(now monotime.Time) {
 		(d.nextTried != 0 && now.Sub(d.nextTried) < rehandshakeInterval) {
 		return
 	}
-	// The same timestamp as the first handshake, on purpose: a server
-	// that restarted has forgotten it and answers, while a live server
-	// (the REJECT was forged) takes it for a replay and keeps the session.
-	conn, err := tunnel.NewClientConn(d.t.cfg.Tunnel, now)
+	// A fresh timestamp, and the resume flag: a server that restarted
+	// holds no session and answers, while a live one (the REJECT was
+	// forged) declines (offerSuccessor) and keeps the session.
+	cfg := d.t.cfg.Tunnel
+	cfg.HandshakeTimestamp = crypt.Timestamp(time.Now().UnixNano())
+	cfg.Resume = true
+	conn, err := tunnel.NewClientConn(cfg, now)
 	if err != nil {
 		d.t.log.Warn("the server rejected our session; cannot start a new handshake", "err", err)
 		return

@@ -158,6 +158,7 @@ func TestForgedReject(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return cli.Stats().Rehandshakes == 1 })
+	waitFor(t, func() bool { return srv.Stats().ResumesDeclined >= 1 })
 	time.Sleep(200 * time.Millisecond) // the server would have answered by now
 	for i := range 3 {
 		msg := []byte{'a' + byte(i)}

@@ -69,6 +69,8 @@ type counters struct {
 	txErrors, acceptOverflow  uint64
 	rejectsSent, rehandshakes uint64
 	clientRestarts            uint64
+	resumesDeclined           uint64
+	initiationsRefused        uint64
 }
 
 func (d *driverState) init(t *Tunnel, conn *tunnel.Conn, cfg Config) {

@@ -285,6 +285,13 @@ type Stats struct {
 	// ClientRestarts counts sessions a server replaced because its client
 	// handshook again while established (a restarted near edge).
 	ClientRestarts uint64
+	// ResumesDeclined counts handshakes a server declined because the
+	// client said it still holds the live session (after a forged REJECT).
+	ResumesDeclined uint64
+	// InitiationsRefused counts initiations a server refused while
+	// established: replayed, forged, or from a key not allowed (the
+	// session's own Conn counts those before it is established).
+	InitiationsRefused uint64
 	// PeerAddr is where datagrams go (the server learns it).
 	PeerAddr netip.AddrPort
 }

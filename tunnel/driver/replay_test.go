@@ -1,0 +1,202 @@
+package driver
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/tunnel/bind"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+)
+
+// replayer sends captured datagrams from a socket of its own and reports
+// whether anything came back.
+type replayer struct{ c *net.UDPConn }
+
+func newReplayer(t *testing.T) *replayer {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &replayer{c}
+}
+
+func (r *replayer) send(t *testing.T, p []byte, to netip.AddrPort) {
+	t.Helper()
+	if _, err := r.c.WriteToUDPAddrPort(p, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// answered reports whether a datagram arrives within d.
+func (r *replayer) answered(d time.Duration) bool {
+	r.c.SetReadDeadline(time.Now().Add(d))
+	_, _, err := r.c.ReadFromUDPAddrPort(make([]byte, 2048))
+	return err == nil
+}
+
+// TestReplayAfterTeardown: a server process keeps its handshake memory
+// across the connections it accepts one after another (Config.Tunnel.
+// Timestamps, as the edge does), so an initiation captured from an earlier
+// connection, replayed after that connection ended, gets no answer and
+// moves nothing; the real client, whose every initiation carries a fresh
+// timestamp, connects at once.
+func TestReplayAfterTeardown(t *testing.T) {
+	leaktest.Check(t)
+	stamps := crypt.NewTimestamps()
+	cb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	saddr := sb.LocalAddr()
+	ib := &initBind{crashBind: crashBind{Conn: cb}}
+	ccfg, scfg := pairConfigs(t, 51)
+	ccfg.RemoteAddr, ccfg.Bind = saddr, ib
+	scfg.Bind, scfg.Tunnel.Timestamps = sb, stamps
+	cli, srv := connect(t, ccfg, scfg)
+	c, s := openAccepted(t, cli, srv)
+	c.Write([]byte("x"))
+	mustRead(t, s, []byte("x"))
+	old := ib.first.Load()
+	if old == nil {
+		t.Fatal("no initiation recorded")
+	}
+	cli.Close()
+	srv.Close()
+
+	// The next connection of the same server process.
+	sb2, err := bind.Listen("udp4", saddr, bind.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, scfg2 := pairConfigs(t, 51)
+	scfg2.Bind, scfg2.Tunnel.Timestamps, scfg2.Tunnel.Rand = sb2, stamps, seeded(52)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srvCh := make(chan *Tunnel, 1)
+	go func() {
+		s, err := Listen(ctx, scfg2)
+		if err != nil {
+			t.Errorf("listen again: %v", err)
+		}
+		srvCh <- s
+	}()
+	r := newReplayer(t)
+	for range 3 {
+		r.send(t, *old, saddr)
+	}
+	if r.answered(300 * time.Millisecond) {
+		t.Error("the replayed initiation was answered")
+	}
+	select {
+	case <-srvCh:
+		t.Fatal("Listen completed on a replay")
+	default:
+	}
+
+	// The real client dials again: answered at once.
+	ccfg2, _ := pairConfigs(t, 51)
+	ccfg2.Tunnel.Rand = seeded(53)
+	ccfg2.RemoteAddr, ccfg2.Network, ccfg2.LocalAddr = saddr, "udp4", netip.MustParseAddrPort("127.0.0.1:0")
+	start := time.Now()
+	cli2, err := Dial(ctx, ccfg2)
+	if err != nil {
+		t.Fatalf("the client could not dial again: %v", err)
+	}
+	defer cli2.Close()
+	srv2 := <-srvCh
+	if srv2 == nil {
+		return
+	}
+	defer srv2.Close()
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("dial took %v", d)
+	}
+	if st := srv2.Stats(); st.PeerAddr != cli2.LocalAddr() {
+		t.Errorf("server's peer %v; want the real client %v (a replay moved it?)", st.PeerAddr, cli2.LocalAddr())
+	}
+}
+
+// TestFarRestartWithReplay: the server process restarts (its handshake
+// memory is gone) and an attacker replays a captured initiation before the
+// client notices. The restarted server answers the replay (it cannot know
+// it), but the session that makes is useless without the client's
+// ephemeral key, and the client's own handshake, with a newer timestamp,
+// replaces it: the client has a working tunnel within 2 s of the restart.
+func TestFarRestartWithReplay(t *testing.T) {
+	leaktest.Check(t)
+	cb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	saddr := sb.LocalAddr()
+	ib := &initBind{crashBind: crashBind{Conn: cb}}
+	crash := &crashBind{Conn: sb}
+	ccfg, scfg := pairConfigs(t, 61)
+	ccfg.RemoteAddr, ccfg.Bind = saddr, ib
+	scfg.Bind, scfg.Tunnel.Timestamps = crash, crypt.NewTimestamps()
+	cli, srv := connect(t, ccfg, scfg)
+	c, s := openAccepted(t, cli, srv)
+	c.Write([]byte("x"))
+	mustRead(t, s, []byte("x"))
+	old := ib.first.Load()
+
+	// The far edge dies without a word and comes back with empty memory.
+	crash.dead.Store(true)
+	srv.Close()
+	start := time.Now()
+	sb2, err := bind.Listen("udp4", saddr, bind.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, scfg2 := pairConfigs(t, 61)
+	scfg2.Bind, scfg2.Tunnel.Timestamps, scfg2.Tunnel.Rand = sb2, crypt.NewTimestamps(), seeded(62)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srvCh := make(chan *Tunnel, 1)
+	go func() {
+		s, err := Listen(ctx, scfg2)
+		if err != nil {
+			t.Errorf("listen again: %v", err)
+		}
+		srvCh <- s
+	}()
+	r := newReplayer(t)
+	time.Sleep(50 * time.Millisecond) // the new server listens
+	r.send(t, *old, saddr)
+
+	// The client's traffic draws a REJECT; its new handshake wins.
+	c.Write([]byte("after the restart"))
+	srv2 := <-srvCh
+	if srv2 == nil {
+		return
+	}
+	defer srv2.Close()
+	c.Close()
+	c2, s2 := openAccepted(t, cli, srv2)
+	c2.Write([]byte("new session"))
+	mustRead(t, s2, []byte("new session"))
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("tunnel back %v after the restart; want within 2 s", d)
+	} else {
+		t.Logf("tunnel back %v after the restart, a replay injected", d)
+	}
+	if st := srv2.Stats(); st.PeerAddr != cli.LocalAddr() {
+		t.Errorf("server's peer %v; want the client %v", st.PeerAddr, cli.LocalAddr())
+	}
+	c2.Close()
+	s2.Close()
+}
