@@ -34,6 +34,7 @@ func (e *Edge) Status() control.Status {
 			DroppedUnauthenticated: s.Tunnel.DroppedUnauthenticated, DroppedReplays: s.Tunnel.DroppedDuplicates,
 			HandshakeReplays: s.Tunnel.HandshakeReplays, HandshakesRefused: s.Tunnel.HandshakesRejected + s.InitiationsRefused,
 			ResumesDeclined: s.ResumesDeclined, ClientRestarts: s.ClientRestarts, RejectsSent: s.RejectsSent,
+			HandshakesBadMAC: s.Gate.BadMAC, CookiesSent: s.Gate.CookiesSent, HandshakesRateLimited: s.Gate.RateLimited,
 		}
 		if s.Tunnel.Congestion == "bbr" {
 			r.Tunnel.BBRMode, r.Tunnel.ProbeRTTs = s.Tunnel.BBR.Mode.String(), s.Tunnel.BBR.ProbeRTTCount

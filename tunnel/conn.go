@@ -46,8 +46,9 @@ type Conn struct {
 	rng    *rand.Rand
 
 	// Handshake.
-	initiator   *crypt.Initiator // client
-	responder   *crypt.Responder // server
+	initiator   *crypt.Initiator       // client
+	cookies     *crypt.CookieGenerator // client: the MACs of its initiations
+	responder   *crypt.Responder       // server
 	sess        *crypt.Session
 	localIndex  uint32
 	created     monotime.Time // HandshakeTimestamp's moment
@@ -133,6 +134,7 @@ func NewClientConn(cfg Config, now monotime.Time) (*Conn, error) {
 		return nil, fmt.Errorf("tunnel: new client: %w", err)
 	}
 	c.initiator.SetResume(cfg.Resume)
+	c.cookies = crypt.NewCookieGenerator(cfg.PeerPublicKey)
 	c.hsNext = now
 	c.hsInterval = DefaultHandshakeRetransmit
 	return c, nil
@@ -292,6 +294,8 @@ func (c *Conn) HandleDatagram(now monotime.Time, b []byte) {
 		c.handleInit(now, b[off:])
 	case wire.PacketHandshakeResp:
 		c.handleResp(now, b[off:])
+	case wire.PacketCookie:
+		c.handleCookie(now, &hdr, b[off:])
 	default: // Reject: an unauthenticated hint; only reported.
 		c.stats.DroppedPackets++
 		if c.client && c.state == stateEstablished && c.sess != nil && hdr.SenderIndex == c.sess.RemoteIndex() {
@@ -318,12 +322,12 @@ func (c *Conn) AppendReject(buf, b []byte) []byte {
 	return wire.AppendHeader(buf, &wire.Header{Type: wire.PacketReject, SenderIndex: hdr.ReceiverIndex})
 }
 
-// IsHandshakeResponse reports whether b is a handshake response addressed
-// to this Conn's initiation (client): the one datagram a Conn still in its
-// handshake needs, when another Conn shares its socket.
+// IsHandshakeResponse reports whether b is a handshake response or a
+// cookie reply addressed to this Conn's initiation (client): the datagrams
+// a Conn still in its handshake needs, when another Conn shares its socket.
 func (c *Conn) IsHandshakeResponse(b []byte) bool {
 	hdr, _, err := wire.ParseHeader(b)
-	return err == nil && hdr.Type == wire.PacketHandshakeResp && hdr.ReceiverIndex == c.localIndex
+	return err == nil && (hdr.Type == wire.PacketHandshakeResp || hdr.Type == wire.PacketCookie) && hdr.ReceiverIndex == c.localIndex
 }
 
 // IsHandshakeInitiation reports whether b is a handshake initiation: the
@@ -333,8 +337,12 @@ func (c *Conn) IsHandshakeResponse(b []byte) bool {
 // truncated junk from costing a successor); the Conn that gets b
 // authenticates it.
 func IsHandshakeInitiation(b []byte) bool {
-	return len(b) == wire.HandshakeInitHeaderLen+crypt.Message1Size && b[0] == byte(wire.PacketHandshakeInit)
+	return len(b) == InitiationSize && b[0] == byte(wire.PacketHandshakeInit)
 }
+
+// InitiationSize is the length of a handshake initiation datagram: header,
+// Noise message 1, mac1 and mac2.
+const InitiationSize = wire.HandshakeInitHeaderLen + crypt.Message1Size + crypt.MACsSize
 
 // OwnsDatagram reports whether b is a data packet for this Conn's session
 // (by its receiver index; nothing is authenticated): how a driver that runs
@@ -377,6 +385,13 @@ func (c *Conn) handleInit(now monotime.Time, msg []byte) {
 		c.stats.DroppedPackets++
 		return
 	}
+	if len(msg) != crypt.Message1Size+crypt.MACsSize {
+		c.stats.DroppedMalformed++
+		c.stats.DroppedPackets++
+		return
+	}
+	// The MACs were checked before (HandshakeGate), with the source.
+	msg = msg[:crypt.Message1Size]
 	idx := c.rng.Uint32()
 	// Build in a spare buffer: a response still waiting to be sent must
 	// survive a bad initiation arriving before it goes out.
@@ -404,7 +419,24 @@ func (c *Conn) handleInit(now monotime.Time, msg []byte) {
 	c.largestRecv = wire.NoPacketNumber
 	c.setupRecovery()
 	c.stats.PacketsReceived++
-	c.stats.BytesReceived += uint64(len(msg) + wire.HandshakeInitHeaderLen)
+	c.stats.BytesReceived += uint64(InitiationSize)
+}
+
+// handleCookie takes a cookie reply to the client's pending initiation and
+// sends the next initiation at once, with mac2. A reply that does not
+// decrypt against the last initiation sent changes nothing.
+func (c *Conn) handleCookie(now monotime.Time, hdr *wire.Header, body []byte) {
+	if !c.client || c.state != stateHandshake || hdr.ReceiverIndex != c.localIndex {
+		c.stats.DroppedPackets++
+		return
+	}
+	if err := c.cookies.ConsumeReply(body, now); err != nil {
+		c.stats.DroppedPackets++
+		c.stats.DroppedUnauthenticated++
+		return
+	}
+	c.stats.CookiesReceived++
+	c.hsNext = now
 }
 
 // handleResp completes the client's handshake.

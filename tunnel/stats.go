@@ -29,6 +29,7 @@ type Stats struct {
 	DroppedDuplicates      uint64 // replayed or duplicated packet numbers
 	HandshakesRejected     uint64 // authenticated initiations from keys not allowed
 	HandshakeReplays       uint64 // initiations not newer than one accepted before (replays)
+	CookiesReceived        uint64 // cookie replies taken (client): the server was under load
 	RejectsReceived        uint64 // REJECTs naming our session (client): the server may have restarted
 
 	StreamsOpened   uint64 // streams we opened

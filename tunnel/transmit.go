@@ -67,6 +67,7 @@ func (c *Conn) pollHandshake(now monotime.Time, buf []byte) int {
 		c.terminate(fmt.Errorf("%w: %w", ErrHandshakeTimeout, err))
 		return 0
 	}
+	b = c.cookies.AppendMACs(b, now)
 	c.hsNext = now.Add(c.hsInterval)
 	c.hsInterval = min(2*c.hsInterval, MaxHandshakeRetransmit)
 	c.stats.HandshakesSent++

@@ -68,6 +68,12 @@ type Tunnel struct {
 	ResumesDeclined        uint64 `json:"resumes_declined"`
 	ClientRestarts         uint64 `json:"client_restarts"`
 	RejectsSent            uint64 `json:"rejects_sent"`
+	// The handshake gate (far edge): initiations without a valid mac1,
+	// cookie replies sent under load, initiations dropped by its rate
+	// limits.
+	HandshakesBadMAC      uint64 `json:"handshakes_bad_mac"`
+	CookiesSent           uint64 `json:"cookies_sent"`
+	HandshakesRateLimited uint64 `json:"handshakes_rate_limited"`
 }
 
 // Flow is one line of the answer to "flows".

@@ -177,6 +177,9 @@ func (d *driverState) handleRx(b *rxBatch) {
 			}
 			continue
 		}
+		if !d.t.client && tunnel.IsHandshakeInitiation(p) && !d.admit(now, p, b.eps[i]) {
+			continue
+		}
 		if !d.t.client && d.estDone && tunnel.IsHandshakeInitiation(p) {
 			d.offerSuccessor(now, p, b.eps[i])
 			continue
@@ -205,4 +208,20 @@ func (d *driverState) handleRx(b *rxBatch) {
 	}
 	b.n = 0
 	d.t.rxFree <- b // never blocks: rxFree holds every batch
+}
+
+// admit (server) passes the initiation p from ep through the handshake
+// gate: it reports whether a Conn may process it, and sends the cookie
+// reply the gate asks for.
+func (d *driverState) admit(now monotime.Time, p []byte, ep netip.AddrPort) bool {
+	v, reply := d.gate.Admit(now, p, ep, d.cookieBuf[:0])
+	d.cookieBuf = reply
+	if v == tunnel.GateCookie {
+		if err := d.t.bc.WriteBatch([][]byte{reply}, ep); err != nil {
+			d.ctr.txErrors++
+		} else {
+			d.ctr.datagramsOut++
+		}
+	}
+	return v == tunnel.GateAdmit
 }

@@ -233,4 +233,7 @@ func (d *driverState) fillStats(s *Stats) {
 		InitiationsRefused: d.ctr.initiationsRefused,
 		PeerAddr:           d.peer,
 	}
+	if d.gate != nil {
+		s.Gate = d.gate.Stats()
+	}
 }

@@ -3,6 +3,7 @@
 package driver
 
 import (
+	"crypto/rand"
 	"net/netip"
 	"time"
 
@@ -50,6 +51,11 @@ type driverState struct {
 	// lastReject is when the server last sent a REJECT (rate limit).
 	lastReject monotime.Time
 	rejectBuf  []byte
+	// gate (server) checks every handshake initiation's MACs and rate
+	// before a Conn spends a Diffie-Hellman on it; cookieBuf holds the
+	// cookie reply being sent.
+	gate      *tunnel.HandshakeGate
+	cookieBuf []byte
 
 	estDone   bool
 	closeErr  error // the Conn's EventClosed reason
@@ -81,6 +87,13 @@ func (d *driverState) init(t *Tunnel, conn *tunnel.Conn, cfg Config) {
 	d.timer.Stop()
 	d.streams = make(map[uint64]*Stream)
 	d.parked = make(map[*Stream]struct{})
+	if !t.client {
+		rnd := cfg.Tunnel.Rand
+		if rnd == nil {
+			rnd = rand.Reader
+		}
+		d.gate = tunnel.NewHandshakeGate(cfg.Tunnel.PrivateKey, rnd)
+	}
 	if havePreciseSleep && !cfg.TimerOnly {
 		d.sleepReq = make(chan monotime.Time, 1)
 		d.sleepWake = make(chan struct{}, 1)

@@ -292,6 +292,10 @@ type Stats struct {
 	// established: replayed, forged, or from a key not allowed (the
 	// session's own Conn counts those before it is established).
 	InitiationsRefused uint64
+	// Gate (server) counts what the handshake gate did with initiations
+	// before any Diffie-Hellman: bad mac1, cookies sent under load, rate
+	// limited, admitted.
+	Gate tunnel.GateStats
 	// PeerAddr is where datagrams go (the server learns it).
 	PeerAddr netip.AddrPort
 }

@@ -26,6 +26,11 @@ const (
 	// receiver may start a new handshake on it but must never tear a session
 	// down because of it. Bytes after its header are reserved and ignored.
 	PacketReject PacketType = 0x03
+	// PacketCookie answers a handshake initiation that a responder under
+	// load will not process yet: it carries, for the initiation's sender
+	// (ReceiverIndex), a cookie to prove its address with (package crypt:
+	// CookieGenerator). It is never longer than the initiation.
+	PacketCookie PacketType = 0x04
 	// PacketData carries AEAD-sealed frames for the session ReceiverIndex.
 	// On the wire its first byte is 0x10 | (PNLen-1).
 	PacketData PacketType = 0x10
@@ -40,6 +45,8 @@ func (t PacketType) String() string {
 		return "HANDSHAKE_RESP"
 	case PacketReject:
 		return "REJECT"
+	case PacketCookie:
+		return "COOKIE"
 	case PacketData:
 		return "DATA"
 	}
@@ -54,6 +61,8 @@ const (
 	HandshakeRespHeaderLen = 1 + 4 + 4
 	// RejectHeaderLen is the length of a PacketReject header.
 	RejectHeaderLen = 1 + 4
+	// CookieHeaderLen is the length of a PacketCookie header.
+	CookieHeaderLen = 1 + 4
 	// MinDataHeaderLen is the length of a data header with a 1-byte packet
 	// number.
 	MinDataHeaderLen = 1 + 4 + 1
@@ -100,6 +109,8 @@ func (h *Header) Len() int {
 		return HandshakeRespHeaderLen
 	case PacketReject:
 		return RejectHeaderLen
+	case PacketCookie:
+		return CookieHeaderLen
 	case PacketData:
 		if h.PNLen >= 1 && h.PNLen <= 4 {
 			return 1 + 4 + h.PNLen
@@ -120,6 +131,9 @@ func AppendHeader(b []byte, h *Header) []byte {
 	case PacketHandshakeResp:
 		b = append(b, byte(h.Type))
 		b = binary.BigEndian.AppendUint32(b, h.SenderIndex)
+		return binary.BigEndian.AppendUint32(b, h.ReceiverIndex)
+	case PacketCookie:
+		b = append(b, byte(h.Type))
 		return binary.BigEndian.AppendUint32(b, h.ReceiverIndex)
 	case PacketData:
 		if h.PNLen < 1 || h.PNLen > 4 {
@@ -152,6 +166,9 @@ func ParseHeader(b []byte) (h Header, payloadOffset int, err error) {
 	case t == byte(PacketHandshakeResp):
 		h.Type = PacketHandshakeResp
 		payloadOffset = HandshakeRespHeaderLen
+	case t == byte(PacketCookie):
+		h.Type = PacketCookie
+		payloadOffset = CookieHeaderLen
 	case t&^3 == byte(PacketData):
 		h.Type = PacketData
 		h.PNLen = int(t&3) + 1
@@ -169,6 +186,8 @@ func ParseHeader(b []byte) (h Header, payloadOffset int, err error) {
 	case PacketHandshakeResp:
 		h.SenderIndex = binary.BigEndian.Uint32(b[1:])
 		h.ReceiverIndex = binary.BigEndian.Uint32(b[5:])
+	case PacketCookie:
+		h.ReceiverIndex = binary.BigEndian.Uint32(b[1:])
 	case PacketData:
 		h.ReceiverIndex = binary.BigEndian.Uint32(b[1:])
 		for _, c := range b[5:payloadOffset] {

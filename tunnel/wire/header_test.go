@@ -19,6 +19,8 @@ func TestHeaderEncodings(t *testing.T) {
 			[]byte{0x02, 0xa0, 0xb0, 0xc0, 0xd0, 1, 2, 3, 4}},
 		{"reject", Header{Type: PacketReject, SenderIndex: 0xffffffff},
 			[]byte{0x03, 0xff, 0xff, 0xff, 0xff}},
+		{"cookie", Header{Type: PacketCookie, ReceiverIndex: 0x01020304},
+			[]byte{0x04, 1, 2, 3, 4}},
 		{"data1", Header{Type: PacketData, ReceiverIndex: 7, PacketNumber: 0x2a, PNLen: 1},
 			[]byte{0x10, 0, 0, 0, 7, 0x2a}},
 		{"data2", Header{Type: PacketData, ReceiverIndex: 7, PacketNumber: 0x9b32, PNLen: 2},
@@ -69,7 +71,7 @@ func TestHeaderTruncatesPacketNumber(t *testing.T) {
 }
 
 func TestParseHeaderUnknownType(t *testing.T) {
-	known := map[byte]bool{0x01: true, 0x02: true, 0x03: true, 0x10: true, 0x11: true, 0x12: true, 0x13: true}
+	known := map[byte]bool{0x01: true, 0x02: true, 0x03: true, 0x04: true, 0x10: true, 0x11: true, 0x12: true, 0x13: true}
 	for c := range 256 {
 		pkt := append([]byte{byte(c)}, make([]byte, 20)...)
 		_, _, err := ParseHeader(pkt)
