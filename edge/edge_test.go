@@ -16,6 +16,7 @@ import (
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/tcptest"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/bind"
 	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
@@ -143,30 +144,21 @@ func startPair(t *testing.T, allow string) *pair {
 	return p
 }
 
-// hashServer answers each connection with resp after reading the request
-// to its end, and reports the request's hash.
+// hashServer answers a connection with resp after reading the request to
+// its end, and reports the request's hash (one connection: a second
+// handler would wait for sums to be read).
 func hashServer(t *testing.T, resp []byte) (netip.AddrPort, <-chan [32]byte) {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	sums := make(chan [32]byte, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	addr := tcptest.Server(t, func(c *net.TCPConn) {
 		h := sha256.New()
 		io.Copy(h, c)
 		var sum [32]byte
 		h.Sum(sum[:0])
 		sums <- sum
 		c.Write(resp)
-	}()
-	return netip.MustParseAddrPort(ln.Addr().String()), sums
+	})
+	return addr, sums
 }
 
 // TestEdgePair moves 8 MiB each way through two edges in this process,
@@ -217,12 +209,7 @@ func TestEdgePair(t *testing.T) {
 func TestEdgePairOutcomes(t *testing.T) {
 	leaktest.Check(t)
 	p := startPair(t, "127.0.0.1/32:1-1000")
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := netip.MustParseAddrPort(ln.Addr().String())
-	ln.Close()
+	closed := tcptest.ClosedPort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	src := netip.MustParseAddrPort("198.18.1.2:40000")

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/tcptest"
 	"github.com/wanopt/wanopt/tunnel/driver"
+	"github.com/wanopt/wanopt/tunnel/driver/drivertest"
 )
 
 // everything allows every address, as an operator's careless
@@ -79,13 +81,7 @@ func TestPolicyRefusesSpecialAddresses(t *testing.T) {
 // 127.0.0.1 explicitly lets the same flow connect.
 func TestEgressRefusesItsHost(t *testing.T) {
 	leaktest.Check(t)
-	ln4, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln4.Close()
-	go acceptAll(ln4)
-	port := uint16(ln4.Addr().(*net.TCPAddr).Port)
+	port := tcptest.Server(t, hangUp).Port()
 	dsts := []netip.AddrPort{
 		netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port),
 		netip.AddrPortFrom(netip.MustParseAddr("::ffff:127.0.0.1"), port),
@@ -94,14 +90,12 @@ func TestEgressRefusesItsHost(t *testing.T) {
 		netip.AddrPortFrom(netip.MustParseAddr("224.0.0.1"), port),
 	}
 	if ln6, err := net.Listen("tcp6", "[::1]:0"); err == nil {
-		defer ln6.Close()
-		go acceptAll(ln6)
+		tcptest.Serve(t, ln6, hangUp)
 		dsts = append(dsts, netip.AddrPortFrom(netip.IPv6Loopback(), uint16(ln6.Addr().(*net.TCPAddr).Port)))
 	}
 	if own, ok := ownAddr(); ok {
 		if lnOwn, err := net.Listen("tcp", netip.AddrPortFrom(own, 0).String()); err == nil {
-			defer lnOwn.Close()
-			go acceptAll(lnOwn)
+			tcptest.Serve(t, lnOwn, hangUp)
 			dsts = append(dsts, netip.AddrPortFrom(own, uint16(lnOwn.Addr().(*net.TCPAddr).Port)))
 		}
 	} else {
@@ -109,8 +103,8 @@ func TestEgressRefusesItsHost(t *testing.T) {
 	}
 	src := netip.MustParseAddrPort("198.18.1.2:40000")
 	run := func(pol Policy, fn func(e *Egress, near *driver.Tunnel)) {
-		near, far := tunnelPair(t)
-		e := New(pol, nil, Options{DialTimeout: time.Second, Logger: testLogger(t)})
+		near, far := drivertest.Pair(t, tcptest.Logger())
+		e := New(pol, nil, Options{DialTimeout: time.Second, Logger: tcptest.Logger()})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- e.Serve(ctx, far) }()
@@ -152,16 +146,9 @@ func TestEgressRefusesItsHost(t *testing.T) {
 	})
 }
 
-// acceptAll accepts and closes connections until ln closes.
-func acceptAll(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		c.Close()
-	}
-}
+// hangUp is a server's handler that closes each connection at once
+// (tcptest.Serve closes it on return).
+func hangUp(*net.TCPConn) {}
 
 // ownAddr returns a non-loopback unicast address of this host.
 func ownAddr() (netip.Addr, bool) {

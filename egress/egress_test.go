@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -16,22 +15,10 @@ import (
 
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/tcptest"
 	"github.com/wanopt/wanopt/tunnel/driver"
 	"github.com/wanopt/wanopt/tunnel/driver/drivertest"
 )
-
-func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("WANOPT_TEST_LOG") == "" {
-		return slog.New(slog.DiscardHandler)
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// tunnelPair connects two tunnels in memory; both close at the test's end.
-func tunnelPair(t testing.TB) (near, far *driver.Tunnel) {
-	t.Helper()
-	return drivertest.Pair(t, testLogger(t))
-}
 
 func TestParseRule(t *testing.T) {
 	for _, tc := range []struct {
@@ -96,7 +83,7 @@ func (d fakeDialer) Dial(ctx context.Context, _, _ netip.AddrPort) (flow.Conn, e
 
 func TestOutcomes(t *testing.T) {
 	leaktest.Check(t)
-	closed := closedPort(t)
+	closed := tcptest.ClosedPort(t)
 	src := netip.MustParseAddrPort("198.18.1.2:40000")
 	for _, tc := range []struct {
 		name   string
@@ -113,9 +100,9 @@ func TestOutcomes(t *testing.T) {
 		{"other failure", fakeDialer{errors.New("boom")}, closed, driver.ErrOpenFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			near, far := tunnelPair(t)
+			near, far := drivertest.Pair(t, tcptest.Logger())
 			pol := Policy{Rules: []Rule{{Prefix: netip.MustParsePrefix("127.0.0.1/32"), Ports: []PortRange{{2, 65535}}}}}
-			e := New(pol, tc.dialer, Options{DialTimeout: 200 * time.Millisecond, Logger: testLogger(t)})
+			e := New(pol, tc.dialer, Options{DialTimeout: 200 * time.Millisecond, Logger: tcptest.Logger()})
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- e.Serve(ctx, far) }()
@@ -144,47 +131,27 @@ func TestOutcomes(t *testing.T) {
 	}
 }
 
-func closedPort(t *testing.T) netip.AddrPort {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ap := netip.MustParseAddrPort(ln.Addr().String())
-	ln.Close()
-	return ap
-}
-
 // TestRelayHalfClose sends data up, half-closes, and the server answers
 // only after it saw EOF: the reply must arrive after the near edge's FIN,
 // then the server's FIN as io.EOF.
 func TestRelayHalfClose(t *testing.T) {
 	leaktest.Check(t)
-	near, far := tunnelPair(t)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	near, far := drivertest.Pair(t, tcptest.Logger())
 	const size = 3 << 20
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	dst := tcptest.Server(t, func(c *net.TCPConn) {
 		n, _ := io.Copy(io.Discard, c) // until the client's FIN
 		c.Write([]byte(strings.Repeat("x", int(n%1000)) + "got it"))
-		c.(*net.TCPConn).CloseWrite()
+		c.CloseWrite()
 		io.Copy(io.Discard, c)
-	}()
-	pol, _ := ParsePolicy([]string{ln.Addr().String()})
-	e := New(pol, nil, Options{Logger: testLogger(t)})
+	})
+	pol, _ := ParsePolicy([]string{dst.String()})
+	e := New(pol, nil, Options{Logger: tcptest.Logger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Serve(ctx, far) }()
 	defer func() { cancel(); <-done }()
 
-	s, err := near.OpenStream(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), netip.MustParseAddrPort(ln.Addr().String()))
+	s, err := near.OpenStream(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), dst)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +182,7 @@ func TestRelayHalfClose(t *testing.T) {
 // its stream while the server sends gets the server reset.
 func TestServerReset(t *testing.T) {
 	leaktest.Check(t)
-	near, far := tunnelPair(t)
+	near, far := drivertest.Pair(t, tcptest.Logger())
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +212,7 @@ func TestServerReset(t *testing.T) {
 		}
 	}()
 	pol, _ := ParsePolicy([]string{ln.Addr().String()})
-	e := New(pol, nil, Options{Logger: testLogger(t)})
+	e := New(pol, nil, Options{Logger: tcptest.Logger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Serve(ctx, far) }()
@@ -284,31 +251,21 @@ func TestServerReset(t *testing.T) {
 // ECONNRESET, not EOF.
 func TestNearReset(t *testing.T) {
 	leaktest.Check(t)
-	near, far := tunnelPair(t)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	near, far := drivertest.Pair(t, tcptest.Logger())
 	serverRead := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	dst := tcptest.Server(t, func(c *net.TCPConn) {
 		c.Write([]byte("hi"))
-		_, err = io.Copy(io.Discard, c)
+		_, err := io.Copy(io.Discard, c)
 		serverRead <- err
-	}()
-	pol, _ := ParsePolicy([]string{ln.Addr().String()})
-	e := New(pol, nil, Options{Logger: testLogger(t)})
+	})
+	pol, _ := ParsePolicy([]string{dst.String()})
+	e := New(pol, nil, Options{Logger: tcptest.Logger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Serve(ctx, far) }()
 	defer func() { cancel(); <-done }()
 
-	s, err := near.OpenStream(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), netip.MustParseAddrPort(ln.Addr().String()))
+	s, err := near.OpenStream(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), dst)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,8 +294,8 @@ func TestNearReset(t *testing.T) {
 // TestMaxFlows: beyond MaxFlows, streams are refused with ResourceLimit.
 func TestMaxFlows(t *testing.T) {
 	leaktest.Check(t)
-	near, far := tunnelPair(t)
-	e := New(Policy{Rules: []Rule{{Prefix: netip.MustParsePrefix("127.0.0.1/32")}}}, fakeDialer{}, Options{MaxFlows: 2, DialTimeout: 2 * time.Second, Logger: testLogger(t)})
+	near, far := drivertest.Pair(t, tcptest.Logger())
+	e := New(Policy{Rules: []Rule{{Prefix: netip.MustParsePrefix("127.0.0.1/32")}}}, fakeDialer{}, Options{MaxFlows: 2, DialTimeout: 2 * time.Second, Logger: tcptest.Logger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Serve(ctx, far) }()
@@ -367,7 +324,7 @@ func TestMaxFlows(t *testing.T) {
 // TestServeEndsWithTunnel: Serve returns the tunnel's error when it closes.
 func TestServeEndsWithTunnel(t *testing.T) {
 	leaktest.Check(t)
-	near, far := tunnelPair(t)
+	near, far := drivertest.Pair(t, tcptest.Logger())
 	done := make(chan error, 1)
 	go func() { done <- New(Policy{}, nil, Options{}).Serve(context.Background(), far) }()
 	near.Close()

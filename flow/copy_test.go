@@ -3,11 +3,12 @@ package flow
 import (
 	"bytes"
 	"io"
-	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/wanopt/wanopt/internal/tcptest"
 )
 
 // chunkReader returns the same chunk n times, then io.EOF.
@@ -25,7 +26,7 @@ func (r *chunkReader) Read(b []byte) (int, error) {
 }
 
 func TestCopyAdaptive(t *testing.T) {
-	src := payload(3, 1<<20)
+	src := tcptest.Payload(3, 1<<20)
 	var dst bytes.Buffer
 	var n atomic.Uint64
 	rerr, werr := copyAdaptive(&dst, bytes.NewReader(src), &n)
@@ -81,7 +82,7 @@ func (w *writeSizes) Write(b []byte) (int, error) {
 // at full rate) reaches the client in 32 KiB writes, except the first read,
 // which is not held back.
 func TestCopyCoalesces(t *testing.T) {
-	src := payload(4, 99000)
+	src := tcptest.Payload(4, 99000)
 	var dst writeSizes
 	rerr, werr := copyAdaptive(&dst, &trickle{data: src, chunk: 1000}, nil)
 	if rerr != io.EOF || werr != nil || !bytes.Equal(dst.Bytes(), src) {
@@ -106,17 +107,4 @@ func BenchmarkCopyAdaptive(b *testing.B) {
 		r.n = 16
 		copyAdaptive(io.Discard, r, &n)
 	}
-}
-
-// payload returns n deterministic pseudo-random bytes for seed.
-func payload(seed uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	b := make([]byte, n)
-	for i := 0; i+8 <= n; i += 8 {
-		v := r.Uint64()
-		for j := range 8 {
-			b[i+j] = byte(v >> (8 * j))
-		}
-	}
-	return b
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/tcptest"
 )
 
 var errReset = errors.New("connection reset")
@@ -109,7 +110,7 @@ func TestRelay(t *testing.T) {
 	t.Run("FIN each way, graceful close", func(t *testing.T) {
 		leaktest.Check(t)
 		f := startRelay(t)
-		req, resp := payload(1, 100<<10), payload(2, 1<<20)
+		req, resp := tcptest.Payload(1, 100<<10), tcptest.Payload(2, 1<<20)
 		atServer := readAll(f.server)
 		atClient := readAll(f.client)
 		f.client.Write(req)

@@ -20,12 +20,13 @@ import (
 
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/tcptest"
 )
 
 // TestIPv6 intercepts a connection to an IPv6 destination and checks that
 // the Dialer sees the original addresses.
 func TestIPv6(t *testing.T) {
-	addr := startServer(t, func(c *net.TCPConn) { io.Copy(c, c) })
+	addr := tcptest.Server(t, tcptest.Echo)
 	var mu sync.Mutex
 	var gotSrc, gotDst netip.AddrPort
 	d := &fakeDialer{target: addr, fail: func(dst netip.AddrPort) error {
@@ -64,7 +65,7 @@ func TestIPv6(t *testing.T) {
 // TestFlowTable checks the snapshot of a flow half-closed by the client.
 func TestFlowTable(t *testing.T) {
 	release := make(chan struct{})
-	addr := startServer(t, func(c *net.TCPConn) {
+	addr := tcptest.Server(t, func(c *net.TCPConn) {
 		io.Copy(io.Discard, c)
 		<-release
 		c.Write([]byte("bye"))
@@ -123,7 +124,7 @@ func TestInFlightLimit(t *testing.T) {
 // goroutine remains.
 func TestCloseWithFlows(t *testing.T) {
 	leaktest.Check(t)
-	addr := startServer(t, func(c *net.TCPConn) { io.Copy(c, c) })
+	addr := tcptest.Server(t, tcptest.Echo)
 	fd := &fakeDialer{target: addr}
 	l := newLab(t, 1500, dialerFunc(func(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error) {
 		if dst.Port() == 9 {
@@ -167,7 +168,7 @@ func TestCloseWithFlows(t *testing.T) {
 // side is reset.
 func TestKeepAliveEndsVanishedClient(t *testing.T) {
 	srvErr := make(chan error, 1)
-	addr := startServer(t, func(c *net.TCPConn) {
+	addr := tcptest.Server(t, func(c *net.TCPConn) {
 		c.SetDeadline(time.Now().Add(20 * time.Second))
 		_, err := io.Copy(io.Discard, c)
 		srvErr <- err

@@ -1,7 +1,6 @@
 package stack
 
 import (
-	"math/rand/v2"
 	"testing"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -33,17 +32,4 @@ func plainHost(t *testing.T, ep gstack.LinkEndpoint, addr [4]byte) *gstack.Stack
 	}
 	h.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
 	return h
-}
-
-// payload returns n deterministic pseudo-random bytes for seed.
-func payload(seed uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	b := make([]byte, n)
-	for i := 0; i+8 <= n; i += 8 {
-		v := r.Uint64()
-		for j := range 8 {
-			b[i+j] = byte(v >> (8 * j))
-		}
-	}
-	return b
 }

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -128,7 +127,7 @@ func waitFlowsEmpty(t testing.TB, st *Stack, within time.Duration) {
 // fakeDialer is the test's Dialer: it connects every flow to a server on
 // loopback, or fails as told.
 type fakeDialer struct {
-	target string                         // server address on loopback
+	target netip.AddrPort                 // server address on loopback
 	fail   func(dst netip.AddrPort) error // non-nil result fails the dial
 	hang   bool                           // block until ctx is done
 	calls  atomic.Int64
@@ -145,7 +144,7 @@ func (d *fakeDialer) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Co
 			return nil, err
 		}
 	}
-	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", d.target)
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", d.target.String())
 	if err != nil {
 		if errors.Is(err, net.ErrClosed) {
 			return nil, flow.ErrUnreachable
@@ -164,48 +163,3 @@ func (f tcpFlow) Abort() error {
 }
 
 var _ flow.Aborter = tcpFlow{}
-
-// server is a loopback TCP server running handler per connection; Cleanup
-// stops it and waits for the handlers.
-func startServer(t testing.TB, handler func(c *net.TCPConn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	conns := map[net.Conn]bool{}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns[c] = true
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				handler(c.(*net.TCPConn))
-				mu.Lock()
-				delete(conns, c)
-				mu.Unlock()
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
-}

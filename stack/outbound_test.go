@@ -21,6 +21,7 @@ import (
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/wanopt/wanopt/flow"
+	"github.com/wanopt/wanopt/internal/tcptest"
 )
 
 // refuseAll is a Dialer for stacks whose intercepting side is not under
@@ -85,7 +86,7 @@ func TestDialTCPTransparent(t *testing.T) {
 		r := result{remote: c.RemoteAddr().String(), n: n, err: err}
 		copy(r.sum[:], h.Sum(nil))
 		if err == nil {
-			_, r.err = c.Write(payload(2, size))
+			_, r.err = c.Write(tcptest.Payload(2, size))
 		}
 		got <- r
 	}()
@@ -101,7 +102,7 @@ func TestDialTCPTransparent(t *testing.T) {
 	if c.LocalAddr() != src {
 		t.Errorf("LocalAddr = %v, want the client's %v", c.LocalAddr(), src)
 	}
-	up := payload(1, size)
+	up := tcptest.Payload(1, size)
 	if _, err := c.Write(up); err != nil {
 		t.Fatalf("write: %v", err)
 	}
@@ -122,7 +123,7 @@ func TestDialTCPTransparent(t *testing.T) {
 	if r.n != size || r.sum != sha256.Sum256(up) {
 		t.Errorf("server received %d bytes (hash equal: %v), want %d intact", r.n, r.sum == sha256.Sum256(up), size)
 	}
-	if !bytes.Equal(down, payload(2, size)) {
+	if !bytes.Equal(down, tcptest.Payload(2, size)) {
 		t.Errorf("received %d bytes from the server, want %d intact", len(down), size)
 	}
 }

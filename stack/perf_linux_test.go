@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/flow"
+	"github.com/wanopt/wanopt/internal/tcptest"
 )
 
 // TestThroughput measures bulk throughput through the stack, client in the
@@ -27,7 +28,7 @@ func TestThroughput(t *testing.T) {
 		t.Skip("measurement; set WOST_THROUGHPUT=1 to run")
 	}
 	const dur = 3 * time.Second
-	chunk := payload(1, 256<<10)
+	chunk := tcptest.Payload(1, 256<<10)
 	for _, link := range []struct {
 		name    string
 		mtu     int
@@ -36,7 +37,7 @@ func TestThroughput(t *testing.T) {
 		mtu := link.mtu
 		for _, dir := range []string{"up", "down"} {
 			t.Run(dir+"/"+link.name, func(t *testing.T) {
-				addr := startServer(t, func(c *net.TCPConn) {
+				addr := tcptest.Server(t, func(c *net.TCPConn) {
 					if dir == "up" {
 						io.Copy(io.Discard, c)
 						return

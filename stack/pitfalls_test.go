@@ -33,6 +33,7 @@ import (
 
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/tcptest"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -254,7 +255,7 @@ func (l *lossyLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error
 	return pkts.Len(), nil // the caller releases pkts, kept or not
 }
 
-// genFar is a far side that sends size bytes of payload(seed) then EOF,
+// genFar is a far side that sends its data (a tcptest.Payload) then EOF,
 // and hashes what it receives. With gate set, each Read first waits for a
 // byte count on gate (0: end the stream).
 type genFar struct {
@@ -356,12 +357,12 @@ func dialThrough(t *testing.T, cli *gstack.Stack) *gonet.TCPConn {
 // up as the 60 s deadline passing.
 func TestLossyTransferNoStall(t *testing.T) {
 	const down, up = 4 << 20, 2 << 20
-	far := newGenFar(payload(11, down), nil)
+	far := newGenFar(tcptest.Payload(11, down), nil)
 	cli, st, links := lossyPair(t, far, Config{}, 2, 1)
 	c := dialThrough(t, cli)
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(60 * time.Second))
-	upData := payload(12, up)
+	upData := tcptest.Payload(12, up)
 	werr := make(chan error, 1)
 	go func() {
 		_, err := c.Write(upData)
@@ -411,7 +412,7 @@ func TestCubicAfterLongIdle(t *testing.T) {
 	const chunk = 4 << 20
 	clock := faketime.NewManualClock()
 	gate := make(chan int)
-	far := newGenFar(payload(13, 2*chunk), gate)
+	far := newGenFar(tcptest.Payload(13, 2*chunk), gate)
 	cli, st, links := lossyPair(t, far, Config{clock: clock, CongestionControl: *idleCC}, 1, 2)
 
 	// The stack's clock runs 5x faster than real time during transfers.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/tcptest"
 )
 
 // TestTransferBothWays sends 10 MB each way at the same time through the
@@ -47,9 +48,9 @@ func transferBothWays(t *testing.T, mtu int, offload bool, dst netip.Addr) {
 	const size = 10 << 20
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	up, down := payload(seed, size), payload(seed+1, size)
+	up, down := tcptest.Payload(seed, size), tcptest.Payload(seed+1, size)
 	gotUp := make(chan [32]byte, 1)
-	addr := startServer(t, func(c *net.TCPConn) {
+	addr := tcptest.Server(t, func(c *net.TCPConn) {
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
@@ -108,7 +109,7 @@ func transferBothWays(t *testing.T, mtu int, offload bool, dst netip.Addr) {
 // TestHalfClose: the client shuts its write half; the server sees EOF and
 // only then answers, and the client still receives the answer.
 func TestHalfClose(t *testing.T) {
-	addr := startServer(t, func(c *net.TCPConn) {
+	addr := tcptest.Server(t, func(c *net.TCPConn) {
 		b, err := io.ReadAll(c)
 		if err != nil {
 			return
@@ -211,7 +212,7 @@ func TestBlackhole(t *testing.T) {
 // TestFarReset: the server resets mid-flow; the client gets a RST.
 // TestClientReset is the other way round.
 func TestFarReset(t *testing.T) {
-	addr := startServer(t, func(c *net.TCPConn) {
+	addr := tcptest.Server(t, func(c *net.TCPConn) {
 		c.Write([]byte("hi"))
 		time.Sleep(100 * time.Millisecond)
 		c.SetLinger(0)
@@ -235,7 +236,7 @@ func TestFarReset(t *testing.T) {
 
 func TestClientReset(t *testing.T) {
 	srvErr := make(chan error, 1)
-	addr := startServer(t, func(c *net.TCPConn) {
+	addr := tcptest.Server(t, func(c *net.TCPConn) {
 		c.SetDeadline(time.Now().Add(10 * time.Second))
 		_, err := io.Copy(io.Discard, c)
 		srvErr <- err
@@ -268,7 +269,7 @@ func TestClientReset(t *testing.T) {
 func TestConcurrentShort(t *testing.T) {
 	leaktest.Check(t)
 	const n = 200
-	addr := startServer(t, func(c *net.TCPConn) { io.Copy(c, c) })
+	addr := tcptest.Server(t, tcptest.Echo)
 	l := newLab(t, 1500, &fakeDialer{target: addr}, Config{MaxInFlight: 256})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -285,7 +286,7 @@ func TestConcurrentShort(t *testing.T) {
 			}
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(30 * time.Second))
-			msg := payload(uint64(i), 4096)
+			msg := tcptest.Payload(uint64(i), 4096)
 			if _, err := c.Write(msg); err != nil {
 				errs <- fmt.Errorf("conn %d: write: %w", i, err)
 				return
@@ -316,7 +317,7 @@ func TestCurl(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("needs curl")
 	}
-	body := payload(7, 1<<20)
+	body := tcptest.Payload(7, 1<<20)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +325,7 @@ func TestCurl(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) })}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	l := newLab(t, 1500, &fakeDialer{target: ln.Addr().String()}, Config{})
+	l := newLab(t, 1500, &fakeDialer{target: netip.MustParseAddrPort(ln.Addr().String())}, Config{})
 	out, err := exec.Command("ip", "netns", "exec", l.nsName, "curl", "-sS", "--max-time", "10",
 		"-o", "/dev/null", "-w", "%{http_code} %{size_download}", "http://198.18.2.2:80/").CombinedOutput()
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 
+	"github.com/wanopt/wanopt/internal/tcptest"
 	"github.com/wanopt/wanopt/tun"
 )
 
@@ -27,7 +27,7 @@ func TestCaptureTap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := startServer(t, func(c *net.TCPConn) { io.Copy(c, c) })
+	addr := tcptest.Server(t, tcptest.Echo)
 	l := newLab(t, 1500, &fakeDialer{target: addr}, Config{Tap: capt})
 	c, err := l.dial(context.Background(), netip.AddrPortFrom(interAddr, 80))
 	if err != nil {

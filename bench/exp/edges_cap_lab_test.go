@@ -37,18 +37,10 @@ func TestEdgesCPUCapInLab(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", wanopt, "github.com/wanopt/wanopt/cmd/wanopt").CombinedOutput(); err != nil {
 		t.Fatalf("go build wanopt: %v\n%s", err, out)
 	}
-	t.Setenv(linkHelperEnv, "1")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: []string{os.Args[0]}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	link := wanem.Config{Delay: 5 * time.Millisecond}
-	if err := l.StartLink(ctx, link, link); err != nil {
-		t.Fatal(err)
-	}
+	l := newLab(t, ctx, lab.Edges, link, link)
 	e, err := StartEdges(ctx, l, EdgeOptions{Wanopt: wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, EdgeCPU: 0.3})
 	if err != nil {
 		t.Fatal(err)

@@ -22,18 +22,10 @@ func TestIperfOutageInLab(t *testing.T) {
 	if _, err := exec.LookPath("iperf"); err != nil {
 		t.Skip("skipping: iperf is not installed (apt-get install iperf)")
 	}
-	t.Setenv(linkHelperEnv, "1")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	l, err := lab.Build(ctx, lab.Options{Kind: lab.Direct, LinkCommand: []string{os.Args[0]}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	cfg := wanem.Config{Delay: 10 * time.Millisecond, RateBps: 50e6, QueueBytes: 500_000}
-	if err := l.StartLink(ctx, cfg, cfg); err != nil {
-		t.Fatal(err)
-	}
+	l := newLab(t, ctx, lab.Direct, cfg, cfg)
 	srv, err := startIperfServer(ctx, l, l.Server)
 	if err != nil {
 		t.Fatal(err)

@@ -42,20 +42,12 @@ func TestTunnelThroughLabLink(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the lab creates network namespaces and needs root (run 'sudo make test')")
 	}
-	t.Setenv(linkHelperEnv, "1")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	l, err := lab.Build(ctx, lab.Options{Kind: lab.Direct, LinkCommand: []string{os.Args[0]}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	link := wanem.Config{Delay: 50 * time.Millisecond, LossPct: 1, RateBps: 100e6, QueueBytes: 2_500_000}
 	ba := link
 	ba.Seed = 2
-	if err := l.StartLink(ctx, link, ba); err != nil {
-		t.Fatal(err)
-	}
+	l := newLab(t, ctx, lab.Direct, link, ba)
 	ck, _ := crypt.GenerateKey(rand.Reader)
 	sk, _ := crypt.GenerateKey(rand.Reader)
 	srvAddr := netip.AddrPortFrom(l.Server.Addr, 7400)

@@ -27,6 +27,7 @@ import (
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/edge/control"
+	"github.com/wanopt/wanopt/internal/tcptest"
 )
 
 // The test binary doubles as the lab's link helper: the lab starts it again
@@ -46,7 +47,7 @@ const (
 	closedPort    = 7002
 	whoamiPort    = 7003 // answers with the client address it sees
 	iperfPort     = 5001
-	sourcePort    = 7004 // sends the bytes the client asks for (see serveSource)
+	sourcePort    = 7004 // sends the bytes the client asks for (see handleSource)
 )
 
 // TestEndToEnd runs two wanopt edges in the edges lab (100 Mbit/s, RTT
@@ -71,19 +72,8 @@ func TestEndToEnd(t *testing.T) {
 
 	// Servers in the server namespace, in this process.
 	var forbiddenAccepts atomic.Int64
-	echo := listenIn(t, l.Server.NS, echoPort)
-	go serveEcho(echo)
-	forbidden := listenIn(t, l.Server.NS, forbiddenPort)
-	go func() {
-		for {
-			c, err := forbidden.Accept()
-			if err != nil {
-				return
-			}
-			forbiddenAccepts.Add(1)
-			c.Close()
-		}
-	}()
+	serveIn(t, l.Server.NS, echoPort, tcptest.Echo)
+	serveIn(t, l.Server.NS, forbiddenPort, func(*net.TCPConn) { forbiddenAccepts.Add(1) })
 	_, haveIperf := exec.LookPath("iperf")
 	if haveIperf == nil {
 		srv := l.Command(ctx, l.Server, "iperf", "-s", "-p", strconv.Itoa(iperfPort))
@@ -362,7 +352,9 @@ func stopEdges(t *testing.T, edges *exp.Edges) {
 	}
 }
 
-func listenIn(t *testing.T, ns string, port int) net.Listener {
+// serveIn listens on 198.18.2.2:port in namespace ns and serves each
+// connection with handle (tcptest.Serve) until the test ends.
+func serveIn(t *testing.T, ns string, port int, handle func(c *net.TCPConn)) {
 	t.Helper()
 	var ln net.Listener
 	err := lab.InNetns(ns, func() error {
@@ -373,36 +365,11 @@ func listenIn(t *testing.T, ns string, port int) net.Listener {
 	if err != nil {
 		t.Fatalf("listen on 198.18.2.2:%d in %s: %v", port, ns, err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	return ln
+	tcptest.Serve(t, ln, handle)
 }
 
-func serveEcho(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			io.Copy(c, c)
-			c.(*net.TCPConn).CloseWrite()
-			io.Copy(io.Discard, c)
-		}()
-	}
-}
-
-// serveWhoami answers each connection with the address it came from.
-func serveWhoami(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		fmt.Fprintln(c, c.RemoteAddr())
-		c.Close()
-	}
-}
+// handleWhoami answers a connection with the address it came from.
+func handleWhoami(c *net.TCPConn) { fmt.Fprintln(c, c.RemoteAddr()) }
 
 // whoami asks the server which address the client's connection came from,
 // and returns it with the client's own end of the connection.
@@ -475,9 +442,9 @@ func startEdgeLab(t *testing.T, ctx context.Context, ab, ba wanem.Config, o exp.
 	t.Helper()
 	needLab(t)
 	l := newLab(t, ctx, ab, ba)
-	go serveEcho(listenIn(t, l.Server.NS, echoPort))
-	go serveWhoami(listenIn(t, l.Server.NS, whoamiPort))
-	go serveSource(listenIn(t, l.Server.NS, sourcePort))
+	serveIn(t, l.Server.NS, echoPort, tcptest.Echo)
+	serveIn(t, l.Server.NS, whoamiPort, handleWhoami)
+	serveIn(t, l.Server.NS, sourcePort, handleSource)
 	if o.Allow == nil {
 		o.Allow = []string{fmt.Sprintf("198.18.2.2/32:%d,%d,%d,%d", echoPort, whoamiPort, closedPort, sourcePort)}
 	}

@@ -19,24 +19,15 @@ import (
 	"github.com/wanopt/wanopt/edge/control"
 )
 
-// serveSource answers each connection that sends a 9-byte request (size
-// as a big-endian uint64, then a seed byte) with size bytes of the seed's
+// handleSource answers a connection that sends a 9-byte request (size as
+// a big-endian uint64, then a seed byte) with size bytes of the seed's
 // ChaCha8 stream, then closes: a download the client can hash-check.
-func serveSource(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			var req [9]byte
-			if _, err := io.ReadFull(c, req[:]); err != nil {
-				return
-			}
-			io.Copy(c, io.LimitReader(mrand.NewChaCha8([32]byte{req[8]}), int64(binary.BigEndian.Uint64(req[:8]))))
-		}()
+func handleSource(c *net.TCPConn) {
+	var req [9]byte
+	if _, err := io.ReadFull(c, req[:]); err != nil {
+		return
 	}
+	io.Copy(c, io.LimitReader(mrand.NewChaCha8([32]byte{req[8]}), int64(binary.BigEndian.Uint64(req[:8]))))
 }
 
 // outageRun downloads size bytes through the edges while the link goes

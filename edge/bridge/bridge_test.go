@@ -7,10 +7,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -18,32 +16,18 @@ import (
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/tcptest"
 	"github.com/wanopt/wanopt/tunnel/driver"
 	"github.com/wanopt/wanopt/tunnel/driver/drivertest"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
 
-func testLogger() *slog.Logger {
-	if os.Getenv("WANOPT_TEST_LOG") == "" {
-		return slog.New(slog.DiscardHandler)
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// tunnelPair connects two tunnels in memory; both close at the test's end.
-func tunnelPair(t testing.TB) (near, far *driver.Tunnel) {
-	t.Helper()
-	return drivertest.Pair(t, testLogger())
-}
-
-func checkGoroutines(t *testing.T) { leaktest.Check(t) }
-
 // TestErrorMapping: each far-edge answer becomes the stack error that gives
 // the client what it would see without wanopt. The far side rejects with
 // the code given as the destination port.
 func TestErrorMapping(t *testing.T) {
-	checkGoroutines(t)
-	near, far := tunnelPair(t)
+	leaktest.Check(t)
+	near, far := drivertest.Pair(t, tcptest.Logger())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -55,7 +39,7 @@ func TestErrorMapping(t *testing.T) {
 			in.Reject(wire.OpenCode(in.Dst().Port()))
 		}
 	}()
-	d := New(near, testLogger())
+	d := New(near, tcptest.Logger())
 	src := netip.MustParseAddrPort("198.18.1.2:40000")
 	for _, tc := range []struct {
 		code wire.OpenCode
@@ -100,39 +84,21 @@ func TestErrorMapping(t *testing.T) {
 // egress carries 8 MB each way, hash-checked, with half-close; a refused
 // port maps to ErrRefused and a port outside the policy to ErrNotAllowed.
 func TestThroughEgress(t *testing.T) {
-	checkGoroutines(t)
-	near, far := tunnelPair(t)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() { // echo, half-close aware
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-				c.(*net.TCPConn).CloseWrite()
-			}()
-		}
-	}()
-	lnAddr := netip.MustParseAddrPort(ln.Addr().String())
+	leaktest.Check(t)
+	near, far := drivertest.Pair(t, tcptest.Logger())
+	lnAddr := tcptest.Server(t, tcptest.Echo)
 	closed := netip.AddrPortFrom(lnAddr.Addr(), 1)
 	pol, err := egress.ParsePolicy([]string{lnAddr.String(), "127.0.0.1:1", "127.0.0.1:2"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eg := egress.New(pol, nil, egress.Options{Logger: testLogger()})
+	eg := egress.New(pol, nil, egress.Options{Logger: tcptest.Logger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- eg.Serve(ctx, far) }()
 	defer func() { cancel(); <-done }()
 
-	d := New(near, testLogger())
+	d := New(near, tcptest.Logger())
 	src := netip.MustParseAddrPort("198.18.1.2:40000")
 	if _, err := d.Dial(ctx, src, closed); !errors.Is(err, flow.ErrRefused) {
 		t.Errorf("closed port: %v; want ErrRefused", err)
@@ -170,52 +136,36 @@ func sha256Sum(b []byte) []byte { s := sha256.Sum256(b); return s[:] }
 // flow's Read fail with a stream reset (not io.EOF), which the stack turns
 // into a RST to the client. Both within a second, far below any timeout.
 func TestResetEndToEnd(t *testing.T) {
-	checkGoroutines(t)
-	near, far := tunnelPair(t)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	leaktest.Check(t)
+	near, far := drivertest.Pair(t, tcptest.Logger())
 	serverRead := make(chan error, 1)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 16)
-				n, err := c.Read(buf)
-				if err != nil {
-					return
-				}
-				switch string(buf[:n]) {
-				case "rst": // the server resets the connection
-					c.Write([]byte("bye"))
-					time.Sleep(50 * time.Millisecond)
-					c.(*net.TCPConn).SetLinger(0)
-					return
-				default: // "wait": read until the client's reset arrives
-					c.Write([]byte("ok"))
-					_, err := io.Copy(io.Discard, c)
-					serverRead <- err
-				}
-			}()
+	lnAddr := tcptest.Server(t, func(c *net.TCPConn) {
+		buf := make([]byte, 16)
+		n, err := c.Read(buf)
+		if err != nil {
+			return
 		}
-	}()
-	lnAddr := netip.MustParseAddrPort(ln.Addr().String())
+		switch string(buf[:n]) {
+		case "rst": // the server resets the connection (closed on return)
+			c.Write([]byte("bye"))
+			time.Sleep(50 * time.Millisecond)
+			c.SetLinger(0)
+		default: // "wait": read until the client's reset arrives
+			c.Write([]byte("ok"))
+			_, err := io.Copy(io.Discard, c)
+			serverRead <- err
+		}
+	})
 	pol, err := egress.ParsePolicy([]string{lnAddr.String()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eg := egress.New(pol, nil, egress.Options{Logger: testLogger()})
+	eg := egress.New(pol, nil, egress.Options{Logger: tcptest.Logger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- eg.Serve(ctx, far) }()
 	defer func() { cancel(); <-done }()
-	d := New(near, testLogger())
+	d := New(near, tcptest.Logger())
 
 	// Client → server.
 	fc, err := d.Dial(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), lnAddr)

@@ -32,7 +32,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,6 +48,7 @@ import (
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/tcptest"
 	"github.com/wanopt/wanopt/stack"
 	"github.com/wanopt/wanopt/tun"
 	"github.com/wanopt/wanopt/tunnel"
@@ -238,7 +238,7 @@ type edgePath struct {
 // The server sends and receives pattern (see pathServer).
 func newEdgePath(tb testing.TB, pattern []byte) *edgePath {
 	tb.Helper()
-	log := testLogger()
+	log := tcptest.Logger()
 	srv := startPathServer(tb, pattern)
 	front := netip.AddrPortFrom(edgeServerFront, srv.addr.Port())
 
@@ -368,7 +368,7 @@ func udpTunnelPair(tb testing.TB) (near, far *driver.Tunnel) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	log := testLogger()
+	log := tcptest.Logger()
 	ncfg := driver.Config{
 		Tunnel:     tunnel.Config{PrivateKey: nk, PeerPublicKey: fk.PublicKey()},
 		RemoteAddr: fb.LocalAddr(), Network: "udp4", LocalAddr: netip.MustParseAddrPort("127.0.0.1:0"),
@@ -411,51 +411,12 @@ type pathServer struct {
 	pattern []byte
 }
 
-// startPathServer listens on 127.0.0.1; Cleanup closes the listener and the
-// connections still open and waits for their handlers.
+// startPathServer starts the server on 127.0.0.1 (tcptest.Server): it
+// stops, and its connections close, when the test ends.
 func startPathServer(tb testing.TB, pattern []byte) *pathServer {
 	tb.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s := &pathServer{addr: netip.MustParseAddrPort(ln.Addr().String()), pattern: pattern}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns = map[net.Conn]struct{}{}
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns[c] = struct{}{}
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				s.serve(c.(*net.TCPConn))
-				mu.Lock()
-				delete(conns, c)
-				mu.Unlock()
-				c.Close()
-			}()
-		}
-	}()
-	tb.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
+	s := &pathServer{pattern: pattern}
+	s.addr = tcptest.Server(tb, s.serve)
 	return s
 }
 
