@@ -26,6 +26,15 @@ const (
 	// is noticed long before: REJECT tells a client, a new initiation a
 	// server (Conn.NewSuccessor).
 	DefaultIdleTimeout = 20 * time.Minute
+	// DefaultRekeyAfter is WireGuard's REKEY_AFTER_TIME: a session's keys
+	// protect at most two minutes of traffic, so a key stolen from memory
+	// later opens little.
+	DefaultRekeyAfter = 120 * time.Second
+	// DefaultRekeyAfterPackets is the confidentiality limit RFC 9001
+	// (section 6.6) sets for AES-GCM: 2^23 packets under one key (about
+	// 12 GB of 1472-byte packets, two minutes at 800 Mbit/s). Applied to
+	// ChaCha20-Poly1305 too, which would allow far more.
+	DefaultRekeyAfterPackets = 1 << 23
 	// MaxKeepAliveInterval is the longest default keepalive interval; the
 	// default is min(MaxKeepAliveInterval, IdleTimeout/3).
 	MaxKeepAliveInterval = 10 * time.Second
@@ -103,6 +112,13 @@ type Config struct {
 	// answers one twice. Tests pass any constant. Required for a client
 	// (nonzero).
 	HandshakeTimestamp crypt.Timestamp
+	// RekeyAfter (client) is how long a session's keys last: then the
+	// client handshakes again inside the connection and both sides switch
+	// to the new keys without disturbing streams (DefaultRekeyAfter if 0;
+	// negative: never, for tests). RekeyAfterPackets likewise bounds the
+	// packets sealed under one key (DefaultRekeyAfterPackets if 0).
+	RekeyAfter        time.Duration
+	RekeyAfterPackets uint64
 	// Resume (client) tells the server that this Conn's client still holds
 	// an established session with it (crypt.Initiator.SetResume): the
 	// driver's handshake after a REJECT, which a live server (the REJECT
@@ -178,6 +194,12 @@ func (c Config) withDefaults(client bool) (Config, error) {
 	}
 	if c.MaxUDPPayloadBytes == 0 {
 		c.MaxUDPPayloadBytes = DefaultMaxUDPPayloadBytes
+	}
+	if c.RekeyAfter == 0 {
+		c.RekeyAfter = DefaultRekeyAfter
+	}
+	if c.RekeyAfterPackets == 0 {
+		c.RekeyAfterPackets = DefaultRekeyAfterPackets
 	}
 	if c.MaxUDPPayloadBytes < MinUDPPayloadBytes || c.MaxUDPPayloadBytes > 65527 {
 		return c, fmt.Errorf("%w: MaxUDPPayloadBytes %d outside [%d, 65527]", ErrConfig, c.MaxUDPPayloadBytes, MinUDPPayloadBytes)

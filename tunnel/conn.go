@@ -58,6 +58,15 @@ type Conn struct {
 	hsResp      []byte        // server: handshake response waiting to be sent
 	hsBuild     []byte        // server: spare buffer for the next response
 	hsRespReady bool
+	heldSession bool // server successor: the Conn it may replace is established
+
+	// Rekeying (rekey.go).
+	prevSess   *crypt.Session // the session before the last rekey: it still opens late packets
+	nextSess   *crypt.Session // server: the rekeyed session, until the client's first packet under it
+	rekeying   bool           // client: a rekey initiation is out
+	rekeyIndex uint32         // client: the index that initiation offers
+	rekeyAt    monotime.Time  // client: when the session is due for a rekey
+	sessSent   uint64         // packets sealed under the current session
 
 	// Loss recovery and congestion control (created with the session).
 	rtt      *cc.RTTStats
@@ -376,6 +385,7 @@ func (c *Conn) NewSuccessor(now monotime.Time) (*Conn, error) {
 		return nil, err
 	}
 	n.responder = c.responder
+	n.heldSession = c.state == stateEstablished
 	return n, nil
 }
 
@@ -397,7 +407,7 @@ func (c *Conn) handleInit(now monotime.Time, msg []byte) {
 	// survive a bad initiation arriving before it goes out.
 	buf := c.hsBuild[:0]
 	buf = wire.AppendHeader(buf, &wire.Header{Type: wire.PacketHandshakeResp, SenderIndex: idx})
-	out, sess, err := c.responder.Respond(buf, msg, idx, now)
+	out, sess, err := c.responder.RespondHeld(buf, msg, idx, now, c.heldSession)
 	if err != nil {
 		c.stats.DroppedPackets++
 		switch {
@@ -426,7 +436,9 @@ func (c *Conn) handleInit(now monotime.Time, msg []byte) {
 // sends the next initiation at once, with mac2. A reply that does not
 // decrypt against the last initiation sent changes nothing.
 func (c *Conn) handleCookie(now monotime.Time, hdr *wire.Header, body []byte) {
-	if !c.client || c.state != stateHandshake || hdr.ReceiverIndex != c.localIndex {
+	pending := c.state == stateHandshake && hdr.ReceiverIndex == c.localIndex ||
+		c.rekeying && hdr.ReceiverIndex == c.rekeyIndex
+	if !c.client || !pending {
 		c.stats.DroppedPackets++
 		return
 	}
@@ -441,6 +453,10 @@ func (c *Conn) handleCookie(now monotime.Time, hdr *wire.Header, body []byte) {
 
 // handleResp completes the client's handshake.
 func (c *Conn) handleResp(now monotime.Time, msg []byte) {
+	if c.client && c.rekeying && c.state == stateEstablished {
+		c.handleRekeyResp(now, msg)
+		return
+	}
 	if !c.client || c.state != stateHandshake {
 		c.stats.DroppedPackets++
 		return
@@ -466,6 +482,7 @@ func (c *Conn) handleResp(now monotime.Time, msg []byte) {
 // establish enters stateEstablished and reports it.
 func (c *Conn) establish(now monotime.Time) {
 	c.state = stateEstablished
+	c.scheduleRekey(now)
 	c.idleStart = now
 	c.lastElicitingSent = now
 	if !c.establishedReported {
@@ -477,13 +494,14 @@ func (c *Conn) establish(now monotime.Time) {
 
 // handleData opens and processes a data packet.
 func (c *Conn) handleData(now monotime.Time, b []byte, hdr *wire.Header, off int) {
-	if c.sess == nil || hdr.ReceiverIndex != c.sess.LocalIndex() {
+	sess := c.sessionFor(hdr.ReceiverIndex)
+	if sess == nil {
 		c.stats.DroppedUnknownIndex++
 		c.stats.DroppedPackets++
 		return
 	}
 	pn := wire.DecodePacketNumber(c.largestRecv, hdr.PacketNumber, 8*hdr.PNLen)
-	pt, err := c.sess.Open(c.rxBuf[:0], b[:off], b[off:], pn)
+	pt, err := sess.Open(c.rxBuf[:0], b[:off], b[off:], pn)
 	if err != nil {
 		c.stats.DroppedPackets++
 		if errors.Is(err, crypt.ErrReplay) {
@@ -492,6 +510,9 @@ func (c *Conn) handleData(now monotime.Time, b []byte, hdr *wire.Header, off int
 			c.stats.DroppedUnauthenticated++
 		}
 		return
+	}
+	if sess == c.nextSess {
+		c.promote(now) // the client confirmed the rekeyed session
 	}
 	if c.largestRecv == wire.NoPacketNumber || pn > c.largestRecv {
 		c.largestRecv = pn
@@ -638,5 +659,6 @@ func (c *Conn) NextTimeout() monotime.Time {
 	earliest(c.receiver.NextTimeout())
 	earliest(c.keepAliveDeadline())
 	earliest(c.pacingWake)
+	earliest(c.rekeyDeadline())
 	return t
 }

@@ -111,6 +111,17 @@
 // session (Config.Resume, PeerResuming). Config.Timestamps carries the
 // memory across Conns.
 //
+// # Rekeying
+//
+// The client rekeys the session every Config.RekeyAfter (two minutes) or
+// RekeyAfterPackets (2^23, AES-GCM's confidentiality limit) inside the
+// connection: a handshake with the rekey flag, answered through the
+// driver's successor Conn and AcceptRekey, after which both sides seal
+// with the new keys (the server once the client's first packet under them
+// confirms them) and still open late packets under the previous ones.
+// Streams, loss recovery and congestion control carry on
+// (TestRekeyDuringTransfer, and over real UDP TestLoopbackRekey).
+//
 // # Not done yet
 //
 // REJECT packets are handled outside the session: a server's caller sends
@@ -118,7 +129,7 @@
 // client reports a REJECT naming its session as EventRejected, without
 // acting on it (package driver then handshakes again in a new Conn).
 //
-// Rekeying (a new handshake by age or packet count), sending DATA_BLOCKED and STREAM_DATA_BLOCKED, ECN, and a
-// server-side demultiplexer for many peers (one Conn per peer pair; the
+// Sending DATA_BLOCKED and STREAM_DATA_BLOCKED, ECN, and a server-side
+// demultiplexer for many peers (one Conn per peer pair; the
 // driver routes by the receiver index in the header) are left for later.
 package tunnel

@@ -20,6 +20,10 @@ var (
 	// and reason are in the error text).
 	ErrPeerClosed = errors.New("tunnel: closed by the peer")
 
+	// ErrPeerLostSession reports that the peer answered our rekey without
+	// the session: it restarted, and the connection's streams are gone.
+	ErrPeerLostSession = errors.New("tunnel: the peer no longer holds the connection (it restarted)")
+
 	// ErrLocalClose: Close was called on this side.
 	ErrLocalClose = errors.New("tunnel: closed locally")
 

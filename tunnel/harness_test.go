@@ -69,6 +69,18 @@ type simEnd struct {
 var _ netsim.Endpoint = (*simEnd)(nil)
 
 func (e *simEnd) HandleDatagram(now monotime.Time, b []byte) {
+	if !e.c.IsClient() && e.c.Established() && IsHandshakeInitiation(b) {
+		// What the driver does: an initiation while established goes to
+		// a successor; a rekey's answer goes back to the Conn.
+		if next, err := e.c.NewSuccessor(now); err == nil {
+			next.HandleDatagram(now, b)
+			if next.PeerRekeying() {
+				e.c.AcceptRekey(next)
+			}
+		}
+		e.drain(now)
+		return
+	}
 	e.c.HandleDatagram(now, b)
 	e.drain(now)
 }

@@ -30,6 +30,7 @@ type Stats struct {
 	HandshakesRejected     uint64 // authenticated initiations from keys not allowed
 	HandshakeReplays       uint64 // initiations not newer than one accepted before (replays)
 	CookiesReceived        uint64 // cookie replies taken (client): the server was under load
+	Rekeys                 uint64 // sessions replaced by a rekey (Config.RekeyAfter)
 	RejectsReceived        uint64 // REJECTs naming our session (client): the server may have restarted
 
 	StreamsOpened   uint64 // streams we opened

@@ -39,6 +39,9 @@ func (c *Conn) PollTransmit(now monotime.Time, buf []byte) int {
 	case stateClosing:
 		return c.pollClose(now, buf)
 	case stateEstablished:
+		if n := c.pollRekey(now, buf); n > 0 {
+			return n
+		}
 		return c.pollData(now, buf)
 	}
 	return 0
@@ -59,10 +62,17 @@ func (c *Conn) pollHandshake(now monotime.Time, buf []byte) int {
 	if now.Before(c.hsNext) {
 		return 0
 	}
-	b := wire.AppendHeader(buf[:0], &wire.Header{Type: wire.PacketHandshakeInit, SenderIndex: c.localIndex})
+	return c.appendInitiation(now, buf, c.localIndex)
+}
+
+// appendInitiation writes a handshake initiation offering index into buf
+// and schedules its retransmission; it returns the datagram's length (0
+// if the connection had to close).
+func (c *Conn) appendInitiation(now monotime.Time, buf []byte, index uint32) int {
+	b := wire.AppendHeader(buf[:0], &wire.Header{Type: wire.PacketHandshakeInit, SenderIndex: index})
 	// A fresh timestamp in every initiation (Config.HandshakeTimestamp).
 	stamp := c.cfg.HandshakeTimestamp + crypt.Timestamp(now.Sub(c.created))
-	b, err := c.initiator.Begin(b, c.localIndex, stamp, now)
+	b, err := c.initiator.Begin(b, index, stamp, now)
 	if err != nil {
 		c.terminate(fmt.Errorf("%w: %w", ErrHandshakeTimeout, err))
 		return 0
@@ -123,6 +133,7 @@ func (c *Conn) finishData(now monotime.Time, buf []byte, p *packetBuilder, h *wi
 		return 0
 	}
 	n := hl + len(out)
+	c.sessSent++
 	c.sender.OnPacketSent(now, h.PacketNumber, n, p.eliciting, token(p.first, p.nrec))
 	c.countSent(n)
 	if p.eliciting {

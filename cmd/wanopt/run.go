@@ -127,8 +127,8 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 			float64(t.BandwidthBps)/1e6, float64(t.PacingRateBps)/1e6, t.Cwnd, t.InFlight)
 		fmt.Fprintf(stdout, "        sent %d B, received %d B, lost %d packets, retransmitted %d B, %d streams open, stream buffers %.1f of %.0f MiB\n",
 			t.BytesSent, t.BytesReceived, t.PacketsLost, t.Retransmitted, t.StreamsOpen, float64(t.BudgetUsedBytes)/(1<<20), float64(t.BudgetBytes)/(1<<20))
-		fmt.Fprintf(stdout, "        security: %d unauthenticated datagrams, %d replayed packets, %d replayed and %d refused handshakes, %d resumes declined, %d client restarts, %d REJECTs sent; handshake gate: %d bad mac1, %d cookies sent, %d rate limited\n",
-			t.DroppedUnauthenticated, t.DroppedReplays, t.HandshakeReplays, t.HandshakesRefused, t.ResumesDeclined, t.ClientRestarts, t.RejectsSent,
+		fmt.Fprintf(stdout, "        security: %d unauthenticated datagrams, %d replayed packets, %d replayed and %d refused handshakes, %d resumes declined, %d client restarts, %d REJECTs sent, %d rekeys; handshake gate: %d bad mac1, %d cookies sent, %d rate limited\n",
+			t.DroppedUnauthenticated, t.DroppedReplays, t.HandshakeReplays, t.HandshakesRefused, t.ResumesDeclined, t.ClientRestarts, t.RejectsSent, t.Rekeys,
 			t.HandshakesBadMAC, t.CookiesSent, t.HandshakesRateLimited)
 	} else {
 		fmt.Fprintln(stdout, "tunnel: down")

@@ -68,6 +68,7 @@ type Tunnel struct {
 	ResumesDeclined        uint64 `json:"resumes_declined"`
 	ClientRestarts         uint64 `json:"client_restarts"`
 	RejectsSent            uint64 `json:"rejects_sent"`
+	Rekeys                 uint64 `json:"rekeys"` // sessions replaced by a rekey (every 2 minutes)
 	// The handshake gate (far edge): initiations without a valid mac1,
 	// cookie replies sent under load, initiations dropped by its rate
 	// limits.

@@ -40,16 +40,19 @@
 //	              payload[12]   suites offered (Suites: bit s-1 for Suite s)
 //	              payload[13]   flags: bit 0 resume (the initiator still
 //	                            holds an established session with the
-//	                            responder); other bits zero
+//	                            responder), bit 1 rekey (replace that
+//	                            session's keys); other bits zero
 //
-// Message 2, responder to initiator, Message2Size = 57 bytes:
+// Message 2, responder to initiator, Message2Size = 58 bytes:
 //
 //	offset size  field
 //	0      4     receiver index: the initiator's sender index (cleartext)
 //	4      32    ephemeral public key (cleartext, Noise "e")
-//	36     21    payload, encrypted: 5 + 16 tag
+//	36     22    payload, encrypted: 6 + 16 tag
 //	              payload[0:4] responder's sender index (uint32)
 //	              payload[4]   suite chosen (Suite)
+//	              payload[5]   flags: bit 0 rekeyed (the responder held
+//	                            the session a rekey asked for)
 //
 // Message 2 is never longer than message 1, and the responder answers only a
 // message 1 that authenticates, comes from an allowed key and carries a fresh

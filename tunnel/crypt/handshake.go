@@ -18,7 +18,7 @@ const (
 	TagSize = 16
 
 	msg1PayloadSize = 8 + 4 + 1 + 1 // timestamp, sender index, suites offered, flags
-	msg2PayloadSize = 4 + 1         // sender index, suite chosen
+	msg2PayloadSize = 4 + 1 + 1     // sender index, suite chosen, flags
 
 	// Message1Size is the exact length of handshake message 1.
 	Message1Size = KeySize + (KeySize + TagSize) + (msg1PayloadSize + TagSize)
@@ -49,10 +49,20 @@ type Timestamp uint64
 // negotiation, v3 the flags of message 1).
 var prologue = []byte("wanopt tunnel v3")
 
-// flagResume, in message 1's flags, says the initiator still holds an
+// Message 1's flags. flagResume says the initiator still holds an
 // established session with this responder: it is handshaking again (its
 // peer sent a REJECT), not starting a new connection after a restart.
-const flagResume = 1
+// flagRekey asks to replace the keys of the established session, keeping
+// the connection.
+const (
+	flagResume = 1
+	flagRekey  = 2
+)
+
+// Message 2's flags. flagRekeyed says the responder held the session and
+// rekeyed it: without it, an initiator that asked for a rekey knows the
+// responder lost the connection (it restarted).
+const flagRekeyed = 1
 
 var suite = noise.NewCipherSuite(noise.DH25519, noise.CipherChaChaPoly, noise.HashBLAKE2s)
 

@@ -57,10 +57,17 @@ func (i *Initiator) Peer() PublicKey { return i.remote }
 // SetResume marks the handshakes begun from now on as coming from an
 // initiator that still holds an established session with the responder
 // (Session.Resume on the responder's side).
-func (i *Initiator) SetResume(on bool) {
-	i.flags = 0
+func (i *Initiator) SetResume(on bool) { i.setFlag(flagResume, on) }
+
+// SetRekey marks the handshakes begun from now on as rekeys of the
+// established session (Session.Rekey on the responder's side; the
+// responder's answer says whether it held the session: Session.Rekeyed).
+func (i *Initiator) SetRekey(on bool) { i.setFlag(flagRekey, on) }
+
+func (i *Initiator) setFlag(f byte, on bool) {
+	i.flags &^= f
 	if on {
-		i.flags = flagResume
+		i.flags |= f
 	}
 }
 
@@ -161,6 +168,7 @@ func (i *Initiator) Consume(msg2 []byte, now monotime.Time) (*Session, error) {
 	s.remoteIndex = binary.BigEndian.Uint32(payload[0:4])
 	s.created = now
 	s.initiator = true
+	s.rekeyed = payload[5]&flagRekeyed != 0
 	i.abandon()
 	return s, nil
 }

@@ -123,6 +123,13 @@ func (r *Responder) LastTimestamp(peer PublicKey) (Timestamp, bool) { return r.s
 //
 // Bad bytes never panic.
 func (r *Responder) Respond(dst, msg1 []byte, index uint32, now monotime.Time) ([]byte, *Session, error) {
+	return r.RespondHeld(dst, msg1, index, now, false)
+}
+
+// RespondHeld is Respond for a responder that holds an established session
+// with the initiator (held): if message 1 asks for a rekey, message 2 says
+// it is rekeyed (Session.Rekeyed at the initiator).
+func (r *Responder) RespondHeld(dst, msg1 []byte, index uint32, now monotime.Time, held bool) ([]byte, *Session, error) {
 	if len(msg1) != Message1Size {
 		return nil, nil, fmt.Errorf("handshake message 1: %d bytes, want %d: %w", len(msg1), Message1Size, ErrMalformed)
 	}
@@ -154,6 +161,9 @@ func (r *Responder) Respond(dst, msg1 []byte, index uint32, now monotime.Time) (
 	var reply [msg2PayloadSize]byte
 	binary.BigEndian.PutUint32(reply[0:4], index)
 	reply[4] = byte(suite)
+	if held && flags&flagRekey != 0 {
+		reply[5] = flagRekeyed
+	}
 	out, cs1, cs2, err := hs.WriteMessage(out, reply[:])
 	if err != nil {
 		return nil, nil, fmt.Errorf("handshake: writing message 2: %w", err)
@@ -175,5 +185,7 @@ func (r *Responder) Respond(dst, msg1 []byte, index uint32, now monotime.Time) (
 	s.remoteIndex = remoteIndex
 	s.created = now
 	s.resume = flags&flagResume != 0
+	s.rekey = flags&flagRekey != 0
+	s.rekeyed = s.rekey && held
 	return out, s, nil
 }

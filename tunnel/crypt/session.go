@@ -28,6 +28,8 @@ type Session struct {
 	created     monotime.Time
 	initiator   bool
 	resume      bool // responder: message 1 carried flagResume
+	rekey       bool // responder: message 1 carried flagRekey
+	rekeyed     bool // message 2 carried flagRekeyed
 	suite       Suite
 
 	// Send side, used only by Seal.
@@ -89,6 +91,16 @@ func (s *Session) Created() monotime.Time { return s.created }
 // holds an established session with this responder (Initiator.SetResume):
 // a handshake prompted by a REJECT, not a restarted initiator.
 func (s *Session) Resume() bool { return s.resume }
+
+// Rekey reports, on the responder's side, that the initiator asked to
+// rekey its established session (Initiator.SetRekey).
+func (s *Session) Rekey() bool { return s.rekey }
+
+// Rekeyed reports that the handshake rekeyed a session both sides held:
+// the initiator asked (Initiator.SetRekey) and the responder held the
+// session (RespondHeld). An initiator that asked and gets false knows the
+// responder lost the connection.
+func (s *Session) Rekeyed() bool { return s.rekeyed }
 
 // IsInitiator reports whether this side sent handshake message 1.
 func (s *Session) IsInitiator() bool { return s.initiator }

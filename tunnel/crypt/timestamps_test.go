@@ -68,3 +68,37 @@ func TestResumeFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestRekeyFlags: a rekey is confirmed in message 2 only by a responder
+// that holds the session; one that restarted answers without the flag.
+func TestRekeyFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		rekey, held, want bool
+	}{
+		{"rekey, held", true, true, true},
+		{"rekey, not held (responder restarted)", true, false, false},
+		{"no rekey, held", false, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seeded(seedInitiatorEph))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ini.SetRekey(tc.rekey)
+			m1, _ := ini.Begin(nil, 1, 1000, monotime.Time(1))
+			m2, rs, err := f.resp.RespondHeld(nil, m1, 2, monotime.Time(2), tc.held)
+			if err != nil {
+				t.Fatal(err)
+			}
+			is, err := ini.Consume(m2, monotime.Time(3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rs.Rekey() != tc.rekey || is.Rekeyed() != tc.want || rs.Rekeyed() != tc.want {
+				t.Errorf("responder Rekey %v Rekeyed %v, initiator Rekeyed %v; want %v, %v, %v", rs.Rekey(), rs.Rekeyed(), is.Rekeyed(), tc.rekey, tc.want, tc.want)
+			}
+		})
+	}
+}

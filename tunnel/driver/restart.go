@@ -108,6 +108,12 @@ func (d *driverState) offerSuccessor(now monotime.Time, p []byte, ep netip.AddrP
 		d.ctr.initiationsRefused++ // replayed, forged or not allowed: no answer
 		return
 	}
+	if next.PeerRekeying() {
+		// The client's periodic rekey: the session keeps its streams and
+		// takes the new keys (tunnel's rekey.go).
+		d.conn.AcceptRekey(next)
+		return
+	}
 	if next.PeerResuming() {
 		// The client says it still holds this session: it handshakes
 		// because of a REJECT that we never sent. Declined unanswered;
