@@ -20,7 +20,7 @@
 // (ErrHandshakeTimeout). The server (NewServerConn) answers only an
 // initiation that authenticates, comes from a key its policy allows and
 // carries a fresh timestamp; anything else costs no state and gets no
-// answer. Its response (66 bytes) is shorter than the initiation (115
+// answer. Its response (67 bytes) is shorter than the initiation (147
 // bytes), and it sends nothing else until the client's first data packet
 // has authenticated (key confirmation), so the server cannot be used to
 // amplify traffic toward a spoofed address. The client sends that first
