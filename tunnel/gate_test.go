@@ -121,3 +121,29 @@ func BenchmarkGateFlood(b *testing.B) {
 	}
 	b.ReportMetric(float64(g.Stats().Admitted), "admitted")
 }
+
+// FuzzGate: whatever datagram arrives as an initiation, the gate never
+// panics, and nothing without a valid mac1 gets past it or an answer.
+func FuzzGate(f *testing.F) {
+	_, server := testKeys(f, 1)
+	genuine := gateInit(crypt.NewCookieGenerator(server.PublicKey()), 1, 1)
+	f.Add(genuine)
+	f.Add(genuine[:len(genuine)-1])
+	f.Add(make([]byte, InitiationSize))
+	f.Add([]byte{byte(wire.PacketHandshakeInit)})
+	f.Fuzz(func(t *testing.T, d []byte) {
+		g := NewHandshakeGate(server, seededReader(2))
+		chk := crypt.NewCookieChecker(server.PublicKey(), seededReader(3))
+		src := netip.MustParseAddrPort("198.51.100.1:4500")
+		for i := range 40 { // enough to put the gate under load
+			now := monotime.Time(time.Hour) + monotime.Time(i)*monotime.Time(time.Millisecond)
+			v, reply := g.Admit(now, d, src, nil)
+			if v != GateDrop && !chk.CheckMAC1(d) {
+				t.Fatalf("verdict %v for a datagram without a valid mac1", v)
+			}
+			if v == GateCookie && len(reply) >= len(d) {
+				t.Fatalf("a cookie reply of %d bytes to %d", len(reply), len(d))
+			}
+		}
+	})
+}
