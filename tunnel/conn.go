@@ -85,7 +85,7 @@ type Conn struct {
 	flow           *stream.ConnFlow
 	streams        map[uint64]*streamState
 	nextLocalID    uint64
-	peerSeen       idSet
+	peerSeen       idWindow
 	localOpen      int
 	peerOpen       int
 	sched          streamQueue // streams with data to send
@@ -204,6 +204,9 @@ func newConn(cfg Config, client bool, now monotime.Time) (*Conn, error) {
 		rxBuf:       make([]byte, 0, 65536),
 		records:     newRecordRing(1024),
 		rxRate:      newRecvRate(),
+		// Room for four times the open streams allowed to overtake a
+		// late STREAM_OPEN.
+		peerSeen: newIDWindow(max(64, 4*cfg.MaxStreams/64)),
 	}
 	if !client {
 		c.nextLocalID = 1

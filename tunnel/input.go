@@ -150,7 +150,11 @@ func (c *Conn) onStreamOpen(now monotime.Time, f wire.StreamOpenFrame) {
 	if c.peerSeen.contains(k) {
 		return
 	}
-	c.peerSeen.add(k)
+	if !c.peerSeen.add(k) {
+		c.closeWithError(now, wire.CloseStreamLimit, "stream ID too far ahead",
+			fmt.Errorf("%w: STREAM_OPEN for stream %d, more than %d ahead of the lowest not yet opened", ErrProtocol, f.StreamID, c.peerSeen.span()))
+		return
+	}
 	if c.peerOpen >= c.cfg.MaxStreams {
 		c.openResults = append(c.openResults, wire.OpenResultFrame{StreamID: f.StreamID, Code: wire.OpenResourceLimit})
 		c.stats.StreamsRefused++

@@ -79,49 +79,53 @@ func untoken(t uint64) (first uint64, n int) {
 	return t >> tokenCountBits, int(t & (1<<tokenCountBits - 1))
 }
 
-// idSet is a set of stream indexes (stream ID >> 1) kept as sorted
-// disjoint closed intervals: the peer's stream IDs seen so far. IDs are
-// allocated in order, so it stays a handful of intervals.
-type idSet struct {
-	r [][2]uint64
+// idWindow is the set of stream indexes (stream ID >> 1) the peer has
+// opened: every index below base, and those marked in a window of bits
+// above it. A peer opens its streams in order, so the window only holds
+// the opens that overtook a lost or late one; one more than the window
+// ahead of the lowest unopened index is refused (the peer is then closed
+// for breaking the stream limit, as QUIC's MAX_STREAMS would), so a peer
+// sending gapped or descending IDs costs a fixed few kilobytes and
+// constant time per open.
+type idWindow struct {
+	base uint64   // a multiple of 64: every index below it is in the set
+	bits []uint64 // a ring of words; bits[head] covers [base, base+64)
+	head int
 }
+
+func newIDWindow(words int) idWindow { return idWindow{bits: make([]uint64, words)} }
+
+// span is how far above base the window reaches.
+func (w *idWindow) span() uint64 { return uint64(len(w.bits)) * 64 }
+
+// word returns the ring index of the word holding k (base <= k < base+span).
+func (w *idWindow) word(k uint64) int { return (w.head + int((k-w.base)/64)) % len(w.bits) }
 
 // contains reports whether k is in the set.
-func (s *idSet) contains(k uint64) bool {
-	for i := len(s.r) - 1; i >= 0; i-- {
-		if k > s.r[i][1] {
-			return false
-		}
-		if k >= s.r[i][0] {
-			return true
-		}
+func (w *idWindow) contains(k uint64) bool {
+	switch {
+	case k < w.base:
+		return true
+	case k-w.base >= w.span():
+		return false
 	}
-	return false
+	return w.bits[w.word(k)]&(1<<((k-w.base)%64)) != 0
 }
 
-// add inserts k.
-func (s *idSet) add(k uint64) {
-	i := len(s.r)
-	for i > 0 && s.r[i-1][0] > k {
-		i--
+// add inserts k; it reports false, changing nothing, when k lies beyond
+// the window.
+func (w *idWindow) add(k uint64) bool {
+	if k < w.base {
+		return true
 	}
-	// s.r[i-1] starts at or below k (if i > 0); s.r[i] starts above k.
-	if i > 0 && k <= s.r[i-1][1] {
-		return
+	if k-w.base >= w.span() {
+		return false
 	}
-	joinLeft := i > 0 && s.r[i-1][1]+1 == k
-	joinRight := i < len(s.r) && s.r[i][0] == k+1
-	switch {
-	case joinLeft && joinRight:
-		s.r[i-1][1] = s.r[i][1]
-		s.r = append(s.r[:i], s.r[i+1:]...)
-	case joinLeft:
-		s.r[i-1][1] = k
-	case joinRight:
-		s.r[i][0] = k
-	default:
-		s.r = append(s.r, [2]uint64{})
-		copy(s.r[i+1:], s.r[i:])
-		s.r[i] = [2]uint64{k, k}
+	w.bits[w.word(k)] |= 1 << ((k - w.base) % 64)
+	for w.bits[w.head] == ^uint64(0) {
+		w.bits[w.head] = 0
+		w.head = (w.head + 1) % len(w.bits)
+		w.base += 64
 	}
+	return true
 }
