@@ -60,6 +60,10 @@ type Config struct {
 	Transparent bool
 	DialTimeout time.Duration // --dial-timeout
 	MaxFlows    int           // --max-flows
+	// FlowIdleTimeout resets a flow (at this edge's stack or egress) that
+	// moved no byte for this long (--flow-idle-timeout; DefaultFlowIdleTimeout
+	// if 0; negative: never).
+	FlowIdleTimeout time.Duration
 
 	// MemoryMiB is the memory budget for flow buffers (--memory-mib; see
 	// buffers).
@@ -79,6 +83,11 @@ const (
 	DefaultMemoryMiB = 128
 	MinMemoryMiB     = 16
 	MaxMemoryMiB     = 1 << 20
+	// DefaultFlowIdleTimeout ends flows nobody used for a day: longer than
+	// any idle SSH session or database pool connection lives unattended
+	// (firewalls commonly allow one hour, Linux conntrack five days), and
+	// a flow waiting on a receiver or a WAN outage is not idle.
+	DefaultFlowIdleTimeout = 24 * time.Hour
 	// MinPeerTimeout keeps a few keepalives (every 10 s, or a third of
 	// the timeout) inside PeerTimeout.
 	MinPeerTimeout = 5 * time.Second
@@ -100,6 +109,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = tunnel.DefaultIdleTimeout
+	}
+	if c.FlowIdleTimeout == 0 {
+		c.FlowIdleTimeout = DefaultFlowIdleTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -88,6 +88,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	eg := egress.New(cfg.Policy, dialer, egress.Options{
 		DialTimeout: cfg.DialTimeout,
 		MaxFlows:    cfg.MaxFlows,
+		IdleTimeout: max(0, cfg.FlowIdleTimeout),
 		Logger:      e.log.With("sub", "egress"),
 	})
 	e.mu.Lock()
@@ -166,7 +167,7 @@ func (e *Edge) openIngress(ctx context.Context) error {
 		}
 	}
 	bp := cfg.buffers()
-	scfg := stack.Config{MTU: dev.MTU(), Logger: e.log.With("sub", "stack"),
+	scfg := stack.Config{MTU: dev.MTU(), Logger: e.log.With("sub", "stack"), IdleTimeout: max(0, cfg.FlowIdleTimeout),
 		ReceiveBuffer: stack.BufferRange{Min: bp.RecvMin, Default: bp.RecvDefault, Max: bp.RecvMax},
 		SendBuffer:    stack.BufferRange{Min: bp.SendMin, Default: bp.SendDefault, Max: bp.SendMax},
 	}

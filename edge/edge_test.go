@@ -86,7 +86,10 @@ type pair struct {
 	stop      func()
 }
 
-func startPair(t *testing.T, allow string) *pair {
+func startPair(t *testing.T, allow string) *pair { return startPairWith(t, allow, nil) }
+
+// startPairWith is startPair with mod applied to the far edge's config.
+func startPairWith(t *testing.T, allow string, mod func(*Config)) *pair {
 	t.Helper()
 	ka, _ := crypt.GenerateKey(rand.Reader)
 	kb, _ := crypt.GenerateKey(rand.Reader)
@@ -104,7 +107,11 @@ func startPair(t *testing.T, allow string) *pair {
 			return c, nil
 		}
 	}
-	far, err := New(Config{PrivateKey: kb, PeerKey: ka.PublicKey(), Listen: b.LocalAddr(), Policy: pol, Bind: once(b)})
+	fcfg := Config{PrivateKey: kb, PeerKey: ka.PublicKey(), Listen: b.LocalAddr(), Policy: pol, Bind: once(b)}
+	if mod != nil {
+		mod(&fcfg)
+	}
+	far, err := New(fcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,5 +236,32 @@ func TestEdgePairOutcomes(t *testing.T) {
 				t.Errorf("Dial %v: %v; want %v", tc.dst, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestEdgePairIdleFlow: a flow nobody uses is reset by the far edge after
+// its flow idle timeout (the near end's read fails, not with EOF), and
+// counted.
+func TestEdgePairIdleFlow(t *testing.T) {
+	leaktest.Check(t)
+	p := startPairWith(t, "127.0.0.1/32", func(c *Config) { c.FlowIdleTimeout = 200 * time.Millisecond })
+	dst := tcptest.Server(t, func(c *net.TCPConn) { io.Copy(io.Discard, c) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := p.near.Dial(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), dst)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	defer c.Close()
+	start := time.Now()
+	_, err = c.Read(make([]byte, 1))
+	if err == nil || errors.Is(err, io.EOF) {
+		t.Fatalf("read on an idle flow: %v; want a reset", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("reset after %v; want within two idle timeouts", d)
+	}
+	if n := p.far.Status().Egress.IdleTimeouts; n != 1 {
+		t.Errorf("far edge counts %d idle timeouts; want 1", n)
 	}
 }

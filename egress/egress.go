@@ -85,6 +85,9 @@ type Options struct {
 	// MaxFlows bounds the flows being connected or relayed at once, over
 	// all Serve calls; more are answered wire.OpenResourceLimit.
 	MaxFlows int
+	// IdleTimeout resets a flow that moved no byte either way for this
+	// long (see flow.RelayOptions.IdleTimeout); 0: never.
+	IdleTimeout time.Duration
 	// Logger receives events (per flow at Debug); nil discards them.
 	Logger *slog.Logger
 }
@@ -96,6 +99,8 @@ type Stats struct {
 	// Outcomes. NotAllowed: no rule allows the destination; Denied: a
 	// --deny rule or the special-address list refused it (see Policy).
 	Connected, NotAllowed, Denied, Refused, Unreachable, TimedOut, Overloaded, Failed uint64
+	// IdleTimeouts counts flows reset after Options.IdleTimeout unused.
+	IdleTimeouts uint64
 	// Active is the number of flows being connected or relayed now.
 	Active int64
 	// BytesUp: near edge → server; BytesDown: server → near edge.
@@ -121,9 +126,9 @@ type Egress struct {
 	log    *slog.Logger
 	sem    chan struct{}
 
-	streams, connected, notAllowed, denied, refused, unreachable, timedOut, overloaded, failed atomic.Uint64
-	local                                                                                      localAddrs
-	active                                                                                     atomic.Int64
+	streams, connected, notAllowed, denied, refused, unreachable, timedOut, overloaded, failed, idled atomic.Uint64
+	local                                                                                             localAddrs
+	active                                                                                            atomic.Int64
 
 	mu    sync.Mutex
 	flows map[*relayed]struct{}
@@ -245,7 +250,8 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 	e.mu.Unlock()
 	// The server's end is the LAN side: its bytes go down, toward the
 	// near edge.
-	flow.Relay(ctx, c, s, flow.RelayOptions{LANToWAN: &f.down, WANToLAN: &f.up, Log: log})
+	flow.Relay(ctx, c, s, flow.RelayOptions{LANToWAN: &f.down, WANToLAN: &f.up, Log: log,
+		IdleTimeout: e.opts.IdleTimeout, Idled: func() { e.idled.Add(1) }})
 	e.mu.Lock()
 	delete(e.flows, f)
 	e.doneUp += f.up.Load()
@@ -289,18 +295,19 @@ func (e *Egress) Stats() Stats {
 	}
 	e.mu.Unlock()
 	return Stats{
-		Streams:     e.streams.Load(),
-		Connected:   e.connected.Load(),
-		NotAllowed:  e.notAllowed.Load(),
-		Denied:      e.denied.Load(),
-		Refused:     e.refused.Load(),
-		Unreachable: e.unreachable.Load(),
-		TimedOut:    e.timedOut.Load(),
-		Overloaded:  e.overloaded.Load(),
-		Failed:      e.failed.Load(),
-		Active:      e.active.Load(),
-		BytesUp:     up,
-		BytesDown:   down,
+		Streams:      e.streams.Load(),
+		Connected:    e.connected.Load(),
+		NotAllowed:   e.notAllowed.Load(),
+		Denied:       e.denied.Load(),
+		IdleTimeouts: e.idled.Load(),
+		Refused:      e.refused.Load(),
+		Unreachable:  e.unreachable.Load(),
+		TimedOut:     e.timedOut.Load(),
+		Overloaded:   e.overloaded.Load(),
+		Failed:       e.failed.Load(),
+		Active:       e.active.Load(),
+		BytesUp:      up,
+		BytesDown:    down,
 	}
 }
 

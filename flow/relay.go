@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // RelayOptions configure Relay. The zero value counts nothing and logs
@@ -18,6 +19,14 @@ type RelayOptions struct {
 	HalfClosed func(lanToWAN bool)
 	// Log receives the flow's events at Debug level.
 	Log *slog.Logger
+	// IdleTimeout, if positive, resets the flow once no byte has moved
+	// either way for that long while neither direction is blocked
+	// writing: a receiver that stopped reading, or a tunnel that is down,
+	// holds its flow open; only a flow nobody uses ends. It is checked
+	// once per IdleTimeout, so the flow ends between one and two of them
+	// after its last byte. Idled, if set, is called when it does.
+	IdleTimeout time.Duration
+	Idled       func()
 }
 
 // Relay copies lan's bytes to wan and wan's to lan until both directions
@@ -53,9 +62,28 @@ func Relay(ctx context.Context, lan, wan Conn, o RelayOptions) {
 	}
 	stop := context.AfterFunc(ctx, resetBoth)
 	defer stop()
+	if o.LANToWAN == nil {
+		o.LANToWAN = new(atomic.Uint64)
+	}
+	if o.WANToLAN == nil {
+		o.WANToLAN = new(atomic.Uint64)
+	}
+	var writing atomic.Int32 // directions blocked in a Write now
+	if o.IdleTimeout > 0 {
+		w := &idleWatch{timeout: o.IdleTimeout, writing: &writing, moved: func() uint64 { return o.LANToWAN.Load() + o.WANToLAN.Load() },
+			fire: func() {
+				log.Debug("idle timeout; resetting the flow", "after", o.IdleTimeout)
+				if o.Idled != nil {
+					o.Idled()
+				}
+				resetBoth()
+			}}
+		w.start()
+		defer w.stop()
+	}
 
 	direction := func(dst, src Conn, n *atomic.Uint64, lanToWAN bool, name string) {
-		rerr, werr := copyAdaptive(dst, src, n)
+		rerr, werr := copyAdaptive(busyWriter{dst, &writing}, src, n)
 		switch {
 		case werr != nil:
 			log.Debug(name+": write failed; resetting the flow", "err", werr)
@@ -83,4 +111,63 @@ func Relay(ctx context.Context, lan, wan Conn, o RelayOptions) {
 	<-upDone
 	_ = wan.Close()
 	_ = lan.Close()
+}
+
+// busyWriter counts the Writes in progress, so the idle watch can tell a
+// flow that waits on its receiver from one nobody uses.
+type busyWriter struct {
+	io.Writer
+	writing *atomic.Int32
+}
+
+func (w busyWriter) Write(p []byte) (int, error) {
+	w.writing.Add(1)
+	defer w.writing.Add(-1)
+	return w.Writer.Write(p)
+}
+
+// idleWatch fires once a flow has moved no byte for timeout while no Write
+// was in progress. It wakes once per timeout, not per byte.
+type idleWatch struct {
+	timeout time.Duration
+	writing *atomic.Int32
+	moved   func() uint64
+	fire    func()
+
+	mu   sync.Mutex
+	t    *time.Timer
+	last uint64 // bytes moved at the previous check
+	done bool
+}
+
+func (w *idleWatch) start() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = w.moved()
+	w.t = time.AfterFunc(w.timeout, w.check)
+}
+
+func (w *idleWatch) check() {
+	w.mu.Lock()
+	if w.done {
+		w.mu.Unlock()
+		return
+	}
+	now := w.moved()
+	if now != w.last || w.writing.Load() > 0 {
+		w.last = now
+		w.t.Reset(w.timeout)
+		w.mu.Unlock()
+		return
+	}
+	w.done = true
+	w.mu.Unlock()
+	w.fire()
+}
+
+func (w *idleWatch) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+	w.t.Stop()
 }

@@ -63,7 +63,9 @@ type relayed struct {
 	cancel                   context.CancelFunc
 }
 
-func startRelay(t *testing.T) *relayed {
+func startRelay(t *testing.T) *relayed { return startRelayIdle(t, 0, nil) }
+
+func startRelayIdle(t *testing.T, idle time.Duration, idled func()) *relayed {
 	t.Helper()
 	f := &relayed{done: make(chan struct{})}
 	f.client, f.lan = pair()
@@ -73,7 +75,7 @@ func startRelay(t *testing.T) *relayed {
 	go func() {
 		defer close(f.done)
 		Relay(ctx, f.lan, f.wan, RelayOptions{LANToWAN: &f.up, WANToLAN: &f.down,
-			HalfClosed: func(bool) { f.halfClosed.Add(1) }})
+			HalfClosed: func(bool) { f.halfClosed.Add(1) }, IdleTimeout: idle, Idled: idled})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -180,4 +182,73 @@ func TestRelayWriteFails(t *testing.T) {
 	}
 	f.client.Close()
 	wg.Wait()
+}
+
+// TestRelayIdleTimeout: a flow nobody uses is reset after its idle
+// timeout; one that moves bytes, or waits on a receiver that does not
+// read (as during a WAN outage), is not.
+func TestRelayIdleTimeout(t *testing.T) {
+	const idle = 100 * time.Millisecond
+	t.Run("idle flow is reset", func(t *testing.T) {
+		leaktest.Check(t)
+		var idled atomic.Bool
+		f := startRelayIdle(t, idle, func() { idled.Store(true) })
+		atClient := readAll(f.client)
+		start := time.Now()
+		f.wait(t)
+		if d := time.Since(start); d < idle || d > 4*idle || !idled.Load() {
+			t.Errorf("ended after %v (idled %v); want between one and two idle timeouts (%v)", d, idled.Load(), idle)
+		}
+		if !f.lan.aborted.Load() || !f.wan.aborted.Load() {
+			t.Error("an idle flow ended without a reset at both ends")
+		}
+		f.client.Close()
+		f.server.Close()
+		<-atClient
+	})
+	t.Run("active flow lives", func(t *testing.T) {
+		leaktest.Check(t)
+		f := startRelayIdle(t, idle, nil)
+		atServer := readAll(f.server)
+		for range 10 { // 500 ms of a byte every 50 ms
+			if _, err := f.client.Write([]byte("x")); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			time.Sleep(idle / 2)
+		}
+		f.client.CloseWrite()
+		f.server.CloseWrite()
+		f.wait(t)
+		if f.lan.aborted.Load() || f.wan.aborted.Load() {
+			t.Error("an active flow was reset")
+		}
+		if r := <-atServer; len(r.b) != 10 {
+			t.Errorf("server read %d bytes, want 10", len(r.b))
+		}
+		f.client.Close()
+	})
+	t.Run("flow blocked on its receiver lives", func(t *testing.T) {
+		leaktest.Check(t)
+		f := startRelayIdle(t, idle, nil)
+		wrote := make(chan struct{})
+		go func() { // the server reads nothing: the relay's write blocks
+			f.client.Write(make([]byte, 1000))
+			close(wrote)
+		}()
+		time.Sleep(5 * idle)
+		select {
+		case <-f.done:
+			t.Fatal("a flow waiting on its receiver was ended as idle")
+		default:
+		}
+		atServer := readAll(f.server)
+		<-wrote
+		f.client.CloseWrite()
+		f.server.CloseWrite()
+		f.wait(t)
+		if r := <-atServer; len(r.b) != 1000 || f.wan.aborted.Load() {
+			t.Errorf("server read %d bytes, reset %v; want 1000 and a clean end", len(r.b), f.wan.aborted.Load())
+		}
+		f.client.Close()
+	})
 }

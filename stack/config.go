@@ -40,6 +40,9 @@ type Config struct {
 	// stack probes it with TCP keepalives (4 probes, every 30 s or every
 	// KeepAliveIdle if shorter), so that flows of vanished clients end. Default 5 minutes; negative disables.
 	KeepAliveIdle time.Duration
+	// IdleTimeout resets a flow that moved no byte either way for this
+	// long (see flow.RelayOptions.IdleTimeout); 0: never.
+	IdleTimeout time.Duration
 	// ReceiveBuffer and SendBuffer are the TCP buffer ranges. Defaults are
 	// gVisor's: 4 KiB, 1 MiB, 4 MiB (receive) and 4 KiB, 1 MiB, 6 MiB (send).
 	ReceiveBuffer, SendBuffer BufferRange

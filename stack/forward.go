@@ -61,6 +61,7 @@ func (st *Stack) handle(r *tcp.ForwarderRequest) {
 	log.Debug("flow established")
 	flow.Relay(st.ctx, newConn(ep, &wq, "client"), far, flow.RelayOptions{
 		LANToWAN: &f.up, WANToLAN: &f.down, Log: log,
+		IdleTimeout: st.cfg.IdleTimeout, Idled: func() { st.idled.Add(1) },
 		HalfClosed: func(lanToWAN bool) {
 			if lanToWAN {
 				f.halfClosed(1)

@@ -46,7 +46,7 @@ type Stack struct {
 
 	closeOnce sync.Once
 
-	syns, dialed, refused, notAllowed, unreachable, timeouts, dialErrors, handshakeFailed atomic.Uint64
+	syns, dialed, refused, notAllowed, unreachable, timeouts, dialErrors, handshakeFailed, idled atomic.Uint64
 }
 
 // NewWithEndpoint builds a stack on any gVisor link endpoint carrying raw IP
@@ -152,6 +152,8 @@ type Stats struct {
 	// HandshakeFailed counts flows whose far side connected but whose
 	// client's handshake did not complete (the client had given up).
 	HandshakeFailed uint64
+	// IdleTimeouts counts flows reset after Config.IdleTimeout unused.
+	IdleTimeouts uint64
 	// ActiveFlows is the number of flows in the table.
 	ActiveFlows int
 	// TCPEndpoints is the number of TCP endpoints gVisor holds, including
@@ -171,6 +173,7 @@ func (st *Stack) Stats() Stats {
 		Timeouts:        st.timeouts.Load(),
 		DialErrors:      st.dialErrors.Load(),
 		HandshakeFailed: st.handshakeFailed.Load(),
+		IdleTimeouts:    st.idled.Load(),
 		ActiveFlows:     st.flows.len(),
 		TCPEndpoints:    len(st.s.RegisteredEndpoints()),
 	}

@@ -55,7 +55,7 @@ type runFlags struct {
 	tunSetup, check                                                                          bool
 	tunAddrs, routes, allow, deny                                                            []string
 	mtu, maxFlows, memoryMiB, procs                                                          int
-	dialTimeout, peerTimeout                                                                 time.Duration
+	dialTimeout, peerTimeout, flowIdle                                                       time.Duration
 }
 
 func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
@@ -81,6 +81,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.StringVar(&f.egress, "egress", "kernel", "egress: how to connect servers: kernel (a socket from this host's address; no privileges) or transparent (from the client's own address through the TUN's stack, so servers see the real client; needs --tun and the clients' networks routed into the TUN)")
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "egress: give up connecting to a server after this long")
 	fs.DurationVar(&f.peerTimeout, "peer-timeout", tunnel.DefaultIdleTimeout, "end the tunnel and reset its flows after this long without a word from the peer; the default outlasts Linux TCP's own retransmission budget (about 15 minutes), so flows outlive any outage TCP would have survived")
+	fs.DurationVar(&f.flowIdle, "flow-idle-timeout", edge.DefaultFlowIdleTimeout, "reset a flow that moved no byte either way for this long (a flow waiting on a slow receiver or a WAN outage is not idle); 0: never")
 	fs.IntVar(&f.maxFlows, "max-flows", egress.DefaultMaxFlows, "egress: flows connected at once; more are refused")
 	fs.IntVar(&f.memoryMiB, "memory-mib", edge.DefaultMemoryMiB, "memory budget for flow data, `MiB`: half for the tunnel's stream buffers and windows (all flows), and each intercepted connection's TCP buffers grow to at most 1/32 (receive) and 3/64 (send) of it")
 	fs.IntVar(&f.procs, "procs", 0, "run the edge's goroutines on at most `N` threads at once (GOMAXPROCS). 1 spends about an eighth less CPU per byte at 250 Mbit/s, as no second thread spins waiting for work, and caps the edge at one core; 0: Go's default, every CPU (or the cgroup's CPU limit)")
@@ -164,7 +165,11 @@ func (f *runFlags) validate() (*runConfig, error) {
 	bad := func(format string, a ...any) (*runConfig, error) {
 		return nil, fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 	}
-	c := &runConfig{Config: edge.Config{TUN: f.tun, TUNSetup: f.tunSetup, MTU: f.mtu, DialTimeout: f.dialTimeout, PeerTimeout: f.peerTimeout,
+	flowIdle := f.flowIdle
+	if flowIdle == 0 {
+		flowIdle = -1 // never, in edge.Config's terms
+	}
+	c := &runConfig{Config: edge.Config{TUN: f.tun, TUNSetup: f.tunSetup, MTU: f.mtu, DialTimeout: f.dialTimeout, PeerTimeout: f.peerTimeout, FlowIdleTimeout: flowIdle,
 		MaxFlows: f.maxFlows, MemoryMiB: f.memoryMiB, Control: f.control, CaptureDir: f.capture}, Check: f.check}
 	var err error
 	if f.listen != "" {

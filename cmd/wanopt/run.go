@@ -134,12 +134,12 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "tunnel: down")
 	}
 	if s := r.Ingress; s != nil {
-		fmt.Fprintf(stdout, "ingress: %d flows, %d SYNs (%d dropped), dialed %d, refused %d, not allowed %d, unreachable %d, timed out %d, errors %d\n",
-			s.ActiveFlows, s.SYNs, s.ForwarderDrops, s.Dialed, s.Refused, s.NotAllowed, s.Unreachable, s.Timeouts, s.DialErrors)
+		fmt.Fprintf(stdout, "ingress: %d flows, %d SYNs (%d dropped), dialed %d, refused %d, not allowed %d, unreachable %d, timed out %d, errors %d, idle timeouts %d\n",
+			s.ActiveFlows, s.SYNs, s.ForwarderDrops, s.Dialed, s.Refused, s.NotAllowed, s.Unreachable, s.Timeouts, s.DialErrors, s.IdleTimeouts)
 	}
 	g := r.Egress
-	fmt.Fprintf(stdout, "egress: %d flows, %d streams, connected %d, not allowed %d, denied %d, refused %d, unreachable %d, timed out %d, overloaded %d, failed %d, %d B up, %d B down\n",
-		g.Active, g.Streams, g.Connected, g.NotAllowed, g.Denied, g.Refused, g.Unreachable, g.TimedOut, g.Overloaded, g.Failed, g.BytesUp, g.BytesDown)
+	fmt.Fprintf(stdout, "egress: %d flows, %d streams, connected %d, not allowed %d, denied %d, refused %d, unreachable %d, timed out %d, overloaded %d, failed %d, idle timeouts %d, %d B up, %d B down\n",
+		g.Active, g.Streams, g.Connected, g.NotAllowed, g.Denied, g.Refused, g.Unreachable, g.TimedOut, g.Overloaded, g.Failed, g.IdleTimeouts, g.BytesUp, g.BytesDown)
 	return nil
 }
 
