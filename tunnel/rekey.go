@@ -43,13 +43,7 @@ func (c *Conn) rekeyDeadline() monotime.Time {
 // initiation when due.
 func (c *Conn) pollRekey(now monotime.Time, buf []byte) int {
 	if !c.client {
-		if !c.hsRespReady {
-			return 0
-		}
-		c.hsRespReady = false
-		n := copy(buf, c.hsResp)
-		c.countSent(n)
-		return n
+		return c.pollResponse(buf)
 	}
 	if !c.rekeying {
 		due := c.rekeyAt != 0 && !now.Before(c.rekeyAt) || c.sessSent >= c.cfg.RekeyAfterPackets

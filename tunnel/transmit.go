@@ -51,18 +51,23 @@ func (c *Conn) PollTransmit(now monotime.Time, buf []byte) int {
 // response to the last valid initiation.
 func (c *Conn) pollHandshake(now monotime.Time, buf []byte) int {
 	if !c.client {
-		if !c.hsRespReady {
-			return 0
-		}
-		c.hsRespReady = false
-		n := copy(buf, c.hsResp)
-		c.countSent(n)
-		return n
+		return c.pollResponse(buf)
 	}
 	if now.Before(c.hsNext) {
 		return 0
 	}
 	return c.appendInitiation(now, buf, c.localIndex)
+}
+
+// pollResponse sends the server's handshake response, if one waits.
+func (c *Conn) pollResponse(buf []byte) int {
+	if !c.hsRespReady {
+		return 0
+	}
+	c.hsRespReady = false
+	n := copy(buf, c.hsResp)
+	c.countSent(n)
+	return n
 }
 
 // appendInitiation writes a handshake initiation offering index into buf

@@ -33,6 +33,20 @@ func (r *replayer) send(t *testing.T, p []byte, to netip.AddrPort) {
 	}
 }
 
+// listenAgain runs Listen(ctx, cfg) in the background, as a restarted
+// server does; the channel gets the tunnel (nil if Listen failed).
+func listenAgain(t *testing.T, ctx context.Context, cfg Config) <-chan *Tunnel {
+	ch := make(chan *Tunnel, 1)
+	go func() {
+		s, err := Listen(ctx, cfg)
+		if err != nil {
+			t.Errorf("listen again: %v", err)
+		}
+		ch <- s
+	}()
+	return ch
+}
+
 // answered reports whether a datagram arrives within d.
 func (r *replayer) answered(d time.Duration) bool {
 	r.c.SetReadDeadline(time.Now().Add(d))
@@ -82,14 +96,7 @@ func TestReplayAfterTeardown(t *testing.T) {
 	scfg2.Bind, scfg2.Tunnel.Timestamps, scfg2.Tunnel.Rand = sb2, stamps, seeded(52)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	srvCh := make(chan *Tunnel, 1)
-	go func() {
-		s, err := Listen(ctx, scfg2)
-		if err != nil {
-			t.Errorf("listen again: %v", err)
-		}
-		srvCh <- s
-	}()
+	srvCh := listenAgain(t, ctx, scfg2)
 	r := newReplayer(t)
 	for range 3 {
 		r.send(t, *old, saddr)
@@ -166,14 +173,7 @@ func TestFarRestartWithReplay(t *testing.T) {
 	scfg2.Bind, scfg2.Tunnel.Timestamps, scfg2.Tunnel.Rand = sb2, crypt.NewTimestamps(), seeded(62)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	srvCh := make(chan *Tunnel, 1)
-	go func() {
-		s, err := Listen(ctx, scfg2)
-		if err != nil {
-			t.Errorf("listen again: %v", err)
-		}
-		srvCh <- s
-	}()
+	srvCh := listenAgain(t, ctx, scfg2)
 	r := newReplayer(t)
 	time.Sleep(50 * time.Millisecond) // the new server listens
 	r.send(t, *old, saddr)

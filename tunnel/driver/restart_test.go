@@ -79,14 +79,7 @@ func TestFarEdgeRestart(t *testing.T) {
 	scfg2.Bind = sb2
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	srvCh := make(chan *Tunnel, 1)
-	go func() {
-		s, err := Listen(ctx, scfg2)
-		if err != nil {
-			t.Errorf("listen again: %v", err)
-		}
-		srvCh <- s
-	}()
+	srvCh := listenAgain(t, ctx, scfg2)
 
 	// The old stream's traffic draws the REJECT; its Read is reset.
 	rerr := make(chan error, 1)
