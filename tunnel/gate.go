@@ -131,7 +131,7 @@ func (g *HandshakeGate) Admit(now monotime.Time, d []byte, src netip.AddrPort, r
 		s = &gateSource{}
 		g.sources[src] = s
 	}
-	if now < g.loadUntil && !g.checker.CheckMAC2(d, src, now) {
+	if g.UnderLoad(now) && !g.checker.CheckMAC2(d, src, now) {
 		if !s.cookies.take(now, gateCookieRate, gateCookieBurst) || !g.cookieCap.take(now, gateGlobalCookies, gateGlobalCookies) {
 			g.stats.RateLimited++
 			return GateDrop, reply

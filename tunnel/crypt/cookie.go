@@ -1,9 +1,11 @@
 package crypt
 
 import (
+	"crypto/cipher"
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/netip"
 	"time"
@@ -73,31 +75,52 @@ func keyFor(label []byte, pub PublicKey) [32]byte {
 }
 
 // mac writes BLAKE2s-128(key, msg) into out.
-func mac(out *[MACSize]byte, key []byte, msg ...[]byte) {
+func mac(out *[MACSize]byte, key []byte, msg []byte) {
+	k := newKeyedMAC(key)
+	k.sum(out, msg)
+}
+
+// keyedMAC is BLAKE2s-128 under one key, kept for reuse (with its output
+// buffer): the MACs checked for every initiation of a flood cost no
+// allocation.
+type keyedMAC struct {
+	h   hash.Hash
+	out [MACSize]byte
+}
+
+func newKeyedMAC(key []byte) keyedMAC {
 	h, err := blake2s.New128(key)
 	if err != nil { // only for a key longer than 32 bytes: a bug
 		panic(err)
 	}
-	for _, m := range msg {
-		h.Write(m)
-	}
-	h.Sum(out[:0])
+	return keyedMAC{h: h}
+}
+
+// sum writes the MAC of msg into out.
+func (k *keyedMAC) sum(out *[MACSize]byte, msg []byte) {
+	k.h.Reset()
+	k.h.Write(msg)
+	*out = [MACSize]byte(k.h.Sum(k.out[:0]))
 }
 
 // CookieChecker is a responder's side: it checks the MACs of initiations
 // and makes cookie replies. It is not safe for concurrent use.
 type CookieChecker struct {
-	mac1Key   [32]byte
-	cookieKey [32]byte
-	rand      io.Reader
-	secret    [32]byte
-	secretAt  monotime.Time // when secret was drawn; zero: never
+	mac1     keyedMAC
+	aead     cipher.AEAD // seals cookie replies
+	rand     io.Reader
+	secret   [32]byte
+	cookies  keyedMAC      // keyed by secret
+	secretAt monotime.Time // when secret was drawn; zero: never
+	src      [18]byte      // a source address and port, as the cookie covers it
 }
 
 // NewCookieChecker returns the checker of the responder whose public key is
 // local. rand supplies the cookie secrets and reply nonces.
 func NewCookieChecker(local PublicKey, rand io.Reader) *CookieChecker {
-	return &CookieChecker{mac1Key: keyFor(labelMAC1, local), cookieKey: keyFor(labelCookie, local), rand: rand}
+	mac1Key, cookieKey := keyFor(labelMAC1, local), keyFor(labelCookie, local)
+	aead, _ := chacha20poly1305.NewX(cookieKey[:])
+	return &CookieChecker{mac1: newKeyedMAC(mac1Key[:]), aead: aead, rand: rand}
 }
 
 // CheckMAC1 reports whether the initiation datagram d (ending with mac1 and
@@ -107,7 +130,7 @@ func (c *CookieChecker) CheckMAC1(d []byte) bool {
 		return false
 	}
 	var want [MACSize]byte
-	mac(&want, c.mac1Key[:], d[:len(d)-MACsSize])
+	c.mac1.sum(&want, d[:len(d)-MACsSize])
 	return subtle.ConstantTimeCompare(want[:], d[len(d)-MACsSize:len(d)-MACSize]) == 1
 }
 
@@ -126,8 +149,9 @@ func (c *CookieChecker) CheckMAC2(d []byte, src netip.AddrPort, now monotime.Tim
 // cookie computes the cookie of src under the current secret.
 func (c *CookieChecker) cookie(out *[MACSize]byte, src netip.AddrPort) {
 	a := src.Addr().Unmap().As16()
-	port := [2]byte{byte(src.Port() >> 8), byte(src.Port())}
-	mac(out, c.secret[:], a[:], port[:])
+	copy(c.src[:16], a[:])
+	c.src[16], c.src[17] = byte(src.Port()>>8), byte(src.Port())
+	c.cookies.sum(out, c.src[:])
 }
 
 // AppendReply appends to dst the body of a cookie reply (CookieReplySize
@@ -140,7 +164,7 @@ func (c *CookieChecker) AppendReply(dst, d []byte, src netip.AddrPort, now monot
 		if _, err := io.ReadFull(c.rand, c.secret[:]); err != nil {
 			return dst, fmt.Errorf("cookie reply: reading randomness: %w", err)
 		}
-		c.secretAt = now
+		c.cookies, c.secretAt = newKeyedMAC(c.secret[:]), now
 	}
 	var cookie [MACSize]byte
 	c.cookie(&cookie, src)
@@ -148,27 +172,28 @@ func (c *CookieChecker) AppendReply(dst, d []byte, src netip.AddrPort, now monot
 	if _, err := io.ReadFull(c.rand, nonce[:]); err != nil {
 		return dst, fmt.Errorf("cookie reply: reading randomness: %w", err)
 	}
-	aead, _ := chacha20poly1305.NewX(c.cookieKey[:])
 	dst = append(dst, nonce[:]...)
-	return aead.Seal(dst, nonce[:], cookie[:], d[len(d)-MACsSize:len(d)-MACSize]), nil
+	return c.aead.Seal(dst, nonce[:], cookie[:], d[len(d)-MACsSize:len(d)-MACSize]), nil
 }
 
 // CookieGenerator is an initiator's side: it appends the MACs to its
 // initiations and takes the cookies the responder sends. It is not safe for
 // concurrent use.
 type CookieGenerator struct {
-	mac1Key   [32]byte
-	cookieKey [32]byte
-	lastMAC1  [MACSize]byte // of the last initiation sent: a reply's AD
-	sentAny   bool
-	cookie    [MACSize]byte
-	cookieAt  monotime.Time // zero: none
+	mac1     keyedMAC
+	aead     cipher.AEAD   // opens cookie replies
+	lastMAC1 [MACSize]byte // of the last initiation sent: a reply's AD
+	sentAny  bool
+	cookie   [MACSize]byte
+	cookieAt monotime.Time // zero: none
 }
 
 // NewCookieGenerator returns the generator for initiations to the
 // responder whose public key is remote.
 func NewCookieGenerator(remote PublicKey) *CookieGenerator {
-	return &CookieGenerator{mac1Key: keyFor(labelMAC1, remote), cookieKey: keyFor(labelCookie, remote)}
+	mac1Key, cookieKey := keyFor(labelMAC1, remote), keyFor(labelCookie, remote)
+	aead, _ := chacha20poly1305.NewX(cookieKey[:])
+	return &CookieGenerator{mac1: newKeyedMAC(mac1Key[:]), aead: aead}
 }
 
 // AppendMACs appends mac1 and mac2 to the initiation datagram d (header and
@@ -176,10 +201,10 @@ func NewCookieGenerator(remote PublicKey) *CookieGenerator {
 // the responder's secret.
 func (g *CookieGenerator) AppendMACs(d []byte, now monotime.Time) []byte {
 	var m1, m2 [MACSize]byte
-	mac(&m1, g.mac1Key[:], d)
+	g.mac1.sum(&m1, d)
 	g.lastMAC1, g.sentAny = m1, true
 	d = append(d, m1[:]...)
-	if g.cookieAt != 0 && now.Sub(g.cookieAt) < cookieUseLife {
+	if g.HasCookie(now) {
 		mac(&m2, g.cookie[:], d)
 	}
 	return append(d, m2[:]...)
@@ -195,10 +220,9 @@ func (g *CookieGenerator) ConsumeReply(body []byte, now monotime.Time) error {
 	if !g.sentAny {
 		return fmt.Errorf("cookie reply before any initiation: %w", ErrCookie)
 	}
-	aead, _ := chacha20poly1305.NewX(g.cookieKey[:])
 	nonce, sealed := body[:chacha20poly1305.NonceSizeX], body[chacha20poly1305.NonceSizeX:]
 	var cookie [MACSize]byte
-	if _, err := aead.Open(cookie[:0], nonce, sealed, g.lastMAC1[:]); err != nil {
+	if _, err := g.aead.Open(cookie[:0], nonce, sealed, g.lastMAC1[:]); err != nil {
 		return fmt.Errorf("cookie reply: %w", ErrCookie)
 	}
 	g.cookie, g.cookieAt = cookie, now

@@ -214,10 +214,10 @@ func (d *driverState) handleRx(b *rxBatch) {
 // gate: it reports whether a Conn may process it, and sends the cookie
 // reply the gate asks for.
 func (d *driverState) admit(now monotime.Time, p []byte, ep netip.AddrPort) bool {
-	v, reply := d.gate.Admit(now, p, ep, d.cookieBuf[:0])
-	d.cookieBuf = reply
+	v, reply := d.gate.Admit(now, p, ep, d.cookieBuf[0][:0])
+	d.cookieBuf[0] = reply
 	if v == tunnel.GateCookie {
-		if err := d.t.bc.WriteBatch([][]byte{reply}, ep); err != nil {
+		if err := d.t.bc.WriteBatch(d.cookieBuf[:], ep); err != nil {
 			d.ctr.txErrors++
 		} else {
 			d.ctr.datagramsOut++

@@ -55,7 +55,7 @@ type driverState struct {
 	// before a Conn spends a Diffie-Hellman on it; cookieBuf holds the
 	// cookie reply being sent.
 	gate      *tunnel.HandshakeGate
-	cookieBuf []byte
+	cookieBuf [1][]byte
 
 	estDone   bool
 	closeErr  error // the Conn's EventClosed reason
