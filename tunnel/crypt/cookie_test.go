@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -140,18 +139,7 @@ func TestCookieSeedCorpus(t *testing.T) {
 		if !errors.Is(err, s.want) || (s.want == nil) != (err == nil) {
 			t.Errorf("seed %s: %v; want %v", s.name, err, s.want)
 		}
-		path := filepath.Join("testdata", "fuzz", "FuzzCookieReply", s.name)
-		content := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s.body)
-		if *updateCorpus {
-			os.MkdirAll(filepath.Dir(path), 0o755)
-			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if got, err := os.ReadFile(path); err != nil || string(got) != content {
-			t.Errorf("%s is missing or stale (%v); run: go test ./tunnel/crypt -run TestCookieSeedCorpus -update-corpus", path, err)
-		}
+		seedFile(t, filepath.Join("FuzzCookieReply", s.name), fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s.body))
 	}
 }
 

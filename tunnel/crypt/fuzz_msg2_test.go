@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -82,17 +81,6 @@ func TestInitiatorSeedCorpus(t *testing.T) {
 		if !errors.Is(err, s.want) || (s.want == nil) != (err == nil) {
 			t.Errorf("seed %s: %v; want %v", s.name, err, s.want)
 		}
-		path := filepath.Join("testdata", "fuzz", "FuzzInitiatorConsume", s.name)
-		content := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s.msg)
-		if *updateCorpus {
-			os.MkdirAll(filepath.Dir(path), 0o755)
-			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if got, err := os.ReadFile(path); err != nil || string(got) != content {
-			t.Errorf("%s is missing or stale (%v); run: go test ./tunnel/crypt -run TestInitiatorSeedCorpus -update-corpus", path, err)
-		}
+		seedFile(t, filepath.Join("FuzzInitiatorConsume", s.name), fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s.msg))
 	}
 }

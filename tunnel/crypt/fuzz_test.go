@@ -249,19 +249,25 @@ func TestFuzzSeedCorpus(t *testing.T) {
 		files[filepath.Join("FuzzOpen", s.name)] = fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n[]byte(%q)\nuint64(%d)\n", s.header, s.ct, s.pn)
 	}
 	for name, content := range files {
-		path := filepath.Join("testdata", "fuzz", name)
-		if *updateCorpus {
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
+		seedFile(t, name, content)
+	}
+}
+
+// seedFile checks that testdata/fuzz/name holds content, or writes it
+// with -update-corpus.
+func seedFile(t *testing.T, name, content string) {
+	t.Helper()
+	path := filepath.Join("testdata", "fuzz", name)
+	if *updateCorpus {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
 		}
-		got, err := os.ReadFile(path)
-		if err != nil || string(got) != content {
-			t.Errorf("%s is missing or stale (%v); run: go test ./tunnel/crypt -run TestFuzzSeedCorpus -update-corpus", path, err)
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
 		}
+		return
+	}
+	if got, err := os.ReadFile(path); err != nil || string(got) != content {
+		t.Errorf("%s is missing or stale (%v); run: go test ./tunnel/crypt -run 'SeedCorpus' -update-corpus", path, err)
 	}
 }

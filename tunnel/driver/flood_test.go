@@ -11,7 +11,6 @@ import (
 	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/internal/monotime"
 	"github.com/wanopt/wanopt/tunnel"
-	"github.com/wanopt/wanopt/tunnel/bind"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 )
 
@@ -33,10 +32,7 @@ func TestHandshakeFlood(t *testing.T) {
 		rate /= 10
 	}
 	ccfg, scfg := pairConfigs(t, 71)
-	sb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0"))
 	scfg.Bind = sb
 	saddr := sb.LocalAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), length+20*time.Second)

@@ -124,10 +124,7 @@ func memPair(t testing.TB, seed uint64, mod func(c, s *Config)) (cli, srv *Tunne
 // udpPair connects two tunnels over real UDP sockets on 127.0.0.1.
 func udpPair(t testing.TB, seed uint64, mod func(c, s *Config)) (cli, srv *Tunnel) {
 	t.Helper()
-	sb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0"))
 	ccfg, scfg := pairConfigs(t, seed)
 	scfg.Bind = sb
 	ccfg.RemoteAddr = sb.LocalAddr()
@@ -145,6 +142,16 @@ var (
 )
 
 // openAccepted opens a stream from cli and accepts it on srv.
+// listenUDP opens a UDP socket on ap (IPv4; port 0: any free one).
+func listenUDP(t testing.TB, ap netip.AddrPort) bind.Conn {
+	t.Helper()
+	b, err := bind.Listen("udp4", ap, bind.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func openAccepted(t testing.TB, cli, srv *Tunnel) (c, s *Stream) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/leaktest"
-	"github.com/wanopt/wanopt/tunnel/bind"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 )
 
@@ -63,14 +62,8 @@ func (r *replayer) answered(d time.Duration) bool {
 func TestReplayAfterTeardown(t *testing.T) {
 	leaktest.Check(t)
 	stamps := crypt.NewTimestamps()
-	cb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cb := listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0"))
+	sb := listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0"))
 	saddr := sb.LocalAddr()
 	ib := &initBind{crashBind: crashBind{Conn: cb}}
 	ccfg, scfg := pairConfigs(t, 51)
@@ -88,10 +81,7 @@ func TestReplayAfterTeardown(t *testing.T) {
 	srv.Close()
 
 	// The next connection of the same server process.
-	sb2, err := bind.Listen("udp4", saddr, bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb2 := listenUDP(t, saddr)
 	_, scfg2 := pairConfigs(t, 51)
 	scfg2.Bind, scfg2.Tunnel.Timestamps, scfg2.Tunnel.Rand = sb2, stamps, seeded(52)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -141,14 +131,8 @@ func TestReplayAfterTeardown(t *testing.T) {
 // replaces it: the client has a working tunnel within 2 s of the restart.
 func TestFarRestartWithReplay(t *testing.T) {
 	leaktest.Check(t)
-	cb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cb := listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0"))
+	sb := listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0"))
 	saddr := sb.LocalAddr()
 	ib := &initBind{crashBind: crashBind{Conn: cb}}
 	crash := &crashBind{Conn: sb}
@@ -165,10 +149,7 @@ func TestFarRestartWithReplay(t *testing.T) {
 	crash.dead.Store(true)
 	srv.Close()
 	start := time.Now()
-	sb2, err := bind.Listen("udp4", saddr, bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb2 := listenUDP(t, saddr)
 	_, scfg2 := pairConfigs(t, 61)
 	scfg2.Bind, scfg2.Tunnel.Timestamps, scfg2.Tunnel.Rand = sb2, crypt.NewTimestamps(), seeded(62)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

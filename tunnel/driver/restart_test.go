@@ -50,10 +50,7 @@ func (c *indexBind) WriteBatch(bufs [][]byte, ep netip.AddrPort) error {
 // work again, all far within 5 s (not after the 30 s idle timeout).
 func TestFarEdgeRestart(t *testing.T) {
 	leaktest.Check(t)
-	sb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0"))
 	saddr := sb.LocalAddr()
 	crash := &crashBind{Conn: sb}
 	ccfg, scfg := pairConfigs(t, 31)
@@ -70,10 +67,7 @@ func TestFarEdgeRestart(t *testing.T) {
 	start := time.Now()
 
 	// It restarts on the same address, with fresh state.
-	sb2, err := bind.Listen("udp4", saddr, bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb2 := listenUDP(t, saddr)
 	_, scfg2 := pairConfigs(t, 31)
 	scfg2.Tunnel.Rand = seeded(32)
 	scfg2.Bind = sb2
@@ -124,14 +118,8 @@ func TestFarEdgeRestart(t *testing.T) {
 // ignores, and the session and its streams go on untouched.
 func TestForgedReject(t *testing.T) {
 	leaktest.Check(t)
-	sb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0"))
+	cb := listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0"))
 	ib := &indexBind{Conn: cb}
 	ccfg, scfg := pairConfigs(t, 33)
 	scfg.Bind = sb
@@ -190,14 +178,8 @@ func (c *initBind) WriteBatch(bufs [][]byte, ep netip.AddrPort) error {
 // afterwards changes nothing.
 func TestNearEdgeRestart(t *testing.T) {
 	leaktest.Check(t)
-	cb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cb := listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0"))
+	sb := listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0"))
 	ib := &initBind{crashBind: crashBind{Conn: cb}}
 	ccfg, scfg := pairConfigs(t, 41)
 	ccfg.RemoteAddr, ccfg.Bind = sb.LocalAddr(), ib
