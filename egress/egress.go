@@ -237,6 +237,19 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 		_ = in.Reject(code)
 		return
 	}
+	// The flow is listed before the near edge hears it is connected, so
+	// its client never sees a flow that 'wanopt flows' does not show.
+	f := &relayed{src: src, dst: dst, started: time.Now()}
+	e.mu.Lock()
+	e.flows[f] = struct{}{}
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.flows, f)
+		e.doneUp += f.up.Load()
+		e.doneDown += f.down.Load()
+		e.mu.Unlock()
+	}()
 	s, err := in.Accept()
 	if err != nil {
 		log.Debug("accept stream failed", "err", err)
@@ -244,19 +257,10 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 		return
 	}
 	e.connected.Add(1)
-	f := &relayed{src: src, dst: dst, started: time.Now()}
-	e.mu.Lock()
-	e.flows[f] = struct{}{}
-	e.mu.Unlock()
 	// The server's end is the LAN side: its bytes go down, toward the
 	// near edge.
 	flow.Relay(ctx, c, s, flow.RelayOptions{LANToWAN: &f.down, WANToLAN: &f.up, Log: log,
 		IdleTimeout: e.opts.IdleTimeout, Idled: func() { e.idled.Add(1) }})
-	e.mu.Lock()
-	delete(e.flows, f)
-	e.doneUp += f.up.Load()
-	e.doneDown += f.down.Load()
-	e.mu.Unlock()
 	log.Debug("flow closed", "up", f.up.Load(), "down", f.down.Load())
 }
 
