@@ -29,10 +29,11 @@ type gatherer interface {
 
 // copyAdaptive copies src to dst until src ends, counting bytes in n (if
 // not nil). It holds a small pooled buffer while the flow trickles and a
-// large one while reads fill the buffer or the flow streams; when src can
-// wait for data without a buffer, it holds none while idle. It returns
-// src's error (io.EOF at a clean end) or dst's error.
-func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64) (rerr, werr error) {
+// large one while reads fill the buffer or the flow streams, if g grants
+// it (nil: always); when src can wait for data without a buffer, it holds
+// none while idle, and gives g back. It returns src's error (io.EOF at a
+// clean end) or dst's error.
+func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant) (rerr, werr error) {
 	waiter, canWait := src.(idleWaiter)
 	gather, canGather := src.(gatherer)
 	var lastData time.Time // when the previous read returned data
@@ -46,14 +47,15 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64) (rerr, werr er
 		}
 		small, big = nil, nil
 	}
-	defer release()
+	defer func() { release(); g.giveBack(true) }()
 	for {
 		if canWait && !waiter.Readable() {
 			release()
+			g.giveBack(false)
 			waiter.WaitReadable()
 		}
 		streaming := canGather && time.Since(lastData) < streamingGap
-		if streaming && big == nil {
+		if streaming && big == nil && g.take() {
 			release()
 			big = bigPool.Get().(*[]byte)
 		}
@@ -84,12 +86,13 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64) (rerr, werr er
 				n.Add(uint64(k))
 			}
 			switch {
-			case k == len(buf) && big == nil:
+			case big == nil && g.wantsBig(k, len(buf), time.Now()) && g.take():
 				smallPool.Put(small)
 				small, big = nil, bigPool.Get().(*[]byte)
 			case k < smallBuf && big != nil && !streaming:
 				bigPool.Put(big)
 				small, big = smallPool.Get().(*[]byte), nil
+				g.giveBack(false)
 			}
 		}
 		if err != nil {

@@ -27,6 +27,11 @@ type RelayOptions struct {
 	// after its last byte. Idled, if set, is called when it does.
 	IdleTimeout time.Duration
 	Idled       func()
+	// Budget, if set, holds the flow's large buffers: each direction takes
+	// a grant before it uses a large copy buffer and grows lan's buffers
+	// (if lan is a Resizer), and gives it back when it idles. The flow's
+	// floor is the caller's to Admit.
+	Budget *Budget
 }
 
 // Relay copies lan's bytes to wan and wan's to lan until both directions
@@ -82,8 +87,13 @@ func Relay(ctx context.Context, lan, wan Conn, o RelayOptions) {
 		defer w.stop()
 	}
 
+	resizer, _ := lan.(Resizer)
 	direction := func(dst, src Conn, n *atomic.Uint64, lanToWAN bool, name string) {
-		rerr, werr := copyAdaptive(busyWriter{dst, &writing}, src, n)
+		var g *grant
+		if o.Budget != nil {
+			g = newGrant(o.Budget, resizer, lanToWAN)
+		}
+		rerr, werr := copyAdaptive(busyWriter{dst, &writing}, src, n, g)
 		switch {
 		case werr != nil:
 			log.Debug(name+": write failed; resetting the flow", "err", werr)
