@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/wanopt/wanopt/flow"
+
 	"gvisor.dev/gvisor/pkg/tcpip"
 )
 
@@ -48,6 +50,14 @@ type Config struct {
 	ReceiveBuffer, SendBuffer BufferRange
 	// NoModerateReceiveBuffer turns receive-buffer auto-tuning off.
 	NoModerateReceiveBuffer bool
+	// Budget, if set, holds the memory of the flows: each intercepted
+	// connection reserves its floor before its far side is dialled (a
+	// connection the budget cannot hold is refused with a RST), and its
+	// buffers start at ReceiveBuffer.Default and SendBuffer.Default with
+	// auto-tuning off, growing to the Max of each only with a grant (see
+	// flow.Budget). Connections opened with DialTCP get the same sizes;
+	// their floor is their caller's to reserve.
+	Budget *flow.Budget
 	// NoSACK turns selective acknowledgements off.
 	NoSACK bool
 	// CongestionControl of the intercepted connections: "reno" (default)

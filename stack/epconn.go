@@ -33,10 +33,27 @@ type Conn struct {
 	// goroutine blocks in Read or Write.
 	closed chan struct{}
 	once   sync.Once
+	// sizes, if set (the stack has a memory budget), are the buffers' floor
+	// and grown sizes: see flow.Resizer.
+	sizes *bufferSizes
 }
 
-func newConn(ep tcpip.Endpoint, wq *waiter.Queue, peer string) *Conn {
-	c := &Conn{ep: ep, wq: wq, peer: peer, closed: make(chan struct{})}
+// bufferSizes are a Conn's buffer sizes under a flow.Budget: the floor it
+// holds without a grant and the size a grant lets it grow to.
+type bufferSizes struct {
+	rcvFloor, rcvGrown, sndFloor, sndGrown int
+}
+
+// newConn wraps an established endpoint. With sizes, it sets the buffers to
+// their floors, which also turns gVisor's auto-tuning off for them: only a
+// grant grows them (Grow). The window scale was settled in the handshake
+// from the stack's maximum, so a grown buffer is fully usable.
+func newConn(ep tcpip.Endpoint, wq *waiter.Queue, peer string, sizes *bufferSizes) *Conn {
+	c := &Conn{ep: ep, wq: wq, peer: peer, closed: make(chan struct{}), sizes: sizes}
+	if sizes != nil {
+		ep.SocketOptions().SetReceiveBufferSize(int64(sizes.rcvFloor), true)
+		ep.SocketOptions().SetSendBufferSize(int64(sizes.sndFloor), true)
+	}
 	c.rEntry, c.rCh = waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
 	c.wEntry, c.wCh = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
 	wq.EventRegister(&c.rEntry)
@@ -145,4 +162,48 @@ func (c *Conn) err(op string, terr tcpip.Error) error {
 		return fmt.Errorf("%s %s: %w (%s)", c.peer, op, errAborted, terr)
 	}
 	return fmt.Errorf("%s %s: %s", c.peer, op, terr)
+}
+
+// GrowBytes is what a grant for one direction adds: the growth of the
+// receive buffer (reading: data from this end) or of the send buffer
+// (flow.Resizer).
+func (c *Conn) GrowBytes(reading bool) int64 {
+	switch {
+	case c.sizes == nil:
+		return 0
+	case reading:
+		return int64(c.sizes.rcvGrown - c.sizes.rcvFloor)
+	}
+	return int64(c.sizes.sndGrown - c.sizes.sndFloor)
+}
+
+// Grow enlarges the receive (reading) or the send buffer to its granted
+// size (flow.Resizer).
+func (c *Conn) Grow(reading bool) {
+	switch {
+	case c.sizes == nil:
+	case reading:
+		c.ep.SocketOptions().SetReceiveBufferSize(int64(c.sizes.rcvGrown), true)
+	default:
+		c.ep.SocketOptions().SetSendBufferSize(int64(c.sizes.sndGrown), true)
+	}
+}
+
+// Shrink returns the send buffer to its floor once the data queued in it
+// fits the floor (flow.Resizer). The receive buffer is never shrunk: the
+// window already advertised for it cannot be withdrawn, so the peer may
+// still fill the grown size; its grant ends with the flow.
+func (c *Conn) Shrink(reading bool) bool {
+	switch {
+	case c.sizes == nil:
+		return true
+	case reading:
+		return false
+	}
+	queued, terr := c.ep.GetSockOptInt(tcpip.SendQueueSizeOption)
+	if terr != nil || queued > c.sizes.sndFloor {
+		return false
+	}
+	c.ep.SocketOptions().SetSendBufferSize(int64(c.sizes.sndFloor), true)
+	return true
 }

@@ -24,6 +24,14 @@ func (st *Stack) handle(r *tcp.ForwarderRequest) {
 	}
 	defer st.wg.Done()
 	st.syns.Add(1)
+	if !st.cfg.Budget.Admit() {
+		// As a full host would: a RST, at once, so the client's connect
+		// fails now rather than after its SYN retries.
+		st.overBudget.Add(1)
+		r.Complete(true)
+		return
+	}
+	defer st.cfg.Budget.Leave()
 
 	src := netip.AddrPortFrom(toAddr(id.RemoteAddress), id.RemotePort)
 	dst := netip.AddrPortFrom(toAddr(id.LocalAddress), id.LocalPort)
@@ -59,7 +67,8 @@ func (st *Stack) handle(r *tcp.ForwarderRequest) {
 	st.setKeepAlive(ep)
 	f.setState(FlowEstablished)
 	log.Debug("flow established")
-	flow.Relay(st.ctx, newConn(ep, &wq, "client"), far, flow.RelayOptions{
+	flow.Relay(st.ctx, newConn(ep, &wq, "client", st.sizes()), far, flow.RelayOptions{
+		Budget:   st.cfg.Budget,
 		LANToWAN: &f.up, WANToLAN: &f.down, Log: log,
 		IdleTimeout: st.cfg.IdleTimeout, Idled: func() { st.idled.Add(1) },
 		HalfClosed: func(lanToWAN bool) {

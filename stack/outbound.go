@@ -75,7 +75,7 @@ func (st *Stack) DialTCP(ctx context.Context, src, dst netip.AddrPort) (*Conn, e
 		ep.Close()
 		return nil, fmt.Errorf("stack: connect %v from %v: %w", dst, src, connectErrno(terr))
 	}
-	c := newConn(ep, &wq, "server")
+	c := newConn(ep, &wq, "server", st.sizes())
 	return c, nil
 }
 

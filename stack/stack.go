@@ -46,7 +46,9 @@ type Stack struct {
 
 	closeOnce sync.Once
 
-	syns, dialed, refused, notAllowed, unreachable, timeouts, dialErrors, handshakeFailed, idled atomic.Uint64
+	bufSizes bufferSizes // with cfg.Budget: the connections' floor and grown sizes
+
+	syns, dialed, refused, notAllowed, unreachable, timeouts, dialErrors, handshakeFailed, idled, overBudget atomic.Uint64
 }
 
 // NewWithEndpoint builds a stack on any gVisor link endpoint carrying raw IP
@@ -67,7 +69,9 @@ func newStack(ctx context.Context, ep gstack.LinkEndpoint, link string, d flow.D
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	st := &Stack{cfg: cfg, log: cfg.Logger, dialer: d, link: link}
+	st := &Stack{cfg: cfg, log: cfg.Logger, dialer: d, link: link, bufSizes: bufferSizes{
+		rcvFloor: cfg.ReceiveBuffer.Default, rcvGrown: cfg.ReceiveBuffer.Max,
+		sndFloor: cfg.SendBuffer.Default, sndGrown: cfg.SendBuffer.Max}}
 	st.ctx, st.cancel = context.WithCancel(context.WithoutCancel(ctx))
 
 	s := gstack.New(gstack.Options{
@@ -154,11 +158,23 @@ type Stats struct {
 	HandshakeFailed uint64
 	// IdleTimeouts counts flows reset after Config.IdleTimeout unused.
 	IdleTimeouts uint64
+	// OverBudget counts connections refused because Config.Budget could
+	// not hold another flow.
+	OverBudget uint64
 	// ActiveFlows is the number of flows in the table.
 	ActiveFlows int
 	// TCPEndpoints is the number of TCP endpoints gVisor holds, including
 	// those in TIME-WAIT.
 	TCPEndpoints int
+}
+
+// sizes are the buffer sizes of the stack's connections under its budget
+// (nil without one).
+func (st *Stack) sizes() *bufferSizes {
+	if st.cfg.Budget == nil {
+		return nil
+	}
+	return &st.bufSizes
 }
 
 // Stats returns a snapshot of the counters.
@@ -174,6 +190,7 @@ func (st *Stack) Stats() Stats {
 		DialErrors:      st.dialErrors.Load(),
 		HandshakeFailed: st.handshakeFailed.Load(),
 		IdleTimeouts:    st.idled.Load(),
+		OverBudget:      st.overBudget.Load(),
 		ActiveFlows:     st.flows.len(),
 		TCPEndpoints:    len(st.s.RegisteredEndpoints()),
 	}
