@@ -88,6 +88,11 @@ type Options struct {
 	// IdleTimeout resets a flow that moved no byte either way for this
 	// long (see flow.RelayOptions.IdleTimeout); 0: never.
 	IdleTimeout time.Duration
+	// Budget, if set, holds the flows' memory: each reserves its floor
+	// before the destination is dialled (answered wire.OpenResourceLimit
+	// when it cannot) and its relay grows its buffers only with a grant
+	// (see flow.Budget).
+	Budget *flow.Budget
 	// Logger receives events (per flow at Debug); nil discards them.
 	Logger *slog.Logger
 }
@@ -101,6 +106,9 @@ type Stats struct {
 	Connected, NotAllowed, Denied, Refused, Unreachable, TimedOut, Overloaded, Failed uint64
 	// IdleTimeouts counts flows reset after Options.IdleTimeout unused.
 	IdleTimeouts uint64
+	// OverBudget counts flows refused because Options.Budget could not
+	// hold another.
+	OverBudget uint64
 	// Active is the number of flows being connected or relayed now.
 	Active int64
 	// BytesUp: near edge → server; BytesDown: server → near edge.
@@ -126,9 +134,9 @@ type Egress struct {
 	log    *slog.Logger
 	sem    chan struct{}
 
-	streams, connected, notAllowed, denied, refused, unreachable, timedOut, overloaded, failed, idled atomic.Uint64
-	local                                                                                             localAddrs
-	active                                                                                            atomic.Int64
+	streams, connected, notAllowed, denied, refused, unreachable, timedOut, overloaded, failed, idled, overBudget atomic.Uint64
+	local                                                                                                         localAddrs
+	active                                                                                                        atomic.Int64
 
 	mu    sync.Mutex
 	flows map[*relayed]struct{}
@@ -228,6 +236,13 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 		_ = in.Reject(wire.OpenNotAllowed)
 		return
 	}
+	if !e.opts.Budget.Admit() {
+		e.overBudget.Add(1)
+		log.Debug("memory budget full; refusing")
+		_ = in.Reject(wire.OpenResourceLimit)
+		return
+	}
+	defer e.opts.Budget.Leave()
 	dctx, cancel := context.WithTimeout(ctx, e.opts.DialTimeout)
 	c, err := e.dialer.Dial(dctx, src, dst)
 	cancel()
@@ -260,7 +275,7 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 	// The server's end is the LAN side: its bytes go down, toward the
 	// near edge.
 	flow.Relay(ctx, c, s, flow.RelayOptions{LANToWAN: &f.down, WANToLAN: &f.up, Log: log,
-		IdleTimeout: e.opts.IdleTimeout, Idled: func() { e.idled.Add(1) }})
+		IdleTimeout: e.opts.IdleTimeout, Idled: func() { e.idled.Add(1) }, Budget: e.opts.Budget})
 	log.Debug("flow closed", "up", f.up.Load(), "down", f.down.Load())
 }
 
@@ -304,6 +319,7 @@ func (e *Egress) Stats() Stats {
 		NotAllowed:   e.notAllowed.Load(),
 		Denied:       e.denied.Load(),
 		IdleTimeouts: e.idled.Load(),
+		OverBudget:   e.overBudget.Load(),
 		Refused:      e.refused.Load(),
 		Unreachable:  e.unreachable.Load(),
 		TimedOut:     e.timedOut.Load(),

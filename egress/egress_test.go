@@ -321,6 +321,39 @@ func TestMaxFlows(t *testing.T) {
 	}
 }
 
+// TestBudgetFull: a flow the memory budget cannot hold is refused with
+// ResourceLimit before anything is dialled, and counted.
+func TestBudgetFull(t *testing.T) {
+	leaktest.Check(t)
+	near, far := drivertest.Pair(t, tcptest.Logger())
+	b := flow.NewBudget(1, 64<<10, 0)
+	e := New(Policy{Rules: []Rule{{Prefix: netip.MustParsePrefix("127.0.0.1/32")}}}, fakeDialer{}, Options{Budget: b, DialTimeout: time.Second, Logger: tcptest.Logger()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(ctx, far) }()
+	defer func() { cancel(); <-done }()
+	errs := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			_, err := near.OpenStream(ctx, netip.AddrPortFrom(netip.MustParseAddr("198.18.1.2"), uint16(40000+i)), netip.MustParseAddrPort("127.0.0.1:9"))
+			errs <- err
+		}()
+		time.Sleep(50 * time.Millisecond) // in order
+	}
+	if err := <-errs; !errors.Is(err, driver.ErrOpenResourceLimit) {
+		t.Errorf("second flow: %v; want ErrOpenResourceLimit", err)
+	}
+	if err := <-errs; !errors.Is(err, driver.ErrOpenTimedOut) {
+		t.Errorf("flow within the budget: %v; want ErrOpenTimedOut from the blocking dialer", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); e.Stats().Active != 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // the flow's handler returns after its answer
+	}
+	if st := e.Stats(); st.OverBudget != 1 || st.TimedOut != 1 || b.Stats().Flows != 0 || b.Stats().FlowsRefused != 1 {
+		t.Errorf("stats %+v, budget %+v; want 1 over budget, 1 timed out, the floor released", st, b.Stats())
+	}
+}
+
 // TestServeEndsWithTunnel: Serve returns the tunnel's error when it closes.
 func TestServeEndsWithTunnel(t *testing.T) {
 	leaktest.Check(t)
