@@ -59,7 +59,9 @@ type Config struct {
 	// TUN's stack (--egress transparent) instead of a kernel socket.
 	Transparent bool
 	DialTimeout time.Duration // --dial-timeout
-	MaxFlows    int           // --max-flows
+	// MaxFlows caps the flows open at once (--max-flows); the memory
+	// budget may hold fewer (FlowLimit).
+	MaxFlows int
 	// FlowIdleTimeout resets a flow (at this edge's stack or egress) that
 	// moved no byte for this long (--flow-idle-timeout; DefaultFlowIdleTimeout
 	// if 0; negative: never).
@@ -77,10 +79,12 @@ type Config struct {
 
 // Defaults, and the limits Validate enforces.
 const (
-	// DefaultMemoryMiB gives the tunnel its 64 MiB stream budget (enough
-	// for 250 Mbit/s at 1 s of RTT twice over) and the intercepted
-	// connections gVisor's own buffer maxima (4 MiB receive, 6 MiB send).
-	DefaultMemoryMiB = 128
+	// DefaultMemoryMiB gives the tunnel a 96 MiB stream budget (enough
+	// for 250 Mbit/s at 1 s of RTT three times over), streaming flows LAN
+	// buffers of 1 MiB (receive) and 6 MiB (send), and room for about
+	// 1,290 flows (see buffers): a branch of a few hundred users. The
+	// process holds only what its flows use; this is a ceiling.
+	DefaultMemoryMiB = 384
 	MinMemoryMiB     = 16
 	MaxMemoryMiB     = 1 << 20
 	// DefaultFlowIdleTimeout ends flows nobody used for a day: longer than
@@ -185,7 +189,7 @@ func (c Config) Summary() string {
 	} else {
 		s += " on " + c.Listen.String()
 	}
-	s += fmt.Sprintf(", public key %s, peer %s, cc %v, memory %d MiB", c.PrivateKey.PublicKey().Base64(), c.PeerKey.Base64(), c.CC, c.MemoryMiB)
+	s += fmt.Sprintf(", public key %s, peer %s, cc %v, memory %d MiB (%d flows)", c.PrivateKey.PublicKey().Base64(), c.PeerKey.Base64(), c.CC, c.MemoryMiB, c.FlowLimit())
 	if c.TUN != "" {
 		s += ", ingress on TUN " + c.TUN
 	}
@@ -202,29 +206,88 @@ func (c Config) Summary() string {
 
 // bufferPlan is how the memory budget is split.
 type bufferPlan struct {
-	// TunnelBytes bounds the tunnel's stream buffers and windows over all
-	// flows (tunnel stream.Config.BudgetBytes).
+	// TunnelBytes bounds the tunnel's stream buffers and windows beyond
+	// their floors, over all flows (tunnel stream.Config.BudgetBytes).
 	TunnelBytes uint64
-	// Receive and send buffer ranges of each intercepted connection.
-	RecvMin, RecvDefault, RecvMax int
-	SendMin, SendDefault, SendMax int
+	// FlowFloorBytes is what each flow reserves at open (flow.Budget);
+	// FlowLimit flows fit the floors' share. GrantBytes bounds the grants
+	// of streaming flows over all flows.
+	FlowFloorBytes, GrantBytes int64
+	FlowLimit                  int
+	// RecvFloor and SendFloor are an intercepted connection's buffers
+	// without a grant, RecvGrown and SendGrown with one.
+	RecvFloor, RecvGrown, SendFloor, SendGrown int
 }
 
-// buffers splits the memory budget. Only the tunnel's share is a hard cap
-// over all flows; gVisor has no stack-wide limit, so the connections' share
-// is a per-connection maximum, and buffers are only allocated as data waits
-// in them. The LAN side's round trip is short: those buffers need not hold
-// the WAN's bandwidth-delay product, which the tunnel's stream windows
-// (sized from it) already do.
+// The pieces of a flow's floor (FlowFloorBytes): what one flow can pin at
+// its smallest buffers while neither end reads.
+const (
+	// streamFloorBytes is a tunnel stream's receive window and send buffer
+	// at open, each one 32 KiB chunk (stream.DefaultChunkBytes): the
+	// floors the stream package grants regardless of the budget. The
+	// receive window is also the credit the peer assumes, so both edges
+	// use this value. It costs a new flow nothing in practice: the near
+	// edge completes the client's handshake only once the far edge has
+	// answered, and that answer carries a window sized from the path.
+	streamFloorBytes = 32 << 10
+	// lanFloorBytes is an intercepted connection's receive and send
+	// buffer without a grant: a 8 KiB window, enough for a keystroke or a
+	// request, on a LAN whose round trip is short.
+	lanFloorBytes = 16 << 10
+	// relayFloorBytes is the relay's two small copy buffers (flow.Relay).
+	relayFloorBytes = 2 * 4 << 10
+	// flowOverheadBytes is what a flow costs beyond its buffers: the
+	// netstack endpoint and its queues, the stream's state, the flow's
+	// table entries and its goroutines' stacks (two or three, 8 KiB each
+	// and more while deep in the netstack). Measured: TestEdgeMemoryBudget
+	// (cmd/wanopt) logs the RSS per admitted flow.
+	flowOverheadBytes = 48 << 10
+	flowFloorBytes    = 2*streamFloorBytes + 2*lanFloorBytes + relayFloorBytes + flowOverheadBytes
+)
+
+// buffers splits the memory budget: a quarter for the tunnel's stream
+// buffers and windows beyond their floors, a quarter for the grants of
+// streaming flows, and half for the floors of admitted flows, which sets
+// how many flows the edge admits (FlowLimit). Every share is a hard cap,
+// so the flows' memory never exceeds the budget, whatever they hold. A
+// grant lets a flow's LAN buffers grow to what the LAN side needs: its
+// round trip is short, so they need not hold the WAN's bandwidth-delay
+// product, which the tunnel's stream windows (sized from it) do. The
+// receive buffer grows less than the send buffer because its grant lasts
+// as long as the flow (flow.Resizer): 1 MiB still lets a client send
+// 32 ms ahead at 250 Mbit/s.
 func (c Config) buffers() bufferPlan {
-	total := c.withDefaults().MemoryMiB << 20
-	clamp := func(v, lo, hi int) int { return max(lo, min(v, hi)) }
+	c = c.withDefaults()
+	total := int64(c.MemoryMiB) << 20
+	clamp := func(v, lo, hi int64) int { return int(max(lo, min(v, hi))) }
 	p := bufferPlan{
-		TunnelBytes: uint64(total / 2),
-		RecvMin:     4 << 10, SendMin: 4 << 10,
-		RecvMax: clamp(total/32, 256<<10, 4<<20),
-		SendMax: clamp(total*3/64, 256<<10, 6<<20),
+		TunnelBytes:    uint64(total / 4),
+		GrantBytes:     total / 4,
+		FlowFloorBytes: flowFloorBytes,
+		FlowLimit:      int(min(int64(c.MaxFlows), total/2/flowFloorBytes)),
+		RecvFloor:      lanFloorBytes, SendFloor: lanFloorBytes,
+		RecvGrown: clamp(total/256, 256<<10, 1<<20),
+		SendGrown: clamp(total*3/128, 256<<10, 6<<20),
 	}
-	p.RecvDefault, p.SendDefault = min(1<<20, p.RecvMax), min(1<<20, p.SendMax)
 	return p
+}
+
+// FlowLimit is how many flows the edge admits at once: as many floors as
+// half the memory budget holds (about 1,290 at the default 384 MiB, 53 at
+// 16 MiB), at most MaxFlows. Opens beyond it are refused.
+func (c Config) FlowLimit() int { return c.buffers().FlowLimit }
+
+// FixedOverheadMiB is what an edge's resident memory holds beside its
+// budget (--memory-mib): the Go runtime and the program's code, the
+// netstack, the TUN's and the tunnel's packet buffers, the garbage
+// collector's headroom. TestEdgeMemoryBudget (cmd/wanopt) checks that an
+// edge at --memory-mib 16 with 1,000 flows pressing stays within both.
+const FixedOverheadMiB = 32
+
+// RuntimeMemoryLimit is the soft memory limit for the Go runtime
+// (runtime/debug.SetMemoryLimit) of a process running this one edge: the
+// budget plus the part of the fixed overhead the runtime manages, so that
+// garbage is collected before the process outgrows budget and overhead.
+func (c Config) RuntimeMemoryLimit() int64 {
+	return int64(c.withDefaults().MemoryMiB+FixedOverheadMiB/2) << 20
 }

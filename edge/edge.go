@@ -45,6 +45,9 @@ type Edge struct {
 	// no initiation is answered twice, across every tunnel this edge
 	// accepts.
 	stamps *crypt.Timestamps
+	// budget holds the memory of every flow of this edge, intercepted or
+	// egressing (--memory-mib; see Config.buffers).
+	budget *flow.Budget
 
 	// Set by Run (under mu): the ingress while it is open, the egress.
 	mu      sync.Mutex
@@ -62,7 +65,9 @@ func New(cfg Config) (*Edge, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	e := &Edge{cfg: cfg, log: cfg.Logger, br: bridge.New(nil, cfg.Logger.With("sub", "bridge")), stamps: crypt.NewTimestamps()}
+	bp := cfg.buffers()
+	e := &Edge{cfg: cfg, log: cfg.Logger, br: bridge.New(nil, cfg.Logger.With("sub", "bridge")), stamps: crypt.NewTimestamps(),
+		budget: flow.NewBudget(bp.FlowLimit, bp.FlowFloorBytes, bp.GrantBytes)}
 	return e, nil
 }
 
@@ -89,6 +94,7 @@ func (e *Edge) Run(ctx context.Context) error {
 		DialTimeout: cfg.DialTimeout,
 		MaxFlows:    cfg.MaxFlows,
 		IdleTimeout: max(0, cfg.FlowIdleTimeout),
+		Budget:      e.budget,
 		Logger:      e.log.With("sub", "egress"),
 	})
 	e.mu.Lock()
@@ -168,8 +174,9 @@ func (e *Edge) openIngress(ctx context.Context) error {
 	}
 	bp := cfg.buffers()
 	scfg := stack.Config{MTU: dev.MTU(), Logger: e.log.With("sub", "stack"), IdleTimeout: max(0, cfg.FlowIdleTimeout),
-		ReceiveBuffer: stack.BufferRange{Min: bp.RecvMin, Default: bp.RecvDefault, Max: bp.RecvMax},
-		SendBuffer:    stack.BufferRange{Min: bp.SendMin, Default: bp.SendDefault, Max: bp.SendMax},
+		ReceiveBuffer: stack.BufferRange{Min: 4 << 10, Default: bp.RecvFloor, Max: bp.RecvGrown},
+		SendBuffer:    stack.BufferRange{Min: 4 << 10, Default: bp.SendFloor, Max: bp.SendGrown},
+		Budget:        e.budget,
 	}
 	var capt *tun.Capture
 	if cfg.CaptureDir != "" {
@@ -292,8 +299,9 @@ func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 			IdleTimeout:         cfg.PeerTimeout,
 			InitialBandwidthBps: cfg.WANRateBps,
 			Timestamps:          e.stamps,
-			Stream:              stream.Config{BudgetBytes: cfg.buffers().TunnelBytes},
-			Logger:              e.log.With("sub", "tunnel"),
+			Stream: stream.Config{BudgetBytes: cfg.buffers().TunnelBytes,
+				InitialStreamWindow: streamFloorBytes, MinSendBufferBytes: streamFloorBytes},
+			Logger: e.log.With("sub", "tunnel"),
 		},
 		Logger: e.log.With("sub", "driver"),
 	}

@@ -24,18 +24,33 @@ import (
 )
 
 func TestMemoryBudget(t *testing.T) {
+	floor := int64(flowFloorBytes)
 	for _, tc := range []struct {
 		mib  int
 		want bufferPlan
 	}{
-		// The default keeps the tunnel's 64 MiB and gVisor's own maxima.
-		{128, bufferPlan{TunnelBytes: 64 << 20, RecvMin: 4 << 10, RecvDefault: 1 << 20, RecvMax: 4 << 20, SendMin: 4 << 10, SendDefault: 1 << 20, SendMax: 6 << 20}},
-		{16, bufferPlan{TunnelBytes: 8 << 20, RecvMin: 4 << 10, RecvDefault: 512 << 10, RecvMax: 512 << 10, SendMin: 4 << 10, SendDefault: 768 << 10, SendMax: 768 << 10}},
-		{4096, bufferPlan{TunnelBytes: 2 << 30, RecvMin: 4 << 10, RecvDefault: 1 << 20, RecvMax: 4 << 20, SendMin: 4 << 10, SendDefault: 1 << 20, SendMax: 6 << 20}},
+		// The default: gVisor's send maximum for streaming flows, room
+		// for 1,000 flows and more.
+		{384, bufferPlan{TunnelBytes: 96 << 20, GrantBytes: 96 << 20, FlowFloorBytes: floor, FlowLimit: int((192 << 20) / floor),
+			RecvFloor: 16 << 10, RecvGrown: 1 << 20, SendFloor: 16 << 10, SendGrown: 6 << 20}},
+		{16, bufferPlan{TunnelBytes: 4 << 20, GrantBytes: 4 << 20, FlowFloorBytes: floor, FlowLimit: int((8 << 20) / floor),
+			RecvFloor: 16 << 10, RecvGrown: 256 << 10, SendFloor: 16 << 10, SendGrown: 384 << 10}},
+		// --max-flows caps the flows the budget would hold.
+		{4096, bufferPlan{TunnelBytes: 1 << 30, GrantBytes: 1 << 30, FlowFloorBytes: floor, FlowLimit: 4096,
+			RecvFloor: 16 << 10, RecvGrown: 1 << 20, SendFloor: 16 << 10, SendGrown: 6 << 20}},
 	} {
 		c := Config{MemoryMiB: tc.mib}
+		if tc.mib == DefaultMemoryMiB && c.FlowLimit() < 1000 {
+			t.Errorf("the default budget admits %d flows; want 1,000 at least", c.FlowLimit())
+		}
 		if got := c.buffers(); got != tc.want {
 			t.Errorf("MemoryMiB %d: %+v, want %+v", tc.mib, got, tc.want)
+		}
+		// Floors and grants fill at most the budget beside the tunnel's
+		// quarter.
+		p := c.buffers()
+		if flows := int64(p.FlowLimit)*p.FlowFloorBytes + p.GrantBytes + int64(p.TunnelBytes); flows > int64(tc.mib)<<20 {
+			t.Errorf("MemoryMiB %d: the shares add up to %d bytes", tc.mib, flows)
 		}
 	}
 }

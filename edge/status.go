@@ -10,6 +10,9 @@ import (
 // "status").
 func (e *Edge) Status() control.Status {
 	r := control.Status{Role: e.cfg.Role(), Config: e.cfg.Summary(), Bridge: e.br.Stats()}
+	m := e.budget.Stats()
+	r.Memory = control.Memory{Flows: m.Flows, MaxFlows: m.MaxFlows, FloorBytes: m.FloorBytes,
+		GrantedBytes: m.GrantedBytes, GrantLimitBytes: m.GrantLimitBytes, FlowsRefused: m.FlowsRefused, Grants: m.Grants, GrantsRefused: m.GrantsRefused}
 	e.mu.Lock()
 	started := e.started
 	e.mu.Unlock()

@@ -320,3 +320,19 @@ func TestCheckEdgeCPU(t *testing.T) {
 		}
 	}
 }
+
+func TestParseProcStatus(t *testing.T) {
+	status := "Name:\twanopt\nVmPeak:\t 1300000 kB\nVmHWM:\t   40960 kB\nVmRSS:\t   20480 kB\nThreads:\t9\n"
+	got, err := parseProcStatus(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Memory{RSSBytes: 20 << 20, PeakBytes: 40 << 20}); got != want {
+		t.Errorf("parseProcStatus = %+v, want %+v", got, want)
+	}
+	for _, bad := range []string{"Name:\tx\n", "VmHWM:\t 12 MB\nVmRSS:\t 1 kB\n", "VmHWM:\t x kB\nVmRSS:\t 1 kB\n"} {
+		if _, err := parseProcStatus(bad); err == nil {
+			t.Errorf("parseProcStatus(%q): no error", bad)
+		}
+	}
+}

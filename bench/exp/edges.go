@@ -215,9 +215,68 @@ func parseProcStat(pid int, s string) (CPUTime, error) {
 	return CPUTime{User: time.Duration(ut) * time.Second / clockTicks, System: time.Duration(st) * time.Second / clockTicks}, nil
 }
 
+// Memory is a process's resident memory from /proc/PID/status: now (VmRSS)
+// and its peak since start (VmHWM), in bytes.
+type Memory struct {
+	RSSBytes, PeakBytes uint64
+}
+
+// Memory reads the resident memory of the "near" or "far" edge's process.
+func (e *Edges) Memory(side string) (Memory, error) {
+	p := e.near
+	if side == "far" {
+		p = e.far
+	}
+	if p == nil || p.cmd.Process == nil {
+		return Memory{}, fmt.Errorf("%s edge not started", side)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return Memory{}, fmt.Errorf("memory of the %s edge: %w", side, err)
+	}
+	return parseProcStatus(string(b))
+}
+
+// parseProcStatus reads VmRSS and VmHWM (in kB) from /proc/PID/status.
+func parseProcStatus(s string) (Memory, error) {
+	var m Memory
+	var seen int
+	for _, line := range strings.Split(s, "\n") {
+		name, val, ok := strings.Cut(line, ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		f := strings.Fields(val)
+		if len(f) != 2 || f[1] != "kB" {
+			return Memory{}, fmt.Errorf("unexpected %s line %q in /proc/PID/status", name, line)
+		}
+		kb, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return Memory{}, fmt.Errorf("%s in /proc/PID/status: %w", name, err)
+		}
+		if name == "VmRSS" {
+			m.RSSBytes = kb << 10
+		} else {
+			m.PeakBytes = kb << 10
+		}
+		seen++
+	}
+	if seen != 2 {
+		return Memory{}, errors.New("no VmRSS and VmHWM in /proc/PID/status")
+	}
+	return m, nil
+}
+
 // Socket is the control socket of the "near" or "far" edge (see
 // edge/control).
 func (e *Edges) Socket(side string) string { return filepath.Join(e.dir, side+".sock") }
+
+// Status asks the "near" or "far" edge for its status.
+func (e *Edges) Status(side string) (control.Status, error) {
+	var r control.Status
+	err := e.query(side, "status", &r)
+	return r, err
+}
 
 // Tunnel asks the "near" or "far" edge for its tunnel's counters.
 func (e *Edges) Tunnel(side string) (control.Tunnel, error) {

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
 	"text/tabwriter"
@@ -78,6 +79,11 @@ func runEdge(ctx context.Context, cfg *runConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The garbage collector works to keep the process within the budget
+	// and the fixed overhead, unless the operator set GOMEMLIMIT.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(ec.RuntimeMemoryLimit())
+	}
 	return e.Run(ctx)
 }
 
@@ -134,12 +140,15 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "tunnel: down")
 	}
 	if s := r.Ingress; s != nil {
-		fmt.Fprintf(stdout, "ingress: %d flows, %d SYNs (%d dropped), dialed %d, refused %d, not allowed %d, unreachable %d, timed out %d, errors %d, idle timeouts %d\n",
-			s.ActiveFlows, s.SYNs, s.ForwarderDrops, s.Dialed, s.Refused, s.NotAllowed, s.Unreachable, s.Timeouts, s.DialErrors, s.IdleTimeouts)
+		fmt.Fprintf(stdout, "ingress: %d flows, %d SYNs (%d dropped), dialed %d, refused %d, not allowed %d, unreachable %d, timed out %d, errors %d, idle timeouts %d, over budget %d\n",
+			s.ActiveFlows, s.SYNs, s.ForwarderDrops, s.Dialed, s.Refused, s.NotAllowed, s.Unreachable, s.Timeouts, s.DialErrors, s.IdleTimeouts, s.OverBudget)
 	}
 	g := r.Egress
-	fmt.Fprintf(stdout, "egress: %d flows, %d streams, connected %d, not allowed %d, denied %d, refused %d, unreachable %d, timed out %d, overloaded %d, failed %d, idle timeouts %d, %d B up, %d B down\n",
-		g.Active, g.Streams, g.Connected, g.NotAllowed, g.Denied, g.Refused, g.Unreachable, g.TimedOut, g.Overloaded, g.Failed, g.IdleTimeouts, g.BytesUp, g.BytesDown)
+	fmt.Fprintf(stdout, "egress: %d flows, %d streams, connected %d, not allowed %d, denied %d, refused %d, unreachable %d, timed out %d, overloaded %d, over budget %d, failed %d, idle timeouts %d, %d B up, %d B down\n",
+		g.Active, g.Streams, g.Connected, g.NotAllowed, g.Denied, g.Refused, g.Unreachable, g.TimedOut, g.Overloaded, g.OverBudget, g.Failed, g.IdleTimeouts, g.BytesUp, g.BytesDown)
+	m := r.Memory
+	fmt.Fprintf(stdout, "memory: %d of %d flows admitted (%d KiB floor each), %d refused; grants %.1f of %.1f MiB held, %d taken, %d refused\n",
+		m.Flows, m.MaxFlows, m.FloorBytes>>10, m.FlowsRefused, float64(m.GrantedBytes)/(1<<20), float64(m.GrantLimitBytes)/(1<<20), m.Grants, m.GrantsRefused)
 	return nil
 }
 

@@ -31,6 +31,21 @@ type Status struct {
 	Ingress *stack.Stats  `json:"ingress,omitempty"`
 	Bridge  bridge.Stats  `json:"bridge"`
 	Egress  egress.Stats  `json:"egress"`
+	Memory  Memory        `json:"memory"`
+}
+
+// Memory is the flows' share of the memory budget (--memory-mib): the
+// floors of the flows admitted and the grants of the streaming ones. The
+// tunnel's stream buffers are counted in Tunnel.
+type Memory struct {
+	Flows           int64  `json:"flows"`
+	MaxFlows        int64  `json:"max_flows"`
+	FloorBytes      int64  `json:"floor_bytes"`
+	GrantedBytes    int64  `json:"granted_bytes"`
+	GrantLimitBytes int64  `json:"grant_limit_bytes"`
+	FlowsRefused    uint64 `json:"flows_refused"`
+	Grants          uint64 `json:"grants"`
+	GrantsRefused   uint64 `json:"grants_refused"`
 }
 
 // Tunnel is the tunnel of the moment.
