@@ -69,6 +69,15 @@ func TestBudgetAdmitsAndRefuses(t *testing.T) {
 		s := b.Stats()
 		return s.Flows == 0 && s.GrantedBytes == 0
 	})
-	c = dialThrough(t, cli)
-	c.Close()
+	// Admitted again: the stack dials the far side (whose data has ended,
+	// so the new flow ends at once; only its admission matters here).
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if c, err := gonet.DialContextTCP(ctx2, cli, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4([4]byte{198, 18, 2, 2}), Port: 80}, ipv4.ProtocolNumber); err == nil {
+		c.Close()
+	}
+	waitFor(t, "the second flow dialled", func() bool { return st.Stats().Dialed == 2 })
+	if n := b.Stats().FlowsRefused; n != 1 {
+		t.Errorf("%d refusals; want only the one while the first flow was open", n)
+	}
 }
