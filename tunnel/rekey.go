@@ -22,6 +22,7 @@ import (
 // scheduleRekey sets when the client's current session is due for a rekey.
 func (c *Conn) scheduleRekey(now monotime.Time) {
 	c.sessSent = 0
+	c.stats.KeysAt = now
 	if c.client && c.cfg.RekeyAfter > 0 {
 		c.rekeyAt = now.Add(c.cfg.RekeyAfter)
 	}

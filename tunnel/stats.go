@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/cc"
+	"github.com/wanopt/wanopt/internal/monotime"
 )
 
 // Stats is a snapshot of a connection's counters and path model. Byte
@@ -39,6 +40,10 @@ type Stats struct {
 	StreamsOpen     int    // streams open now, both directions
 
 	DatagramsSent, DatagramsReceived, DatagramsDropped uint64
+
+	// KeysAt is when the session in use was keyed: established, or
+	// rekeyed (0 before).
+	KeysAt monotime.Time
 
 	SmoothedRTT, MinRTT, LatestRTT time.Duration
 	CongestionWindow               int

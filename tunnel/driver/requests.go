@@ -236,4 +236,7 @@ func (d *driverState) fillStats(s *Stats) {
 	if d.gate != nil {
 		s.Gate = d.gate.Stats()
 	}
+	if at := s.Tunnel.KeysAt; at != 0 {
+		s.KeysAge = monotime.Now().Sub(at)
+	}
 }

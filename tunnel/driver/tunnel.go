@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/wanopt/wanopt/internal/monotime"
 	"github.com/wanopt/wanopt/tunnel"
@@ -296,6 +297,9 @@ type Stats struct {
 	// before any Diffie-Hellman: bad mac1, cookies sent under load, rate
 	// limited, admitted.
 	Gate tunnel.GateStats
+	// KeysAge is how long ago the session in use was keyed (the last
+	// handshake or rekey); 0 before the first.
+	KeysAge time.Duration
 	// PeerAddr is where datagrams go (the server learns it).
 	PeerAddr netip.AddrPort
 }
