@@ -161,6 +161,11 @@ type Stats struct {
 	// OverBudget counts connections refused because Config.Budget could
 	// not hold another flow.
 	OverBudget uint64
+	// TUNPacketsIn and TUNPacketsOut count the packets the netstack took
+	// from and gave to the device, a large (GRO or TSO) segment once.
+	// TUNDrops counts packets it could not use: not TCP (nothing else is
+	// intercepted), malformed, or no room to send.
+	TUNPacketsIn, TUNPacketsOut, TUNDrops uint64
 	// ActiveFlows is the number of flows in the table.
 	ActiveFlows int
 	// TCPEndpoints is the number of TCP endpoints gVisor holds, including
@@ -179,7 +184,17 @@ func (st *Stack) sizes() *bufferSizes {
 
 // Stats returns a snapshot of the counters.
 func (st *Stack) Stats() Stats {
+	var in, out, drops uint64
+	if nic, ok := st.s.NICInfo()[nicID]; ok {
+		n := nic.Stats
+		in, out = n.Rx.Packets.Value(), n.Tx.Packets.Value()
+		drops = n.MalformedL4RcvdPackets.Value() + n.TxPacketsDroppedNoBufferSpace.Value() +
+			sumCounts(n.UnknownL3ProtocolRcvdPacketCounts) + sumCounts(n.UnknownL4ProtocolRcvdPacketCounts)
+	}
 	return Stats{
+		TUNPacketsIn:    in,
+		TUNPacketsOut:   out,
+		TUNDrops:        drops,
 		SYNs:            st.syns.Load(),
 		ForwarderDrops:  st.s.Stats().TCP.ForwardMaxInFlightDrop.Value(),
 		Dialed:          st.dialed.Load(),
@@ -238,4 +253,18 @@ func (st *Stack) Close() error {
 		st.log.Info("stack stopped")
 	})
 	return nil
+}
+
+// sumCounts adds up a gVisor counter map (packets per unknown protocol).
+func sumCounts(m *tcpip.IntegralStatCounterMap) uint64 {
+	var n uint64
+	if m == nil {
+		return 0
+	}
+	for _, k := range m.Keys() {
+		if c, ok := m.Get(k); ok {
+			n += c.Value()
+		}
+	}
+	return n
 }
