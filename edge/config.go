@@ -73,6 +73,9 @@ type Config struct {
 	// Control is the unix socket 'wanopt status' and 'wanopt flows' query
 	// (--control); empty: none.
 	Control string
+	// Metrics is the TCP address serving Prometheus metrics at /metrics
+	// (--metrics; see edge/metrics); empty: none.
+	Metrics string
 	// Logger receives the edge's events (never keys); nil discards them.
 	Logger *slog.Logger
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/wanopt/wanopt/edge/bridge"
 	"github.com/wanopt/wanopt/edge/control"
+	"github.com/wanopt/wanopt/edge/metrics"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/stack"
@@ -104,6 +105,14 @@ func (e *Edge) Run(ctx context.Context) error {
 	defer stopRates()
 	if cfg.Control != "" {
 		stop, err := control.Serve(cfg.Control, e, e.log.With("sub", "control"))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if cfg.Metrics != "" {
+		reg := metrics.Registry(e.Status, cfg.PeerKey.Base64())
+		_, stop, err := metrics.Serve(ctx, cfg.Metrics, reg, e.log.With("sub", "metrics"))
 		if err != nil {
 			return err
 		}

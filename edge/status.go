@@ -30,6 +30,8 @@ func (e *Edge) Status() control.Status {
 			BandwidthBps: s.Tunnel.BandwidthBps, PacingRateBps: s.Tunnel.PacingRateBps,
 			Cwnd: s.Tunnel.CongestionWindow, InFlight: s.Tunnel.BytesInFlight,
 			BytesSent: s.Tunnel.BytesSent, BytesReceived: s.Tunnel.BytesReceived,
+			PacketsSent: s.Tunnel.PacketsSent, PacketsReceived: s.Tunnel.PacketsReceived,
+			RecvRateBps: s.Tunnel.RecvRateBps, HandshakeAge: s.KeysAge,
 			PacketsLost: s.Tunnel.PacketsLost, Retransmitted: s.Tunnel.StreamBytesRetransmitted,
 			PTOs:            s.Tunnel.PTOs,
 			StreamsOpen:     s.Tunnel.StreamsOpen,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -27,6 +28,8 @@ type runConfig struct {
 	// Procs is GOMAXPROCS for the edge (--procs); 0: Go's default.
 	Procs    int
 	LogLevel slog.Level
+	// LogJSON writes logs as JSON lines (--log-format json).
+	LogJSON bool
 	// Check validates and exits.
 	Check bool
 }
@@ -51,11 +54,11 @@ Flags:
 
 // runFlags holds the raw flag values.
 type runFlags struct {
-	config, tun, key, peerKey, listen, peer, cc, logLevel, control, capture, egress, wanRate string
-	tunSetup, check                                                                          bool
-	tunAddrs, routes, allow, deny                                                            []string
-	mtu, maxFlows, memoryMiB, procs                                                          int
-	dialTimeout, peerTimeout, flowIdle                                                       time.Duration
+	config, tun, key, peerKey, listen, peer, cc, logLevel, logFormat, control, capture, egress, wanRate, metrics string
+	tunSetup, check                                                                                              bool
+	tunAddrs, routes, allow, deny                                                                                []string
+	mtu, maxFlows, memoryMiB, procs                                                                              int
+	dialTimeout, peerTimeout, flowIdle                                                                           time.Duration
 }
 
 func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
@@ -88,6 +91,8 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.StringVar(&f.cc, "cc", "bbr", "tunnel congestion control: bbr or cubic")
 	fs.StringVar(&f.wanRate, "wan-rate", "", "the WAN link's rate toward the peer if known, e.g. 50mbit or 1gbit: a new tunnel starts sending at it instead of probing up from ten packets (on a 600 ms path that takes about 5 s); measurements then take over. Empty: probe")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text (key=value) or json (one object per line)")
+	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on http://`ADDR`/metrics, e.g. 127.0.0.1:9550 (off by default; the metrics show what 'wanopt status' shows, so keep ADDR private)")
 	fs.StringVar(&f.control, "control", "", "answer 'wanopt status' and 'wanopt flows' on the unix socket `PATH`")
 	fs.StringVar(&f.capture, "capture", "", "write the headers (128 bytes) of every packet crossing the TUN device to pcap files in `DIR` (lan.pcap, rotated at 64 MiB, 4 kept), for 'wanopt analyze'")
 	return fs
@@ -250,6 +255,19 @@ func (f *runFlags) validate() (*runConfig, error) {
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return bad("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	switch f.logFormat {
+	case "text":
+	case "json":
+		c.LogJSON = true
+	default:
+		return bad("--log-format %q: want text or json", f.logFormat)
+	}
+	if f.metrics != "" {
+		if _, _, err := net.SplitHostPort(f.metrics); err != nil {
+			return bad("--metrics %q: want HOST:PORT, e.g. 127.0.0.1:9550", f.metrics)
+		}
+		c.Metrics = f.metrics
 	}
 	if err := c.Config.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)

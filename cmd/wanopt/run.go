@@ -35,7 +35,11 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "configuration OK: %s\n", cfg.Summary())
 		return nil
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	var h slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})
+	if cfg.LogJSON {
+		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})
+	}
+	log := slog.New(h)
 	if cfg.Procs > 0 {
 		runtime.GOMAXPROCS(cfg.Procs)
 	}

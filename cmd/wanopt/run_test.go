@@ -59,6 +59,8 @@ func TestRunConfigErrors(t *testing.T) {
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--egress", "magic"), "want kernel or transparent"},
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--memory-mib", "8"), "--memory-mib 8"},
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--log-level", "loud"), "--log-level"},
+		{append(far[:6:6], "--allow", "198.18.2.0/24", "--log-format", "xml"), "--log-format"},
+		{append(far[:6:6], "--allow", "198.18.2.0/24", "--metrics", "9550"), "--metrics"},
 		{append(far[:6:6], "--tun", "wo0", "--mtu", "100"), "--mtu"},
 		{append(far[:6:6], "--tun", "wo0", "--route", "198.18.2.0/24"), "need --tun-setup"},
 		{append(far[:6:6], "--tun", "wo0", "--tun-setup", "--route", "bogus"), "--route"},

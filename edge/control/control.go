@@ -61,10 +61,17 @@ type Tunnel struct {
 	InFlight      int           `json:"in_flight"`
 	BytesSent     uint64        `json:"bytes_sent"`
 	BytesReceived uint64        `json:"bytes_received"`
-	PacketsLost   uint64        `json:"packets_lost"`
-	Retransmitted uint64        `json:"stream_bytes_retransmitted"`
-	PTOs          uint64        `json:"ptos"` // probe timeouts (an outage shows as a run of them)
-	StreamsOpen   int           `json:"streams_open"`
+	// Packets each way, the rate at which the peer delivers stream data
+	// to this edge (measured), and how long ago the session in use was
+	// keyed (handshake or rekey).
+	PacketsSent     uint64        `json:"packets_sent"`
+	PacketsReceived uint64        `json:"packets_received"`
+	RecvRateBps     uint64        `json:"recv_rate_bps"`
+	HandshakeAge    time.Duration `json:"handshake_age_ns"`
+	PacketsLost     uint64        `json:"packets_lost"`
+	Retransmitted   uint64        `json:"stream_bytes_retransmitted"`
+	PTOs            uint64        `json:"ptos"` // probe timeouts (an outage shows as a run of them)
+	StreamsOpen     int           `json:"streams_open"`
 	// The stream memory budget: in use and limit.
 	BudgetUsedBytes uint64 `json:"budget_used_bytes"`
 	BudgetBytes     uint64 `json:"budget_bytes"`

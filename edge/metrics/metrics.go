@@ -1,0 +1,215 @@
+// Package metrics exports an edge's status as Prometheus metrics (wanopt
+// run --metrics ADDR). The collector reads one status snapshot per scrape
+// (edge/control's schema, the same 'wanopt status' shows), so the metrics
+// cost nothing between scrapes and never disagree with the status.
+//
+// Names follow the Prometheus conventions: the wanopt_ prefix, base units
+// (seconds, bytes), _total for counters. Per-peer series carry a peer
+// label (the peer's public key); flows are counted per edge, never per
+// flow, so the number of series stays bounded. The tunnel's counters
+// restart at zero when a new tunnel replaces the old one (Prometheus reads
+// that as a counter reset).
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/wanopt/wanopt/cc"
+	"github.com/wanopt/wanopt/edge/control"
+)
+
+// Registry returns a registry with the edge's collector, reading status
+// at each scrape, and the Go runtime's and the process's collectors. peer
+// names the peer in the per-peer series.
+func Registry(status func() control.Status, peer string) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&collector{status: status, peer: peer},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Serve serves reg's metrics on http://addr/metrics until ctx ends or
+// stop is called (which waits for the server to close). It returns once
+// it listens, with the address it listens on (addr's port may be 0).
+func Serve(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) (bound string, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("metrics: listen on %s: %w (choose a free address, e.g. 127.0.0.1:9550)", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("metrics server stopped", "err", err)
+		}
+	}()
+	unhook := context.AfterFunc(ctx, func() { srv.Close() })
+	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return ln.Addr().String(), func() { unhook(); srv.Close(); <-done }, nil
+}
+
+// collector turns a status snapshot into metrics.
+type collector struct {
+	status func() control.Status
+	peer   string
+}
+
+// desc makes a metric description; the per-peer ones start with the peer
+// label.
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("wanopt_"+name, help, labels, nil)
+}
+
+var (
+	peerUp          = desc("peer_up", "1 while the tunnel to the peer is up.", "peer")
+	peerRTT         = desc("peer_rtt_seconds", "The tunnel's smoothed round-trip time.", "peer")
+	peerMinRTT      = desc("peer_min_rtt_seconds", "The tunnel's minimum round-trip time.", "peer")
+	peerDelivery    = desc("peer_delivery_rate_bytes_per_second", "The congestion controller's estimate of the rate the path delivers toward the peer (BBR's bottleneck bandwidth).", "peer")
+	peerRecvRate    = desc("peer_receive_rate_bytes_per_second", "The rate at which the peer delivers stream data to this edge, measured.", "peer")
+	peerPacing      = desc("peer_pacing_rate_bytes_per_second", "The tunnel's pacing rate toward the peer.", "peer")
+	peerCwnd        = desc("peer_congestion_window_bytes", "The tunnel's congestion window.", "peer")
+	peerInFlight    = desc("peer_in_flight_bytes", "Bytes sent to the peer and not yet acknowledged.", "peer")
+	peerBBRState    = desc("peer_bbr_state", "1 for BBR's current state, 0 for the others (BBR only).", "peer", "state")
+	peerBytes       = desc("peer_bytes_total", "UDP payload bytes exchanged with the peer.", "peer", "direction")
+	peerPackets     = desc("peer_packets_total", "Packets exchanged with the peer.", "peer", "direction")
+	peerLost        = desc("peer_lost_packets_total", "Packets to the peer declared lost.", "peer")
+	peerRetrans     = desc("peer_retransmitted_bytes_total", "Stream bytes sent to the peer again after a loss.", "peer")
+	peerPTOs        = desc("peer_probe_timeouts_total", "Probe timeouts of the tunnel (an outage shows as a run of them).", "peer")
+	peerHandshake   = desc("peer_handshake_age_seconds", "Time since the session in use was keyed (handshake or rekey).", "peer")
+	peerRekeys      = desc("peer_rekeys_total", "Sessions replaced by a rekey.", "peer")
+	peerStreams     = desc("peer_streams_open", "Tunnel streams open, both directions.", "peer")
+	peerStreamBuf   = desc("peer_stream_buffer_bytes", "Memory the tunnel's stream buffers and windows hold.", "peer")
+	peerStreamLimit = desc("peer_stream_buffer_limit_bytes", "The tunnel's stream memory budget.", "peer")
+	peerDropped     = desc("peer_dropped_packets_total", "Datagrams dropped before use, by reason: unauthenticated, replayed.", "peer", "reason")
+	peerHandshakes  = desc("peer_handshakes_refused_total", "Handshake initiations not answered, by reason: replay, refused (key or state), bad_mac, rate_limited, resume_declined.", "peer", "reason")
+	peerCookies     = desc("peer_cookies_sent_total", "Cookie replies sent under handshake load.", "peer")
+	peerRestarts    = desc("peer_client_restarts_total", "Sessions replaced because the client restarted.", "peer")
+	peerRejects     = desc("peer_rejects_sent_total", "REJECTs sent for data of a session this edge does not hold.", "peer")
+
+	flowsOpen    = desc("flows_open", "Flows open now, by side: ingress (intercepted here) or egress (connected here).", "side")
+	flowsTotal   = desc("flows_total", "Flows established, by side.", "side")
+	flowsRefused = desc("flows_refused_total", "Flows not established, by side and reason.", "side", "reason")
+	flowsIdle    = desc("flows_idle_timeouts_total", "Flows reset after the idle timeout, by side.", "side")
+	egressBytes  = desc("egress_bytes_total", "Bytes the egress relayed, by direction (up: toward the servers).", "direction")
+
+	tunPackets = desc("tun_packets_total", "Packets (a GRO or TSO segment once) the netstack took from (in) and gave to (out) the TUN device.", "direction")
+	tunDrops   = desc("tun_dropped_packets_total", "Packets from the TUN device the netstack could not use (not TCP, malformed) or could not send.")
+
+	memFlows       = desc("memory_flows", "Flows holding their memory floor.")
+	memMaxFlows    = desc("memory_max_flows", "Flows the memory budget admits at once.")
+	memFloor       = desc("memory_flow_floor_bytes", "Memory each admitted flow reserves.")
+	memGranted     = desc("memory_granted_bytes", "Memory lent to streaming flows for large buffers.")
+	memGrantLimit  = desc("memory_grant_limit_bytes", "The most that may be lent to streaming flows.")
+	memGrants      = desc("memory_grants_total", "Grants of large buffers taken.")
+	memGrantsFewer = desc("memory_grants_refused_total", "Times a streaming flow asked for large buffers and was held to its floor.")
+)
+
+// Describe sends nothing: the collector is unchecked, as its per-peer
+// series come and go with the tunnel.
+func (c *collector) Describe(chan<- *prometheus.Desc) {}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.status()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	p := c.peer
+	if t := s.Tunnel; t != nil {
+		gauge(peerUp, 1, p)
+		gauge(peerRTT, t.SmoothedRTT.Seconds(), p)
+		gauge(peerMinRTT, t.MinRTT.Seconds(), p)
+		gauge(peerDelivery, float64(t.BandwidthBps)/8, p)
+		gauge(peerRecvRate, float64(t.RecvRateBps)/8, p)
+		gauge(peerPacing, float64(t.PacingRateBps)/8, p)
+		gauge(peerCwnd, float64(t.Cwnd), p)
+		gauge(peerInFlight, float64(t.InFlight), p)
+		if t.BBRMode != "" {
+			for m := cc.BBRMode(0); m.String() != "unknown"; m++ {
+				v := 0.0
+				if m.String() == t.BBRMode {
+					v = 1
+				}
+				gauge(peerBBRState, v, p, m.String())
+			}
+		}
+		counter(peerBytes, t.BytesSent, p, "sent")
+		counter(peerBytes, t.BytesReceived, p, "received")
+		counter(peerPackets, t.PacketsSent, p, "sent")
+		counter(peerPackets, t.PacketsReceived, p, "received")
+		counter(peerLost, t.PacketsLost, p)
+		counter(peerRetrans, t.Retransmitted, p)
+		counter(peerPTOs, t.PTOs, p)
+		gauge(peerHandshake, t.HandshakeAge.Seconds(), p)
+		counter(peerRekeys, t.Rekeys, p)
+		gauge(peerStreams, float64(t.StreamsOpen), p)
+		gauge(peerStreamBuf, float64(t.BudgetUsedBytes), p)
+		gauge(peerStreamLimit, float64(t.BudgetBytes), p)
+		counter(peerDropped, t.DroppedUnauthenticated, p, "unauthenticated")
+		counter(peerDropped, t.DroppedReplays, p, "replayed")
+		counter(peerHandshakes, t.HandshakeReplays, p, "replay")
+		counter(peerHandshakes, t.HandshakesRefused, p, "refused")
+		counter(peerHandshakes, t.HandshakesBadMAC, p, "bad_mac")
+		counter(peerHandshakes, t.HandshakesRateLimited, p, "rate_limited")
+		counter(peerHandshakes, t.ResumesDeclined, p, "resume_declined")
+		counter(peerCookies, t.CookiesSent, p)
+		counter(peerRestarts, t.ClientRestarts, p)
+		counter(peerRejects, t.RejectsSent, p)
+	} else {
+		gauge(peerUp, 0, p)
+	}
+
+	if in := s.Ingress; in != nil {
+		gauge(flowsOpen, float64(in.ActiveFlows), "ingress")
+		counter(flowsTotal, in.Dialed, "ingress")
+		for _, r := range []struct {
+			reason string
+			n      uint64
+		}{{"refused", in.Refused}, {"not_allowed", in.NotAllowed}, {"unreachable", in.Unreachable},
+			{"timed_out", in.Timeouts}, {"error", in.DialErrors}, {"over_budget", in.OverBudget},
+			{"syn_dropped", in.ForwarderDrops}, {"client_gave_up", in.HandshakeFailed}} {
+			counter(flowsRefused, r.n, "ingress", r.reason)
+		}
+		counter(flowsIdle, in.IdleTimeouts, "ingress")
+		counter(tunPackets, in.TUNPacketsIn, "in")
+		counter(tunPackets, in.TUNPacketsOut, "out")
+		counter(tunDrops, in.TUNDrops)
+	}
+	g := s.Egress
+	gauge(flowsOpen, float64(g.Active), "egress")
+	counter(flowsTotal, g.Connected, "egress")
+	for _, r := range []struct {
+		reason string
+		n      uint64
+	}{{"not_allowed", g.NotAllowed}, {"denied", g.Denied}, {"refused", g.Refused}, {"unreachable", g.Unreachable},
+		{"timed_out", g.TimedOut}, {"overloaded", g.Overloaded}, {"over_budget", g.OverBudget}, {"error", g.Failed}} {
+		counter(flowsRefused, r.n, "egress", r.reason)
+	}
+	counter(flowsIdle, g.IdleTimeouts, "egress")
+	counter(egressBytes, g.BytesUp, "up")
+	counter(egressBytes, g.BytesDown, "down")
+
+	m := s.Memory
+	gauge(memFlows, float64(m.Flows))
+	gauge(memMaxFlows, float64(m.MaxFlows))
+	gauge(memFloor, float64(m.FloorBytes))
+	gauge(memGranted, float64(m.GrantedBytes))
+	gauge(memGrantLimit, float64(m.GrantLimitBytes))
+	counter(memGrants, m.Grants)
+	counter(memGrantsFewer, m.GrantsRefused)
+}
