@@ -128,7 +128,7 @@ type FlowInfo struct {
 // Egress serves the streams of one or more tunnels. Its methods are safe
 // for concurrent use.
 type Egress struct {
-	policy Policy
+	policy atomic.Pointer[Policy] // SetPolicy swaps it
 	dialer flow.Dialer
 	opts   Options
 	log    *slog.Logger
@@ -169,15 +169,19 @@ func New(policy Policy, dialer flow.Dialer, opts Options) *Egress {
 		log = slog.New(slog.DiscardHandler)
 	}
 	e := &Egress{
-		policy: policy,
 		dialer: dialer,
 		opts:   opts,
 		log:    log,
 		sem:    make(chan struct{}, opts.MaxFlows),
 		flows:  make(map[*relayed]struct{}),
 	}
+	e.policy.Store(&policy)
 	return e
 }
+
+// SetPolicy replaces the policy for the flows opened from now on; flows
+// already connected go on, as a firewall's established connections do.
+func (e *Egress) SetPolicy(p Policy) { e.policy.Store(&p) }
 
 // Serve accepts t's incoming streams until ctx ends or t closes, and
 // returns once every flow it started has ended. When ctx ends, open flows
@@ -225,7 +229,7 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 		_ = in.Reject(wire.OpenUnsupported)
 		return
 	}
-	if why := e.policy.Check(dst, e.local.contains); why != "" {
+	if why := e.policy.Load().Check(dst, e.local.contains); why != "" {
 		if why == notAllowed {
 			e.notAllowed.Add(1)
 			log.Debug("destination not allowed by policy")
