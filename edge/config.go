@@ -78,6 +78,10 @@ type Config struct {
 	Metrics string
 	// Logger receives the edge's events (never keys); nil discards them.
 	Logger *slog.Logger
+	// Reload, if set, reads the configuration again for Edge.Reload
+	// (wanopt run: the config file and the command line); nil: the edge
+	// cannot reload.
+	Reload func() (Config, error)
 }
 
 // Defaults, and the limits Validate enforces.

@@ -50,7 +50,10 @@ type Edge struct {
 	// egressing (--memory-mib; see Config.buffers).
 	budget *flow.Budget
 
-	// Set by Run (under mu): the ingress while it is open, the egress.
+	// reloadMu makes reloads one at a time.
+	reloadMu sync.Mutex
+	// Set by Run (under mu): the ingress while it is open, the egress; and
+	// cfg's Policy, which Reload changes.
 	mu      sync.Mutex
 	started time.Time
 	dev     *tun.Device
@@ -77,7 +80,7 @@ func New(cfg Config) (*Edge, error) {
 // failures (the TUN device, the control socket); a tunnel that cannot
 // reach its peer is retried, not an error. Run may be called once.
 func (e *Edge) Run(ctx context.Context) error {
-	cfg := e.cfg
+	cfg := e.config()
 	e.mu.Lock()
 	e.started = time.Now()
 	e.mu.Unlock()
@@ -100,6 +103,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	})
 	e.mu.Lock()
 	e.eg = eg
+	eg.SetPolicy(e.cfg.Policy) // a reload may have come since cfg was read
 	e.mu.Unlock()
 	stopRates := e.sampleRates(eg)
 	defer stopRates()
@@ -165,7 +169,7 @@ func (e *Edge) egress() *egress.Egress {
 
 // openIngress opens (or creates and sets up) the TUN and starts the stack.
 func (e *Edge) openIngress(ctx context.Context) error {
-	cfg := e.cfg
+	cfg := e.config()
 	mtu := cfg.MTU
 	if cfg.TUNSetup && mtu == 0 {
 		mtu = tun.DefaultMTU
@@ -299,7 +303,7 @@ func (e *Edge) serve(ctx context.Context, t *driver.Tunnel, eg *egress.Egress) {
 // connect opens the tunnel: Dial for the initiator, Listen (waiting for
 // the peer) for the responder.
 func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
-	cfg := e.cfg
+	cfg := e.config()
 	dc := driver.Config{
 		Tunnel: tunnel.Config{
 			PrivateKey:          cfg.PrivateKey,

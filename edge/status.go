@@ -9,7 +9,8 @@ import (
 // Status reports the edge's tunnel and counters (the control socket's
 // "status").
 func (e *Edge) Status() control.Status {
-	r := control.Status{Role: e.cfg.Role(), Config: e.cfg.Summary(), Bridge: e.br.Stats()}
+	cfg := e.config()
+	r := control.Status{Role: cfg.Role(), Config: cfg.Summary(), Bridge: e.br.Stats()}
 	m := e.budget.Stats()
 	r.Memory = control.Memory{Flows: m.Flows, MaxFlows: m.MaxFlows, FloorBytes: m.FloorBytes,
 		GrantedBytes: m.GrantedBytes, GrantLimitBytes: m.GrantLimitBytes, FlowsRefused: m.FlowsRefused, Grants: m.Grants, GrantsRefused: m.GrantsRefused}

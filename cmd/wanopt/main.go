@@ -19,6 +19,7 @@ Commands:
   run        run an edge: intercept TCP on a TUN and/or connect the peer's flows
   status     show a running edge's tunnel and counters (over its --control socket)
   flows      list the flows through a running edge (over its --control socket)
+  reload     make a running edge read its configuration again (as SIGHUP does)
   help       this text
 
 Run 'wanopt COMMAND --help' for a command's flags.
@@ -37,6 +38,7 @@ var commands = map[string]command{
 	"run":     runRun,
 	"status":  runStatus,
 	"flows":   runFlows,
+	"reload":  runReload,
 }
 
 // errUsage marks an error caused by a bad command line (exit status 2).

@@ -45,6 +45,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	cfg.Reload = reloader(args, cfg)
 	if dir := os.Getenv("WANOPT_CPUPROFILE_DIR"); dir != "" {
 		stopProfile, err := startCPUProfile(dir, cfg.Role(), log)
 		if err != nil {
@@ -53,6 +54,22 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		defer stopProfile()
 	}
 	return runEdge(ctx, cfg, log)
+}
+
+// reloader reads the same command line again for a reload, and with it
+// the config file: what the operator edited. Settings of the command
+// itself (logging, threads) need a restart, as some of the edge's do.
+func reloader(args []string, cfg *runConfig) func() (edge.Config, error) {
+	return func() (edge.Config, error) {
+		next, err := parseRunConfig(args, io.Discard)
+		if err != nil {
+			return edge.Config{}, err
+		}
+		if next.LogLevel != cfg.LogLevel || next.LogJSON != cfg.LogJSON || next.Procs != cfg.Procs {
+			return edge.Config{}, errors.New("--log-level, --log-format and --procs cannot change without a restart")
+		}
+		return next.Config, nil
+	}
 }
 
 // startCPUProfile writes a CPU profile of the whole run to
@@ -88,7 +105,60 @@ func runEdge(ctx context.Context, cfg *runConfig, log *slog.Logger) error {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(ec.RuntimeMemoryLimit())
 	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-hup:
+				if _, err := e.Reload(); err != nil {
+					log.Error("SIGHUP: configuration not reloaded", "err", err)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
 	return e.Run(ctx)
+}
+
+// runReload is 'wanopt reload': the running edge reads its configuration
+// again, as on SIGHUP, and says what changed or why it refused.
+func runReload(args []string, stdout, stderr io.Writer) error {
+	fs, path, js := controlFlags("reload", stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	var r control.Reloaded
+	if err := queryControl(*path, "reload", &r); err != nil {
+		return err
+	}
+	if *js {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	if r.Error != "" {
+		return errors.New(r.Error)
+	}
+	if *js {
+		return nil
+	}
+	if len(r.Changed) == 0 {
+		fmt.Fprintln(stdout, "reloaded: nothing changed")
+	}
+	for _, c := range r.Changed {
+		fmt.Fprintln(stdout, "reloaded:", c)
+	}
+	return nil
 }
 
 // queryControl sends req to the control socket and decodes the answer

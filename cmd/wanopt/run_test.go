@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -191,6 +192,74 @@ func TestRunEdgeStops(t *testing.T) {
 	}
 	if code, _, errs := run("status", "--control", sock); code != 1 || !strings.Contains(errs, "is 'wanopt run --control") {
 		t.Errorf("status of a stopped edge: code %d, stderr %q", code, errs)
+	}
+}
+
+// TestRunReload: 'wanopt reload' and SIGHUP make a running edge read its
+// config file again: an edited egress policy applies, a change that needs
+// a restart is refused with the reason and the running policy stays.
+func TestRunReload(t *testing.T) {
+	key, peer := testKeys(t)
+	dir := t.TempDir()
+	sock, conf := filepath.Join(dir, "ctl.sock"), filepath.Join(dir, "far.conf")
+	write := func(lines ...string) {
+		t.Helper()
+		base := []string{"key = " + key, "peer-key = " + peer, "listen = 127.0.0.1:0"}
+		if err := os.WriteFile(conf, []byte(strings.Join(append(base, lines...), "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("allow = 198.18.2.0/24")
+	args := []string{"--config", conf, "--control", sock}
+	cfg, err := parseRunConfig(args, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Reload = reloader(args, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runEdge(ctx, cfg, slog.New(slog.DiscardHandler)) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runEdge: %v", err)
+		}
+	}()
+	status := func() string {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if code, out, _ := run("status", "--control", sock); code == 0 {
+				return out
+			}
+		}
+		t.Fatal("no status within 5 s")
+		return ""
+	}
+	status()
+	if code, out, errs := run("reload", "--control", sock); code != 0 || out != "reloaded: nothing changed\n" {
+		t.Errorf("reload of the same file: code %d, out %q, stderr %q", code, out, errs)
+	}
+	write("allow = 198.18.3.0/24:443")
+	if code, out, errs := run("reload", "--control", sock); code != 0 || !strings.Contains(out, "reloaded: egress policy: 198.18.3.0/24:443") {
+		t.Errorf("reload of a new policy: code %d, out %q, stderr %q", code, out, errs)
+	}
+	write("allow = 198.18.4.0/24", "memory-mib = 64")
+	if code, _, errs := run("reload", "--control", sock); code != 1 || !strings.Contains(errs, "--memory-mib cannot change without a restart") {
+		t.Errorf("reload needing a restart: code %d, stderr %q", code, errs)
+	}
+	write("allow = 198.18.4.0/24:99999")
+	if code, _, errs := run("reload", "--control", sock); code != 1 || !strings.Contains(errs, "--allow") {
+		t.Errorf("reload of a broken file: code %d, stderr %q", code, errs)
+	}
+	if out := status(); !strings.Contains(out, "198.18.3.0/24:443") {
+		t.Errorf("a refused reload changed the running policy: %q", out)
+	}
+	// SIGHUP does the same (runEdge handles it while it runs).
+	write("allow = 198.18.5.0/24")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(status(), "198.18.5.0/24"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("SIGHUP: the policy did not change within 5 s: %q", status())
+		}
 	}
 }
 

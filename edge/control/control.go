@@ -120,6 +120,16 @@ type Flow struct {
 type Source interface {
 	Status() Status
 	Flows() []Flow
+	// Reload reads the edge's configuration again and applies it, or
+	// refuses it (see edge.Edge.Reload).
+	Reload() (changed []string, err error)
+}
+
+// Reloaded is the answer to "reload": what changed, or why the new
+// configuration was refused (the running one stays).
+type Reloaded struct {
+	Changed []string `json:"changed"`
+	Error   string   `json:"error,omitempty"`
 }
 
 // Serve listens on the unix socket path and answers requests from src
@@ -180,8 +190,15 @@ func answer(c net.Conn, src Source) {
 		v = src.Status()
 	case "flows":
 		v = src.Flows()
+	case "reload":
+		changed, err := src.Reload()
+		r := Reloaded{Changed: changed}
+		if err != nil {
+			r.Error = err.Error()
+		}
+		v = r
 	default:
-		v = map[string]string{"error": fmt.Sprintf("unknown request %q: want status or flows", req)}
+		v = map[string]string{"error": fmt.Sprintf("unknown request %q: want status, flows or reload", req)}
 	}
 	json.NewEncoder(c).Encode(v)
 }

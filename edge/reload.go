@@ -1,0 +1,82 @@
+package edge
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+)
+
+// restartFlags names, for each Config field a running edge cannot change,
+// the flag that sets it: a reload that changes one is refused.
+var restartFlags = map[string]string{
+	"TUN": "--tun", "TUNSetup": "--tun-setup", "TUNAddrs": "--tun-addr", "TUNRoutes": "--route",
+	"MTU": "--mtu", "CaptureDir": "--capture", "PrivateKey": "--key", "PeerKey": "--peer-key",
+	"Listen": "--listen", "Peer": "--peer", "CC": "--cc", "PeerTimeout": "--peer-timeout",
+	"WANRateBps": "--wan-rate", "Transparent": "--egress", "DialTimeout": "--dial-timeout",
+	"MaxFlows": "--max-flows", "FlowIdleTimeout": "--flow-idle-timeout", "MemoryMiB": "--memory-mib",
+	"Control": "--control", "Metrics": "--metrics",
+}
+
+// reloadable are the Config fields a reload applies, and those it
+// ignores (not configuration: how the edge was built).
+var reloadable = map[string]bool{"Policy": true, "Bind": false, "Reload": false, "Logger": false}
+
+// Reload reads the configuration again (Config.Reload) and applies it:
+// the egress policy (--allow, --deny) changes at once for the flows opened
+// from then on, and flows already open go on. A configuration that does
+// not validate, or that changes a setting only a restart can change (the
+// keys, the addresses, the TUN, the memory budget), is refused with the
+// reason, and the running configuration stays. It returns what changed.
+func (e *Edge) Reload() (changed []string, err error) {
+	e.reloadMu.Lock()
+	defer e.reloadMu.Unlock()
+	cur := e.config()
+	eg := e.egress()
+	if cur.Reload == nil {
+		return nil, fmt.Errorf("reload refused: this edge was not started from a configuration it can read again")
+	}
+	next, err := cur.Reload()
+	if err == nil {
+		err = next.Validate()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reload refused, the running configuration stays: %w", err)
+	}
+	next = next.withDefaults()
+	var restart []string
+	cv, nv := reflect.ValueOf(cur), reflect.ValueOf(next)
+	for i := range cv.NumField() {
+		name := cv.Type().Field(i).Name
+		if _, ok := reloadable[name]; ok {
+			continue
+		}
+		if !reflect.DeepEqual(cv.Field(i).Interface(), nv.Field(i).Interface()) {
+			restart = append(restart, restartFlags[name])
+		}
+	}
+	if len(restart) > 0 {
+		return nil, fmt.Errorf("reload refused, the running configuration stays: %s cannot change without a restart", strings.Join(restart, ", "))
+	}
+	if cur.Policy.String() != next.Policy.String() {
+		if eg != nil {
+			eg.SetPolicy(next.Policy)
+		}
+		changed = append(changed, fmt.Sprintf("egress policy: %s", next.Policy))
+	}
+	e.mu.Lock()
+	e.cfg.Policy = next.Policy
+	e.mu.Unlock()
+	if len(changed) == 0 {
+		e.log.Info("configuration reloaded: nothing changed")
+	} else {
+		e.log.Info("configuration reloaded", "changed", strings.Join(changed, "; "))
+	}
+	return changed, nil
+}
+
+// config returns the configuration in force (Reload may change it).
+func (e *Edge) config() Config {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cfg
+}
