@@ -4,13 +4,44 @@ BIN     := bin
 PKGS    := ./...
 OUT     ?= out
 
-.PHONY: help build test vet fmt-check unit flood bench-path lab-deps check baseline baseline-quick demo clean
+.PHONY: help build install uninstall test vet fmt-check unit flood bench-path lab-deps check baseline baseline-quick demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 build: ## build wanopt and wanbench into ./bin
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+# Where 'make install' puts things: PREFIX=/usr for a distribution's layout,
+# DESTDIR to stage the tree elsewhere (a package, a test).
+PREFIX         ?= /usr/local
+BINDIR         ?= $(PREFIX)/bin
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
+DOCDIR         ?= $(PREFIX)/share/doc/wanopt
+UNITS          := wanopt@.service wanopt-tun@.service
+EXAMPLES       := near.conf far.conf wanopt@near.service.d/tun.conf wanopt-tun@wo0.service.d/routes.conf
+DOCS           := wo0.netdev wo0.network DEPLOY.md
+
+# The units name the binary and the guide where they are installed: sed
+# fills in @BINDIR@ and @DOCDIR@. /etc/wanopt is left to the administrator.
+install: build ## install wanopt, its systemd units, sysusers.d file and examples (PREFIX=/usr/local, DESTDIR=)
+	install -D -m 0755 $(BIN)/wanopt $(DESTDIR)$(BINDIR)/wanopt
+	@mkdir -p $(BIN)/systemd
+	for u in $(UNITS); do \
+		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' dist/systemd/$$u > $(BIN)/systemd/$$u && \
+		install -D -m 0644 $(BIN)/systemd/$$u $(DESTDIR)$(SYSTEMDUNITDIR)/$$u || exit 1; \
+	done
+	install -D -m 0644 dist/sysusers.d/wanopt.conf $(DESTDIR)$(SYSUSERSDIR)/wanopt.conf
+	for f in $(EXAMPLES); do install -D -m 0644 dist/examples/$$f $(DESTDIR)$(DOCDIR)/examples/$$f || exit 1; done
+	install -D -m 0644 -t $(DESTDIR)$(DOCDIR) dist/systemd-networkd/wo0.netdev dist/systemd-networkd/wo0.network docs/DEPLOY.md
+
+# File by file, so that a DOCDIR shared with other files loses only ours.
+uninstall: ## remove what 'make install' installed (same PREFIX and DESTDIR)
+	rm -f $(DESTDIR)$(BINDIR)/wanopt $(DESTDIR)$(SYSUSERSDIR)/wanopt.conf
+	rm -f $(addprefix $(DESTDIR)$(SYSTEMDUNITDIR)/,$(UNITS))
+	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(EXAMPLES)) $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOCS))
+	-rmdir $(DESTDIR)$(DOCDIR)/examples/wanopt@near.service.d $(DESTDIR)$(DOCDIR)/examples/wanopt-tun@wo0.service.d $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 vet: ## go vet
 	$(GO) vet $(PKGS)
