@@ -353,6 +353,15 @@ func (c *Conn) StreamBuffered(id uint64) int {
 	return 0
 }
 
+// StreamSendLimit says what holds back the bytes written to id
+// (stream.SendFree for an unknown stream).
+func (c *Conn) StreamSendLimit(id uint64) stream.SendLimit {
+	if st := c.streams[id]; st != nil {
+		return st.send.Limit()
+	}
+	return stream.SendFree
+}
+
 // StreamReadable returns the bytes of id received in order and not yet
 // read (0 for an unknown stream).
 func (c *Conn) StreamReadable(id uint64) int {

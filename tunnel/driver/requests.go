@@ -30,6 +30,7 @@ const (
 	opReject
 	opStats
 	opCancelRead // end the stream's parked read with what it holds
+	opSendLimit  // what holds the stream's written bytes back (result.n)
 )
 
 // request is an application goroutine's call into the driver. buf is
@@ -155,6 +156,8 @@ func (d *driverState) handleReq(r request) {
 		}
 	case opStats:
 		d.fillStats(r.stats)
+	case opSendLimit:
+		res.n = int(d.conn.StreamSendLimit(s.id))
 	}
 	r.reply <- res // capacity 1: never blocks
 }

@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"github.com/wanopt/wanopt/tunnel/stream"
 	"io"
 	"net"
 	"net/netip"
@@ -224,6 +225,17 @@ func (s *Stream) Close() error {
 // Abort is Reset(CodeTCPReset): a relayed TCP flow's RST carried across
 // the tunnel, so the peer's relay resets its end too (a flow.Aborter).
 func (s *Stream) Abort() error { return s.Reset(CodeTCPReset) }
+
+// SendLimit says what holds back the bytes written to the stream now: the
+// peer's window, the tunnel's congestion control, the memory budget, or
+// nothing (stream.SendFree, also once the tunnel is closed).
+func (s *Stream) SendLimit() stream.SendLimit {
+	r := s.t.call(request{op: opSendLimit, s: s}, make(chan result, 1))
+	if r.err != nil {
+		return stream.SendFree
+	}
+	return stream.SendLimit(r.n)
+}
 
 // Reset aborts both halves at once, as a TCP RST does: bytes written and
 // not yet delivered are dropped, the peer is sent RESET_STREAM with code

@@ -346,3 +346,52 @@ func (s *SendStream) Done() bool {
 	}
 	return s.finAcked && s.ackedBase == s.writeEnd
 }
+
+// SendLimit names what holds a stream's bytes back, for an operator asking
+// why a flow is slow (see Limit).
+type SendLimit uint8
+
+const (
+	// SendFree: nothing waits to be sent and the buffer has room.
+	SendFree SendLimit = iota
+	// SendPeerWindow: bytes wait for the peer's credit (stream or
+	// connection): the receiving side reads no faster.
+	SendPeerWindow
+	// SendCongestion: bytes wait with credit to spare, or the buffer is
+	// full of bytes in flight: the connection's congestion control and
+	// the path's bandwidth-delay product hold them.
+	SendCongestion
+	// SendMemory: the buffer is full at its floor because the memory
+	// budget has nothing left to give.
+	SendMemory
+)
+
+func (l SendLimit) String() string {
+	switch l {
+	case SendPeerWindow:
+		return "peer-window"
+	case SendCongestion:
+		return "congestion"
+	case SendMemory:
+		return "memory"
+	}
+	return "free"
+}
+
+// Limit says what holds the stream's bytes back now.
+func (s *SendStream) Limit() SendLimit {
+	unsent := s.writeEnd > s.sentEnd
+	switch {
+	case s.reset || s.closed && !unsent:
+		return SendFree
+	case unsent && (s.streamCredit() == 0 || s.cf.SendCredit() == 0):
+		return SendPeerWindow
+	case unsent:
+		return SendCongestion
+	case s.Writable() > 0:
+		return SendFree
+	case s.Buffered() < s.cf.cfg.SendBufferBytes && s.cf.budget.Available() == 0:
+		return SendMemory
+	}
+	return SendCongestion
+}

@@ -348,3 +348,41 @@ func TestSendReset(t *testing.T) {
 		t.Fatalf("Done=%v budget %d chunks %d", s.Done(), cf.Budget().Used(), cf.Pool().InUse())
 	}
 }
+
+// TestSendLimit: a stream names what holds its bytes: nothing, the peer's
+// credit, the congestion control (bytes with credit, or a buffer full of
+// bytes in flight), or the memory budget.
+func TestSendLimit(t *testing.T) {
+	cf := newConn(t, Config{ChunkBytes: 4096, SendBufferBytes: 64 << 10, MinSendBufferBytes: 4096, BudgetBytes: 1 << 20}, 0)
+	s := NewSendStream(4, cf, 8000) // the peer's credit: 8000 bytes
+	if l := s.Limit(); l != SendFree {
+		t.Fatalf("empty stream: %v", l)
+	}
+	s.Write(pattern(20000))
+	if l := s.Limit(); l != SendCongestion {
+		t.Fatalf("bytes with credit, unsent: %v; want congestion", l)
+	}
+	popAll(s, 1350)
+	if l := s.Limit(); l != SendPeerWindow {
+		t.Fatalf("credit used up with bytes left: %v; want peer-window", l)
+	}
+	s.OnMaxStreamData(1 << 30)
+	popAll(s, 1350)
+	s.Write(pattern(64 << 10))
+	popAll(s, 1350)
+	if s.Writable() != 0 {
+		t.Fatalf("buffer not full: %d writable", s.Writable())
+	}
+	if l := s.Limit(); l != SendCongestion {
+		t.Fatalf("buffer full of bytes in flight: %v; want congestion", l)
+	}
+	// A second stream at its floor with the budget spent by the first.
+	cf2 := newConn(t, Config{ChunkBytes: 4096, SendBufferBytes: 64 << 10, MinSendBufferBytes: 4096, BudgetBytes: 16 << 10}, 0)
+	a, b := NewSendStream(0, cf2, 1<<30), NewSendStream(4, cf2, 1<<30)
+	a.Write(pattern(64 << 10))
+	b.Write(pattern(64 << 10))
+	popAll(b, 1350)
+	if l := b.Limit(); l != SendMemory {
+		t.Fatalf("at its floor with the budget spent: %v; want memory", l)
+	}
+}
