@@ -64,13 +64,15 @@ func (e *Edge) Flows() []control.Flow {
 	if st := e.stack(); st != nil {
 		for _, f := range st.Flows() {
 			out = append(out, control.Flow{Side: "ingress", Src: f.Src.String(), Dst: f.Dst.String(), State: f.State.String(),
-				BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: f.Age})
+				BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: f.Age,
+				Why: f.Why.Name("client", "far-edge")})
 		}
 	}
 	if eg := e.egress(); eg != nil {
 		for _, f := range eg.Flows() {
 			out = append(out, control.Flow{Side: "egress", Src: f.Src.String(), Dst: f.Dst.String(), State: "relaying",
-				BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: time.Since(f.Started)})
+				BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: time.Since(f.Started),
+				Why: f.Why.Name("server", "near-edge")})
 		}
 	}
 	return out

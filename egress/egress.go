@@ -123,6 +123,9 @@ type FlowInfo struct {
 	// SampleRates, in bits per second.
 	RateUpBps, RateDownBps uint64
 	Started                time.Time
+	// Why says what limits the flow now, from this edge's side (see
+	// flow.RelayState.Why).
+	Why flow.Limit
 }
 
 // Egress serves the streams of one or more tunnels. Its methods are safe
@@ -150,6 +153,7 @@ type relayed struct {
 	started          time.Time
 	up, down         atomic.Uint64
 	rateUp, rateDown meter.Rate
+	relay            flow.RelayState
 }
 
 // New returns an Egress that connects to what policy allows with dialer
@@ -279,7 +283,7 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 	// The server's end is the LAN side: its bytes go down, toward the
 	// near edge.
 	flow.Relay(ctx, c, s, flow.RelayOptions{LANToWAN: &f.down, WANToLAN: &f.up, Log: log,
-		IdleTimeout: e.opts.IdleTimeout, Idled: func() { e.idled.Add(1) }, Budget: e.opts.Budget})
+		IdleTimeout: e.opts.IdleTimeout, Idled: func() { e.idled.Add(1) }, Budget: e.opts.Budget, State: &f.relay})
 	log.Debug("flow closed", "up", f.up.Load(), "down", f.down.Load())
 }
 
@@ -351,11 +355,18 @@ func (e *Egress) SampleRates(interval time.Duration) {
 func (e *Egress) Flows() []FlowInfo {
 	e.mu.Lock()
 	out := make([]FlowInfo, 0, len(e.flows))
+	fs := make([]*relayed, 0, len(e.flows))
 	for f := range e.flows {
+		fs = append(fs, f)
 		out = append(out, FlowInfo{Src: f.src, Dst: f.dst, BytesUp: f.up.Load(), BytesDown: f.down.Load(),
 			RateUpBps: f.rateUp.Bps(), RateDownBps: f.rateDown.Bps(), Started: f.started})
 	}
 	e.mu.Unlock()
+	// The server's end is the LAN side: its bytes go down. Asking the
+	// stream is a call into the driver, outside the lock.
+	for i, f := range fs {
+		out[i].Why = f.relay.Why(out[i].RateDownBps, out[i].RateUpBps)
+	}
 	slices.SortFunc(out, func(a, b FlowInfo) int { return a.Started.Compare(b.Started) })
 	return out
 }

@@ -33,7 +33,7 @@ type gatherer interface {
 // it (nil: always); when src can wait for data without a buffer, it holds
 // none while idle, and gives g back. It returns src's error (io.EOF at a
 // clean end) or dst's error.
-func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant) (rerr, werr error) {
+func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant, wait *waitState) (rerr, werr error) {
 	waiter, canWait := src.(idleWaiter)
 	gather, canGather := src.(gatherer)
 	var lastData time.Time // when the previous read returned data
@@ -52,6 +52,7 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant) (rer
 		if canWait && !waiter.Readable() {
 			release()
 			g.giveBack(false)
+			wait.set(WaitRead)
 			waiter.WaitReadable()
 		}
 		streaming := canGather && time.Since(lastData) < streamingGap
@@ -70,6 +71,7 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant) (rer
 		}
 		var k int
 		var err error
+		wait.set(WaitRead)
 		if streaming {
 			k, err = gather.ReadGather(buf, coalesceBytes, coalesceWait)
 		} else {

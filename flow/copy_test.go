@@ -29,7 +29,7 @@ func TestCopyAdaptive(t *testing.T) {
 	src := tcptest.Payload(3, 1<<20)
 	var dst bytes.Buffer
 	var n atomic.Uint64
-	rerr, werr := copyAdaptive(&dst, bytes.NewReader(src), &n, nil)
+	rerr, werr := copyAdaptive(&dst, bytes.NewReader(src), &n, nil, nil)
 	if rerr != io.EOF || werr != nil || !bytes.Equal(dst.Bytes(), src) || n.Load() != uint64(len(src)) {
 		t.Fatalf("copy: rerr %v werr %v, %d bytes counted, equal %v", rerr, werr, n.Load(), bytes.Equal(dst.Bytes(), src))
 	}
@@ -84,7 +84,7 @@ func (w *writeSizes) Write(b []byte) (int, error) {
 func TestCopyCoalesces(t *testing.T) {
 	src := tcptest.Payload(4, 99000)
 	var dst writeSizes
-	rerr, werr := copyAdaptive(&dst, &trickle{data: src, chunk: 1000}, nil, nil)
+	rerr, werr := copyAdaptive(&dst, &trickle{data: src, chunk: 1000}, nil, nil, nil)
 	if rerr != io.EOF || werr != nil || !bytes.Equal(dst.Bytes(), src) {
 		t.Fatalf("copy: rerr %v werr %v, equal %v", rerr, werr, bytes.Equal(dst.Bytes(), src))
 	}
@@ -105,6 +105,6 @@ func BenchmarkCopyAdaptive(b *testing.B) {
 	r := &chunkReader{chunk: chunk}
 	for b.Loop() {
 		r.n = 16
-		copyAdaptive(io.Discard, r, &n, nil)
+		copyAdaptive(io.Discard, r, &n, nil, nil)
 	}
 }

@@ -27,6 +27,8 @@ type RelayOptions struct {
 	// after its last byte. Idled, if set, is called when it does.
 	IdleTimeout time.Duration
 	Idled       func()
+	// State, if set, records what each direction waits for (see Why).
+	State *RelayState
 	// Budget, if set, holds the flow's large buffers: each direction takes
 	// a grant before it uses a large copy buffer and grows lan's buffers
 	// (if lan is a Resizer), and gives it back when it idles. The flow's
@@ -88,12 +90,25 @@ func Relay(ctx context.Context, lan, wan Conn, o RelayOptions) {
 	}
 
 	resizer, _ := lan.(Resizer)
+	if o.State != nil {
+		if l, ok := wan.(SendLimiter); ok {
+			o.State.wan.Store(&l)
+		}
+	}
 	direction := func(dst, src Conn, n *atomic.Uint64, lanToWAN bool, name string) {
 		var g *grant
 		if o.Budget != nil {
 			g = newGrant(o.Budget, resizer, lanToWAN)
 		}
-		rerr, werr := copyAdaptive(busyWriter{dst, &writing}, src, n, g)
+		var wait *waitState
+		if o.State != nil {
+			wait = &o.State.wanToLAN
+			if lanToWAN {
+				wait = &o.State.lanToWAN
+			}
+		}
+		rerr, werr := copyAdaptive(busyWriter{dst, &writing, wait}, src, n, g, wait)
+		wait.set(WaitNone)
 		switch {
 		case werr != nil:
 			log.Debug(name+": write failed; resetting the flow", "err", werr)
@@ -128,11 +143,13 @@ func Relay(ctx context.Context, lan, wan Conn, o RelayOptions) {
 type busyWriter struct {
 	io.Writer
 	writing *atomic.Int32
+	wait    *waitState
 }
 
 func (w busyWriter) Write(p []byte) (int, error) {
 	w.writing.Add(1)
-	defer w.writing.Add(-1)
+	w.wait.set(WaitWrite)
+	defer func() { w.writing.Add(-1); w.wait.set(WaitNone) }()
 	return w.Writer.Write(p)
 }
 

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"cmp"
+	"github.com/wanopt/wanopt/flow"
 	"net/netip"
 	"slices"
 	"sync"
@@ -54,6 +55,9 @@ type FlowInfo struct {
 	RateUpBps, RateDownBps uint64
 	Started                time.Time
 	Age                    time.Duration
+	// Why says what limits the flow now, from this edge's side (see
+	// flow.RelayState.Why).
+	Why flow.Limit
 }
 
 // tracked is one intercepted flow in the table.
@@ -64,6 +68,7 @@ type tracked struct {
 	state     atomic.Int32
 	up, down  atomic.Uint64
 	closeSide atomic.Int32 // bit 1: client FIN passed on, bit 2: far FIN passed on
+	relay     flow.RelayState
 
 	rateUp, rateDown meter.Rate
 }
@@ -135,7 +140,9 @@ func (t *flowTable) sample(interval time.Duration) {
 func (t *flowTable) snapshot(now time.Time) []FlowInfo {
 	t.mu.Lock()
 	out := make([]FlowInfo, 0, len(t.flows))
+	fs := make([]*tracked, 0, len(t.flows))
 	for _, f := range t.flows {
+		fs = append(fs, f)
 		out = append(out, FlowInfo{
 			ID: f.id, Src: f.src, Dst: f.dst,
 			State:   FlowState(f.state.Load()),
@@ -145,6 +152,11 @@ func (t *flowTable) snapshot(now time.Time) []FlowInfo {
 		})
 	}
 	t.mu.Unlock()
+	// Asking the tunnel's end what holds it is a call into its driver:
+	// outside the table's lock.
+	for i, f := range fs {
+		out[i].Why = f.relay.Why(out[i].RateUpBps, out[i].RateDownBps)
+	}
 	slices.SortFunc(out, func(a, b FlowInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }

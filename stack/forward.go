@@ -68,7 +68,7 @@ func (st *Stack) handle(r *tcp.ForwarderRequest) {
 	f.setState(FlowEstablished)
 	log.Debug("flow established")
 	flow.Relay(st.ctx, newConn(ep, &wq, "client", st.sizes()), far, flow.RelayOptions{
-		Budget:   st.cfg.Budget,
+		Budget: st.cfg.Budget, State: &f.relay,
 		LANToWAN: &f.up, WANToLAN: &f.down, Log: log,
 		IdleTimeout: st.cfg.IdleTimeout, Idled: func() { st.idled.Add(1) },
 		HalfClosed: func(lanToWAN bool) {

@@ -278,6 +278,13 @@ func (e *Edges) Status(side string) (control.Status, error) {
 	return r, err
 }
 
+// Flows asks the "near" or "far" edge for its flows.
+func (e *Edges) Flows(side string) ([]control.Flow, error) {
+	var fl []control.Flow
+	err := e.query(side, "flows", &fl)
+	return fl, err
+}
+
 // Tunnel asks the "near" or "far" edge for its tunnel's counters.
 func (e *Edges) Tunnel(side string) (control.Tunnel, error) {
 	var r control.Status

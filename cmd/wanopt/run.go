@@ -229,6 +229,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 // runFlows is 'wanopt flows': the flows through the edge now.
 func runFlows(args []string, stdout, stderr io.Writer) error {
 	fs, path, js := controlFlags("flows", stderr)
+	why := fs.Bool("why", false, "add what limits each flow now, as this edge sees it: client-window, client-sends, server-window, server-sends, tunnel, memory, far-edge or near-edge (the other edge's side: ask it), idle")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
@@ -249,10 +250,18 @@ func runFlows(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SIDE\tSOURCE\tDESTINATION\tSTATE\tUP (B)\tDOWN (B)\tUP Mbit/s\tDOWN Mbit/s\tTUNNEL RTT\tAGE")
+	head := "SIDE\tSOURCE\tDESTINATION\tSTATE\tUP (B)\tDOWN (B)\tUP Mbit/s\tDOWN Mbit/s\tTUNNEL RTT\tAGE"
+	if *why {
+		head += "\tWHY"
+	}
+	fmt.Fprintln(tw, head)
 	for _, f := range fl {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%v\t%v\n", f.Side, f.Src, f.Dst, f.State, f.BytesUp, f.BytesDown,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%v\t%v", f.Side, f.Src, f.Dst, f.State, f.BytesUp, f.BytesDown,
 			float64(f.RateUpBps)/1e6, float64(f.RateDownBps)/1e6, f.TunnelRTT.Round(100*time.Microsecond), f.Age.Round(time.Millisecond))
+		if *why {
+			fmt.Fprintf(tw, "\t%s", f.Why)
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

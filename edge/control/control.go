@@ -114,6 +114,12 @@ type Flow struct {
 	// (0: tunnel down).
 	TunnelRTT time.Duration `json:"tunnel_srtt_ns"`
 	Age       time.Duration `json:"age_ns"`
+	// Why names what limits the flow now, as this edge sees it: the LAN
+	// end's window ("client-window", "server-window") or sending
+	// ("client-sends", "server-sends"), the tunnel's congestion control
+	// ("tunnel"), the memory budget ("memory"), the other edge's side
+	// ("far-edge", "near-edge": ask it), or "idle".
+	Why string `json:"why"`
 }
 
 // Source answers the requests: the running edge.
