@@ -5,8 +5,10 @@
 // both directions, and reports per flow the handshake options, RTT, window,
 // in-flight bytes and throughput over time, retransmissions, zero windows,
 // SACK anomalies (blocks for data never sent, SACK without negotiation,
-// reneging) and a verdict naming the limit: window-limited, zero-window,
-// loss-limited, sender-limited or path-limited.
+// reneging) and a verdict naming the limit, after T-RAT's classes:
+// opportunity-limited, zero-window, window-limited, loss-limited,
+// sender-limited, path-limited (only with queueing or loss as evidence),
+// send-buffer-limited, transport-limited, or unclear with the figures.
 //
 // Bad input never panics: frames that cannot be decoded are counted in
 // Stats, and a file that ends or breaks mid-way yields the flows read so far

@@ -242,6 +242,13 @@ var testCaptures = []testCapture{
 	{file: "lab-loss-limited.pcap", verdict: VerdictLossLimited},
 	{file: "lab-sender-limited.pcap", verdict: VerdictSenderLimited},
 	{file: "lab-path-limited.pcap", verdict: VerdictPathLimited},
+	// Recorded by TestMakeLabCaptures (labcapture_test.go): real Linux TCP
+	// over the same emulator, in namespaces of their own.
+	{file: "lab-send-buffer-limited.pcap", verdict: VerdictSendBufferLimited},
+	{file: "lab-send-buffer-limited-rx.pcap", verdict: VerdictUnclear}, // the receiver cannot see the flight
+	{file: "lab-app-limited.pcap", verdict: VerdictSenderLimited},
+	{file: "lab-opportunity-limited.pcap", verdict: VerdictOpportunityLimited},
+	{file: "lab-path-limited-rx.pcap", verdict: VerdictPathLimited},
 }
 
 // buildSACKUnsent is the field case: a middlebox injects SACK blocks for
@@ -322,7 +329,7 @@ func TestGenerate(t *testing.T) {
 			continue
 		}
 		if _, err := os.Stat(path); err != nil {
-			t.Fatalf("%s missing: run go test ./analyze -run TestGenerate -update (lab-*: analyze/testdata/make-captures.sh)", path)
+			t.Fatalf("%s missing: run go test ./analyze -run TestGenerate -update (lab-*: analyze/testdata/README.md says how each was made)", path)
 		}
 	}
 }

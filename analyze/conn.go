@@ -188,7 +188,12 @@ func (c *conn) packet(seg *segment, t int64, pkt int) {
 	if seg.hasTS {
 		c.ts[s].sent(seg.tsVal, t)
 		if seg.flags&flagACK != 0 {
-			c.ts[1-s].echoed(seg.tsEcr, t)
+			// Side s echoing the other side's timestamp: the time side s
+			// took to answer, seen from here (the path behind s).
+			if v := c.ts[1-s].echoed(seg.tsEcr, t); v > 0 && c.dir[s].started {
+				b := c.dir[s].bucket(c, t)
+				b.echoMin = minSample(b.echoMin, v)
+			}
 		}
 	}
 	c.dir[s].send(c, seg, t, pkt)

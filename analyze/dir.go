@@ -1,6 +1,9 @@
 package analyze
 
-import "fmt"
+import (
+	"fmt"
+	"math/bits"
+)
 
 // rttRing is how many unacknowledged sends a direction remembers for RTT
 // samples (older ones are forgotten: fewer samples, never wrong ones).
@@ -54,6 +57,43 @@ type dirState struct {
 	rtt        rttStats // data segment to the ACK that covers it
 	ser        series
 	serStarted bool
+
+	// What ended each pause in sending new data while data was in flight
+	// (see sendGaps).
+	gaps           sendGaps
+	lastAckAt      int64 // last ACK that acknowledged new data
+	firstAckAfter  int64 // first such ACK since the last new data sent
+	ackedSinceSend bool
+	blockedAtSend  int64 // blockedNs when new data was last sent
+}
+
+// ackTrigger is how soon after an ACK new data must leave for the send to
+// count as released by that ACK. Near the sender, the kernel (and an
+// application woken by freed buffer space) sends within microseconds; a
+// write on the application's own clock follows an ACK within 1 ms only by
+// chance.
+const ackTrigger = int64(1e6)
+
+// sendGaps sorts the gaps of a millisecond or more between new data
+// segments, sent while data was in flight and the window had room, into
+// octaves of their length (bin k: 2^(k-1) to 2^k µs), so that the verdict
+// can pick the gaps that are long for this flow's RTT once it knows it.
+type sendGaps struct {
+	n       [gapBins]int   // gaps
+	ackd    [gapBins]int   // … ended by new data within ackTrigger of an ACK
+	pauseNs [gapBins]int64 // … the others: time from the first ACK (or the last send) to the send
+}
+
+const gapBins = 48
+
+func gapBin(ns int64) int { return min(bits.Len64(uint64(ns/1e3)), gapBins-1) }
+
+// gapBinFloor is the shortest gap bin k holds, ns.
+func gapBinFloor(k int) int64 {
+	if k == 0 {
+		return 0
+	}
+	return int64(1) << (k - 1) * 1e3
 }
 
 func (d *dirState) inFlight() int64 { return max(d.nextSeq-d.acked, 0) }
@@ -156,6 +196,7 @@ func (d *dirState) send(c *conn, seg *segment, t int64, pkt int) {
 	case n <= 1 && st == d.nextSeq-1 && d.ackSeen && d.acked == d.nextSeq:
 		d.keepalives++
 	case st >= d.nextSeq:
+		d.sendGap(t)
 		if st > d.nextSeq {
 			d.lost++
 			d.lostBytes += st - d.nextSeq
@@ -198,6 +239,27 @@ func (d *dirState) send(c *conn, seg *segment, t int64, pkt int) {
 	d.settle(c, t)
 }
 
+// sendGap records what ended the gap before new data sent at t (see
+// sendGaps). Gaps with nothing in flight are idle time (idleNs); gaps in
+// which the window had no room are the receiver's doing.
+func (d *dirState) sendGap(t int64) {
+	gap := t - d.lastData
+	if d.lastData > 0 && gap >= 1e6 && d.lastInFlight > 0 && d.blockedNs == d.blockedAtSend {
+		k := gapBin(gap)
+		d.gaps.n[k]++
+		switch {
+		case d.ackedSinceSend && t-d.lastAckAt <= ackTrigger:
+			d.gaps.ackd[k]++
+		case d.ackedSinceSend:
+			d.gaps.pauseNs[k] += max(t-d.firstAckAfter, 0) // capture clocks can step back
+		default:
+			d.gaps.pauseNs[k] += gap
+		}
+	}
+	d.ackedSinceSend = false
+	d.blockedAtSend = d.blockedNs
+}
+
 // oooWindow is how soon after the highest segment a gap-filling segment must
 // arrive to count as reordered rather than retransmitted.
 func (d *dirState) oooWindow(c *conn) int64 {
@@ -219,7 +281,7 @@ func (d *dirState) pushRTT(end, t int64) {
 	d.rN++
 }
 
-func (d *dirState) sampleRTT(a, t int64) {
+func (d *dirState) sampleRTT(c *conn, a, t int64) {
 	var hit int64 = -1
 	for d.rN > 0 && d.ring[d.rHead].end <= a {
 		hit = d.ring[d.rHead].t
@@ -230,6 +292,10 @@ func (d *dirState) sampleRTT(a, t int64) {
 		return
 	}
 	d.rtt.add(t - hit)
+	if d.started {
+		b := d.bucket(c, t)
+		b.rttMin = minSample(b.rttMin, max(t-hit, 1))
+	}
 }
 
 // ackFrom processes an ACK for this direction's data, sent by the receiver
@@ -269,7 +335,11 @@ func (d *dirState) ackFrom(c *conn, self int, seg *segment, t int64, pkt int) {
 		d.acked = a
 		d.sacked.pruneBelow(a)
 		d.holes.pruneBelow(a)
-		d.sampleRTT(a, t)
+		d.sampleRTT(c, a, t)
+		if !d.ackedSinceSend {
+			d.firstAckAfter, d.ackedSinceSend = t, true
+		}
+		d.lastAckAt = t
 		d.dupRun = 0
 		d.lastProgress = t
 		if d.inFlight() == 0 {

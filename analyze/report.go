@@ -85,7 +85,15 @@ type DirReport struct {
 	IdleGaps         int     `json:"idle_gaps"`
 	IdleLongS        float64 `json:"idle_long_s"` // the part of IdleS in gaps longer than the handshake RTT
 	MSS              int64   `json:"mss"`         // largest payload seen
-	Series           []Point `json:"series,omitempty"`
+	// Gaps of at least max(1 ms, RTT/8) in sending new data while data was
+	// in flight and the window had room: how many, how many ended right
+	// after an ACK (ACK-clocked: the sender waited for room, a send buffer
+	// or a congestion window), and how long the others paused after room
+	// opened (the application had nothing to send).
+	SendGaps  int     `json:"send_gaps"`
+	AckedGaps int     `json:"ack_clocked_gaps"`
+	PauseS    float64 `json:"pause_s"`
+	Series    []Point `json:"series,omitempty"`
 }
 
 // middlebox lists the anomaly names reported as "anomaly:" lines; other
@@ -141,6 +149,13 @@ func (c *conn) report(tr *tracker) FlowReport {
 	if c.ts[0].rtt.n > 0 && c.ts[1].rtt.n > 0 {
 		f.Handshake.TSRTTms = ms(c.ts[0].rtt.min + c.ts[1].rtt.min)
 	}
+	for i := range c.dir {
+		ref := c.hsRTT
+		if ref == 0 {
+			ref = max(c.dir[i].rtt.min, c.ts[0].rtt.min+c.ts[1].rtt.min)
+		}
+		f.Dirs[i].sendGaps(&c.dir[i].gaps, max(1e6, ref/8))
+	}
 	if c.hsRTT > 0 && c.synAck >= c.synT {
 		// Near the client the SYN-ACK takes the whole RTT to come back;
 		// near the server it leaves at once and the ACK takes the RTT.
@@ -161,6 +176,18 @@ func (c *conn) report(tr *tracker) FlowReport {
 	}
 	f.Verdict = verdictFor(&f)
 	return f
+}
+
+// sendGaps fills in the gaps of at least minGap ns (to the octave).
+func (r *DirReport) sendGaps(g *sendGaps, minGap int64) {
+	for k := range g.n {
+		if gapBinFloor(k+1) <= minGap { // every gap in bin k is shorter
+			continue
+		}
+		r.SendGaps += g.n[k]
+		r.AckedGaps += g.ackd[k]
+		r.PauseS += float64(g.pauseNs[k]) / 1e9
+	}
 }
 
 func sideOpt(h hsOpts) SideOption {

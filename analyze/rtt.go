@@ -72,17 +72,19 @@ func (k *tsTrack) sent(val uint32, t int64) {
 }
 
 // echoed handles a TSecr from the other side seen at time t: the matching
-// TSval yields a sample, older ones are dropped.
-func (k *tsTrack) echoed(ecr uint32, t int64) {
+// TSval yields a sample, which it returns (0: none); older ones are dropped.
+func (k *tsTrack) echoed(ecr uint32, t int64) (sample int64) {
 	for k.n > 0 {
 		e := k.ring[k.head]
 		if int32(e.val-ecr) > 0 {
-			return
+			return sample
 		}
 		k.head = (k.head + 1) % tsRing
 		k.n--
 		if e.val == ecr && t >= e.t {
+			sample = max(t-e.t, 1)
 			k.rtt.add(t - e.t)
 		}
 	}
+	return sample
 }

@@ -18,6 +18,10 @@ type bucket struct {
 	endInFlight int64 // bytes in flight after the slice's last event
 	lastWindow  int64 // last advertised window seen in the slice (-1: none)
 	minWindow   int64
+	// The least RTT samples in the slice (0: none). The minimum, not the
+	// mean: delayed ACKs inflate single samples, queueing raises them all.
+	rttMin  int64 // data segment to the ACK that covers it
+	echoMin int64 // the receiver's timestamp to the sender's echo of it
 }
 
 // series is a fixed-size, self-coarsening time series for one direction.
@@ -91,7 +95,17 @@ func merge(a, b bucket) bucket {
 	if b.minWindow >= 0 && (m.minWindow < 0 || b.minWindow < m.minWindow) {
 		m.minWindow = b.minWindow
 	}
+	m.rttMin = minSample(a.rttMin, b.rttMin)
+	m.echoMin = minSample(a.echoMin, b.echoMin)
 	return m
+}
+
+// minSample is the smaller of two RTT samples, 0 meaning none.
+func minSample(a, b int64) int64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // Point is one time slice of a flow direction, for plots and JSON.
@@ -103,6 +117,11 @@ type Point struct {
 	Window     int64   `json:"window"`     // advertised receive window at the end of the slice (-1: unknown)
 	MinWindow  int64   `json:"min_window"` // smallest advertised window in the slice (-1: unknown)
 	Retransmit int64   `json:"retransmit"` // retransmitted bytes in the slice
+	// RTTms is the least data-to-ACK RTT sampled in the slice, EchoMs the
+	// least time from the receiver's timestamp to the sender's echo (the
+	// half of the path behind a capture near the receiver); 0: no sample.
+	RTTms  float64 `json:"rtt_ms,omitempty"`
+	EchoMs float64 `json:"echo_ms,omitempty"`
 }
 
 // points renders the used buckets; empty slices carry the window forward.
@@ -137,6 +156,8 @@ func (s *series) points() []Point {
 			Window:     win,
 			MinWindow:  minW,
 			Retransmit: b.retrans,
+			RTTms:      ms(b.rttMin),
+			EchoMs:     ms(b.echoMin),
 		})
 	}
 	return out

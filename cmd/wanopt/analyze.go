@@ -17,8 +17,9 @@ const analyzeUsage = `usage: wanopt analyze FILE [--flow FILTER] [--json] [--plo
 Reads a pcap or pcapng capture (optionally gzipped; raw IP/TUN, Ethernet,
 Linux cooked v1/v2) and reports per TCP flow: handshake options, RTT,
 window, in-flight bytes, retransmissions, zero windows, SACK anomalies and a
-verdict: window-limited, zero-window, loss-limited, sender-limited or
-path-limited.
+verdict: opportunity-limited, zero-window, window-limited, loss-limited,
+sender-limited, path-limited, send-buffer-limited, transport-limited or
+unclear.
 
 FILTER is a comma-separated list, every term must match: a flow number (7),
 an address (198.18.0.2), ADDR:PORT, [V6ADDR]:PORT, or :PORT.

@@ -2,10 +2,11 @@
 // analyze/testdata/make-captures.sh runs inside the lab namespaces to make
 // flows with a known limit: a small receive buffer (window-limited), a slow
 // reader (zero-window), an application that writes in bursts
-// (sender-limited), or bulk data (loss- or path-limited, by the link).
+// (sender-limited), a small send buffer (send-buffer-limited), or bulk data
+// (loss- or path-limited, by the link).
 //
 //	labtcp serve -addr 198.18.0.2:5001 [-rcvbuf 8192] [-read 4096 -every 50ms]
-//	labtcp send  -addr 198.18.0.2:5001 -bytes 4000000 [-chunk 65536 -gap 200ms]
+//	labtcp send  -addr 198.18.0.2:5001 -bytes 4000000 [-chunk 65536 -gap 200ms] [-sndbuf 16384]
 package main
 
 import (
@@ -91,8 +92,20 @@ func send(args []string) error {
 	total := fs.Int64("bytes", 1<<20, "bytes to send")
 	chunk := fs.Int64("chunk", 1<<20, "bytes per write")
 	gap := fs.Duration("gap", 0, "pause between writes (application-limited sender)")
+	sndbuf := fs.Int("sndbuf", 0, "SO_SNDBUF before connecting (0: kernel default, auto-tuned); caps the bytes in flight")
 	fs.Parse(args)
-	c, err := net.DialTimeout("tcp", *addr, 5*time.Second)
+	// Set before connect: Linux sizes the window scale and stops
+	// auto-tuning the send buffer once SO_SNDBUF is set.
+	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if *sndbuf > 0 {
+			c.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, *sndbuf)
+			})
+		}
+		return serr
+	}}
+	c, err := d.Dial("tcp", *addr)
 	if err != nil {
 		return err
 	}
