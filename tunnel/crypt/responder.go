@@ -189,3 +189,24 @@ func (r *Responder) RespondHeld(dst, msg1 []byte, index uint32, now monotime.Tim
 	s.rekeyed = s.rekey && held
 	return out, s, nil
 }
+
+// InitiatorKey returns the static key of the initiator of msg1 (handshake
+// message 1, the bytes after the type byte) addressed to local, whose
+// public key is localPub, without checking its timestamp or answering it:
+// a server serving several peers on one socket asks it to find whose
+// tunnel handles msg1. It costs the two Diffie-Hellman operations of
+// reading message 1. Errors are ErrMalformed and ErrAuth, as Respond's.
+func InitiatorKey(local PrivateKey, localPub PublicKey, msg1 []byte) (PublicKey, error) {
+	if len(msg1) != Message1Size {
+		return PublicKey{}, fmt.Errorf("handshake message 1: %d bytes, want %d: %w", len(msg1), Message1Size, ErrMalformed)
+	}
+	hs, err := noise.NewHandshakeState(handshakeConfig(local, localPub, false))
+	if err != nil {
+		return PublicKey{}, fmt.Errorf("handshake: %w", err)
+	}
+	payload, _, _, err := hs.ReadMessage(nil, msg1)
+	if err != nil || len(payload) != msg1PayloadSize || len(hs.PeerStatic()) != KeySize {
+		return PublicKey{}, fmt.Errorf("handshake message 1: %w", ErrAuth)
+	}
+	return PublicKey(hs.PeerStatic()), nil
+}

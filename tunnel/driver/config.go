@@ -77,6 +77,10 @@ type Config struct {
 	// comparison and for platforms where that thread is unwanted.
 	TimerOnly bool
 
+	// NoGate (server) skips the driver's handshake gate: the socket is a
+	// Hub's, which gates initiations before they reach the tunnel.
+	NoGate bool
+
 	// Logger receives the driver's events (never keys); nil discards.
 	Logger *slog.Logger
 }

@@ -214,6 +214,9 @@ func (d *driverState) handleRx(b *rxBatch) {
 // gate: it reports whether a Conn may process it, and sends the cookie
 // reply the gate asks for.
 func (d *driverState) admit(now monotime.Time, p []byte, ep netip.AddrPort) bool {
+	if d.gate == nil {
+		return true // a Hub's socket: gated there
+	}
 	v, reply := d.gate.Admit(now, p, ep, d.cookieBuf[0][:0])
 	d.cookieBuf[0] = reply
 	if v == tunnel.GateCookie {

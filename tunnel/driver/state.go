@@ -87,7 +87,7 @@ func (d *driverState) init(t *Tunnel, conn *tunnel.Conn, cfg Config) {
 	d.timer.Stop()
 	d.streams = make(map[uint64]*Stream)
 	d.parked = make(map[*Stream]struct{})
-	if !t.client {
+	if !t.client && !cfg.NoGate {
 		rnd := cfg.Tunnel.Rand
 		if rnd == nil {
 			rnd = rand.Reader
