@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/wanopt/wanopt/egress"
@@ -55,6 +56,10 @@ type Config struct {
 	// Policy is the egress policy (--allow); with no rules the edge
 	// connects nothing and refuses every flow its peer opens.
 	Policy egress.Policy
+	// Branches, if any, make this edge a hub (--branch): it serves each of
+	// these peers on its Listen socket instead of the one PeerKey, and
+	// each branch's flows may reach Policy's rules and its own.
+	Branches []Branch
 	// Transparent connects flows from the client's address through the
 	// TUN's stack (--egress transparent) instead of a kernel socket.
 	Transparent bool
@@ -148,13 +153,13 @@ func (c Config) Validate() error {
 		return bad("--peer %v: want the far edge's ADDR:PORT, e.g. 198.18.0.2:4500", c.Peer)
 	case c.PrivateKey.IsZero():
 		return bad("--key FILE is required (make one with 'wanopt keygen --out edge.key')")
-	case c.PeerKey.IsZero():
+	case len(c.Branches) == 0 && c.PeerKey.IsZero():
 		return bad("--peer-key BASE64 is required: the peer's public key ('wanopt pubkey < peer.key')")
 	case c.PeerKey == c.PrivateKey.PublicKey():
 		return bad("--peer-key is this edge's own public key; give the other edge's")
 	case c.Transparent && c.TUN == "":
 		return bad("--egress transparent connects servers through the TUN device's stack: it needs --tun NAME, with the clients' networks routed into the device (--route CIDR)")
-	case c.TUN == "" && len(c.Policy.Rules) == 0:
+	case c.TUN == "" && len(c.Policy.Rules) == 0 && len(c.Branches) == 0:
 		return bad("this edge would do nothing: give --tun NAME to intercept flows (near edge) and/or --allow CIDR[:PORTS] to connect them (far edge)")
 	case len(c.TUN) > 15:
 		return bad("--tun %q: interface names have at most 15 bytes", c.TUN)
@@ -174,6 +179,8 @@ func (c Config) Validate() error {
 		return bad("--memory-mib %d: want %d to %d", c.MemoryMiB, MinMemoryMiB, MaxMemoryMiB)
 	case c.CC != tunnel.CCBBR && c.CC != tunnel.CCCubic:
 		return bad("--cc %q: want bbr or cubic", c.CC)
+	case len(c.Branches) > 0:
+		return c.validateBranches()
 	}
 	return nil
 }
@@ -195,6 +202,18 @@ func (c Config) Summary() string {
 		s += " to " + c.Peer.String()
 	} else {
 		s += " on " + c.Listen.String()
+	}
+	if len(c.Branches) > 0 {
+		names := make([]string, len(c.Branches))
+		for i, b := range c.Branches {
+			names[i] = b.Name
+		}
+		s = fmt.Sprintf("hub on %v for branches %s, public key %s, cc %v, memory %d MiB (%d flows)",
+			c.Listen, strings.Join(names, ", "), c.PrivateKey.PublicKey().Base64(), c.CC, c.MemoryMiB, c.FlowLimit())
+		if len(c.Policy.Rules) > 0 || len(c.Policy.Deny) > 0 {
+			s += ", egress for every branch to " + c.Policy.String()
+		}
+		return s
 	}
 	s += fmt.Sprintf(", public key %s, peer %s, cc %v, memory %d MiB (%d flows)", c.PrivateKey.PublicKey().Base64(), c.PeerKey.Base64(), c.CC, c.MemoryMiB, c.FlowLimit())
 	if c.TUN != "" {

@@ -50,6 +50,9 @@ type Edge struct {
 	// egressing (--memory-mib; see Config.buffers).
 	budget *flow.Budget
 
+	// stops are the control socket's and metrics server's (Run's
+	// goroutine only).
+	stops []func()
 	// reloadMu makes reloads one at a time.
 	reloadMu sync.Mutex
 	// Set by Run (under mu): the ingress while it is open, the egress; and
@@ -59,6 +62,9 @@ type Edge struct {
 	dev     *tun.Device
 	st      *stack.Stack
 	eg      *egress.Egress
+	// hub and branches, for a hub (Config.Branches), instead of eg.
+	hub      *driver.Hub
+	branches []*branch
 	// capture, if set, records the TUN's packets (--capture).
 	capture *tun.Capture
 }
@@ -94,6 +100,9 @@ func (e *Edge) Run(ctx context.Context) error {
 	if cfg.Transparent {
 		dialer = e.stack()
 	}
+	if len(cfg.Branches) > 0 {
+		return e.serveHub(ctx, cfg, dialer)
+	}
 	eg := egress.New(cfg.Policy, dialer, egress.Options{
 		DialTimeout: cfg.DialTimeout,
 		MaxFlows:    cfg.MaxFlows,
@@ -105,32 +114,64 @@ func (e *Edge) Run(ctx context.Context) error {
 	e.eg = eg
 	eg.SetPolicy(e.cfg.Policy) // a reload may have come since cfg was read
 	e.mu.Unlock()
-	stopRates := e.sampleRates(eg)
+	stopRates := e.sampleRates()
 	defer stopRates()
-	if cfg.Control != "" {
-		stop, err := control.Serve(cfg.Control, e, e.log.With("sub", "control"))
-		if err != nil {
-			return err
-		}
-		defer stop()
+	if err := e.serveControl(ctx, cfg); err != nil {
+		return err
 	}
-	if cfg.Metrics != "" {
-		reg := metrics.Registry(e.Status, cfg.PeerKey.Base64())
-		_, stop, err := metrics.Serve(ctx, cfg.Metrics, reg, e.log.With("sub", "metrics"))
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
+	defer e.stopControl()
 	e.log.Info("edge starting", "config", cfg.Summary())
 	e.tunnelLoop(ctx, eg)
 	e.log.Info("edge stopped", "egress", fmt.Sprintf("%+v", eg.Stats()), "bridge", fmt.Sprintf("%+v", e.br.Stats()))
 	return nil
 }
 
+// serveHub runs a hub (Config.Branches) until ctx ends.
+func (e *Edge) serveHub(ctx context.Context, cfg Config, dialer flow.Dialer) error {
+	stopRates := e.sampleRates()
+	defer stopRates()
+	if err := e.serveControl(ctx, cfg); err != nil {
+		return err
+	}
+	defer e.stopControl()
+	e.log.Info("edge starting", "config", cfg.Summary())
+	err := e.runHub(ctx, cfg, dialer)
+	e.log.Info("edge stopped")
+	return err
+}
+
+// serveControl starts the control socket and the metrics server, if
+// configured; stopControl stops them.
+func (e *Edge) serveControl(ctx context.Context, cfg Config) error {
+	if cfg.Control != "" {
+		stop, err := control.Serve(cfg.Control, e, e.log.With("sub", "control"))
+		if err != nil {
+			return err
+		}
+		e.stops = append(e.stops, stop)
+	}
+	if cfg.Metrics != "" {
+		reg := metrics.Registry(e.Status, cfg.PeerKey.Base64())
+		_, stop, err := metrics.Serve(ctx, cfg.Metrics, reg, e.log.With("sub", "metrics"))
+		if err != nil {
+			e.stopControl()
+			return err
+		}
+		e.stops = append(e.stops, stop)
+	}
+	return nil
+}
+
+func (e *Edge) stopControl() {
+	for _, stop := range e.stops {
+		stop()
+	}
+	e.stops = nil
+}
+
 // sampleRates updates the flows' current rates every second until the
 // returned stop function is called (which waits for it).
-func (e *Edge) sampleRates(eg *egress.Egress) (stop func()) {
+func (e *Edge) sampleRates() (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -147,7 +188,12 @@ func (e *Edge) sampleRates(eg *egress.Egress) (stop func()) {
 				if st := e.stack(); st != nil {
 					st.SampleRates(now.Sub(last))
 				}
-				eg.SampleRates(now.Sub(last))
+				if eg := e.egress(); eg != nil {
+					eg.SampleRates(now.Sub(last))
+				}
+				for _, b := range e.hubBranches() {
+					b.eg.SampleRates(now.Sub(last))
+				}
 				last = now
 			}
 		}
@@ -355,4 +401,10 @@ func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 // flow.ErrTimeout.
 func (e *Edge) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error) {
 	return e.br.Dial(ctx, src, dst)
+}
+
+func (e *Edge) hubOf() *driver.Hub {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.hub
 }

@@ -78,6 +78,20 @@ func TestConfigValidate(t *testing.T) {
 		{"MTU", func(c *Config) { c.TUN, c.MTU = "wo0", 100 }, "--mtu"},
 		{"routes without setup", func(c *Config) { c.TUN, c.TUNRoutes = "wo0", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} }, "need --tun-setup"},
 		{"peer timeout", func(c *Config) { c.PeerTimeout = time.Second }, "--peer-timeout"},
+		{"hub with a peer key", func(c *Config) { c.Branches = []Branch{{Name: "a", Key: ka.PublicKey()}} }, "exclusive"},
+		{"hub dialling", func(c *Config) {
+			c.PeerKey, c.Listen, c.Peer, c.Branches = crypt.PublicKey{}, netip.AddrPort{}, c.Listen, []Branch{{Name: "a", Key: ka.PublicKey()}}
+		}, "needs --listen"},
+		{"branch name", func(c *Config) {
+			c.PeerKey, c.Branches = crypt.PublicKey{}, []Branch{{Name: "a b", Key: ka.PublicKey()}}
+		}, "a name is"},
+		{"branch twice", func(c *Config) {
+			c.PeerKey, c.Branches = crypt.PublicKey{}, []Branch{{Name: "a", Key: ka.PublicKey()}, {Name: "a", Key: kb.PublicKey()}}
+		}, "given twice"},
+		{"branch keys", func(c *Config) {
+			c.PeerKey, c.Branches = crypt.PublicKey{}, []Branch{{Name: "a", Key: ka.PublicKey()}, {Name: "b", Key: ka.PublicKey()}}
+		}, "same key"},
+		{"branch own key", func(c *Config) { c.PeerKey, c.Branches = crypt.PublicKey{}, []Branch{{Name: "a", Key: kb.PublicKey()}} }, "own public key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := far

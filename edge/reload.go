@@ -14,12 +14,12 @@ var restartFlags = map[string]string{
 	"Listen": "--listen", "Peer": "--peer", "CC": "--cc", "PeerTimeout": "--peer-timeout",
 	"WANRateBps": "--wan-rate", "Transparent": "--egress", "DialTimeout": "--dial-timeout",
 	"MaxFlows": "--max-flows", "FlowIdleTimeout": "--flow-idle-timeout", "MemoryMiB": "--memory-mib",
-	"Control": "--control", "Metrics": "--metrics",
+	"Control": "--control", "Metrics": "--metrics", "Branches": "--branch",
 }
 
 // reloadable are the Config fields a reload applies, and those it
 // ignores (not configuration: how the edge was built).
-var reloadable = map[string]bool{"Policy": true, "Bind": false, "Reload": false, "Logger": false}
+var reloadable = map[string]bool{"Policy": true, "Branches": true, "Bind": false, "Reload": false, "Logger": false}
 
 // Reload reads the configuration again (Config.Reload) and applies it:
 // the egress policy (--allow, --deny) changes at once for the flows opened
@@ -54,6 +54,9 @@ func (e *Edge) Reload() (changed []string, err error) {
 			restart = append(restart, restartFlags[name])
 		}
 	}
+	if !sameBranches(cur.Branches, next.Branches) {
+		restart = append(restart, "--branch")
+	}
 	if len(restart) > 0 {
 		return nil, fmt.Errorf("reload refused, the running configuration stays: %s cannot change without a restart", strings.Join(restart, ", "))
 	}
@@ -63,8 +66,15 @@ func (e *Edge) Reload() (changed []string, err error) {
 		}
 		changed = append(changed, fmt.Sprintf("egress policy: %s", next.Policy))
 	}
+	for i, b := range e.hubBranches() {
+		p := next.branchPolicy(next.Branches[i])
+		if old := b.eg.Policy(); old.String() != p.String() {
+			b.eg.SetPolicy(p)
+			changed = append(changed, fmt.Sprintf("branch %s egress policy: %s", b.Name, p))
+		}
+	}
 	e.mu.Lock()
-	e.cfg.Policy = next.Policy
+	e.cfg.Policy, e.cfg.Branches = next.Policy, next.Branches
 	e.mu.Unlock()
 	if len(changed) == 0 {
 		e.log.Info("configuration reloaded: nothing changed")
@@ -79,4 +89,18 @@ func (e *Edge) config() Config {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.cfg
+}
+
+// sameBranches reports whether a and b name the same peers, in order
+// (their rules may differ: a reload applies those).
+func sameBranches(a, b []Branch) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Key != b[i].Key {
+			return false
+		}
+	}
+	return true
 }

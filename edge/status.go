@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/edge/control"
+	"github.com/wanopt/wanopt/egress"
+	"github.com/wanopt/wanopt/tunnel/driver"
 )
 
 // Status reports the edge's tunnel and counters (the control socket's
@@ -24,26 +26,16 @@ func (e *Edge) Status() control.Status {
 		r.Egress = eg.Stats()
 	}
 	if t := e.br.Tunnel(); t != nil {
-		s := t.Stats()
-		r.Tunnel = &control.Tunnel{
-			Peer: s.PeerAddr.String(), Congestion: s.Tunnel.Congestion, Cipher: s.Tunnel.Cipher,
-			SmoothedRTT: s.Tunnel.SmoothedRTT, MinRTT: s.Tunnel.MinRTT,
-			BandwidthBps: s.Tunnel.BandwidthBps, PacingRateBps: s.Tunnel.PacingRateBps,
-			Cwnd: s.Tunnel.CongestionWindow, InFlight: s.Tunnel.BytesInFlight,
-			BytesSent: s.Tunnel.BytesSent, BytesReceived: s.Tunnel.BytesReceived,
-			PacketsSent: s.Tunnel.PacketsSent, PacketsReceived: s.Tunnel.PacketsReceived,
-			RecvRateBps: s.Tunnel.RecvRateBps, HandshakeAge: s.KeysAge,
-			PacketsLost: s.Tunnel.PacketsLost, Retransmitted: s.Tunnel.StreamBytesRetransmitted,
-			PTOs:            s.Tunnel.PTOs,
-			StreamsOpen:     s.Tunnel.StreamsOpen,
-			BudgetUsedBytes: s.Tunnel.BudgetUsedBytes, BudgetBytes: s.Tunnel.BudgetBytes,
-			DroppedUnauthenticated: s.Tunnel.DroppedUnauthenticated, DroppedReplays: s.Tunnel.DroppedDuplicates,
-			HandshakeReplays: s.Tunnel.HandshakeReplays, HandshakesRefused: s.Tunnel.HandshakesRejected + s.InitiationsRefused,
-			ResumesDeclined: s.ResumesDeclined, ClientRestarts: s.ClientRestarts, RejectsSent: s.RejectsSent, Rekeys: s.Tunnel.Rekeys,
-			HandshakesBadMAC: s.Gate.BadMAC, CookiesSent: s.Gate.CookiesSent, HandshakesRateLimited: s.Gate.RateLimited,
+		r.Tunnel = tunnelStatus(t)
+	}
+	if peers := e.peerStatus(); peers != nil {
+		r.Peers = peers
+		for _, p := range peers {
+			r.Egress = r.Egress.Add(p.Egress)
 		}
-		if s.Tunnel.Congestion == "bbr" {
-			r.Tunnel.BBRMode, r.Tunnel.ProbeRTTs = s.Tunnel.BBR.Mode.String(), s.Tunnel.BBR.ProbeRTTCount
+		if h := e.hubOf(); h != nil {
+			hs := h.Stats()
+			r.Hub = &hs
 		}
 	}
 	if st := e.stack(); st != nil {
@@ -68,12 +60,48 @@ func (e *Edge) Flows() []control.Flow {
 				Why: f.Why.Name("client", "far-edge")})
 		}
 	}
-	if eg := e.egress(); eg != nil {
+	egressFlows := func(eg *egress.Egress, peer string, srtt time.Duration) {
 		for _, f := range eg.Flows() {
-			out = append(out, control.Flow{Side: "egress", Src: f.Src.String(), Dst: f.Dst.String(), State: "relaying",
+			out = append(out, control.Flow{Side: "egress", Peer: peer, Src: f.Src.String(), Dst: f.Dst.String(), State: "relaying",
 				BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: time.Since(f.Started),
 				Why: f.Why.Name("server", "near-edge")})
 		}
 	}
+	if eg := e.egress(); eg != nil {
+		egressFlows(eg, "", srtt)
+	}
+	for _, b := range e.hubBranches() {
+		var srtt time.Duration
+		if t := b.tunnel(); t != nil {
+			srtt = t.Stats().Tunnel.SmoothedRTT
+		}
+		egressFlows(b.eg, b.Name, srtt)
+	}
 	return out
+}
+
+// tunnelStatus is the status of one tunnel.
+func tunnelStatus(t *driver.Tunnel) *control.Tunnel {
+	s := t.Stats()
+	r := &control.Tunnel{
+		Peer: s.PeerAddr.String(), Congestion: s.Tunnel.Congestion, Cipher: s.Tunnel.Cipher,
+		SmoothedRTT: s.Tunnel.SmoothedRTT, MinRTT: s.Tunnel.MinRTT,
+		BandwidthBps: s.Tunnel.BandwidthBps, PacingRateBps: s.Tunnel.PacingRateBps,
+		Cwnd: s.Tunnel.CongestionWindow, InFlight: s.Tunnel.BytesInFlight,
+		BytesSent: s.Tunnel.BytesSent, BytesReceived: s.Tunnel.BytesReceived,
+		PacketsSent: s.Tunnel.PacketsSent, PacketsReceived: s.Tunnel.PacketsReceived,
+		RecvRateBps: s.Tunnel.RecvRateBps, HandshakeAge: s.KeysAge,
+		PacketsLost: s.Tunnel.PacketsLost, Retransmitted: s.Tunnel.StreamBytesRetransmitted,
+		PTOs:            s.Tunnel.PTOs,
+		StreamsOpen:     s.Tunnel.StreamsOpen,
+		BudgetUsedBytes: s.Tunnel.BudgetUsedBytes, BudgetBytes: s.Tunnel.BudgetBytes,
+		DroppedUnauthenticated: s.Tunnel.DroppedUnauthenticated, DroppedReplays: s.Tunnel.DroppedDuplicates,
+		HandshakeReplays: s.Tunnel.HandshakeReplays, HandshakesRefused: s.Tunnel.HandshakesRejected + s.InitiationsRefused,
+		ResumesDeclined: s.ResumesDeclined, ClientRestarts: s.ClientRestarts, RejectsSent: s.RejectsSent, Rekeys: s.Tunnel.Rekeys,
+		HandshakesBadMAC: s.Gate.BadMAC, CookiesSent: s.Gate.CookiesSent, HandshakesRateLimited: s.Gate.RateLimited,
+	}
+	if s.Tunnel.Congestion == "bbr" {
+		r.BBRMode, r.ProbeRTTs = s.Tunnel.BBR.Mode.String(), s.Tunnel.BBR.ProbeRTTCount
+	}
+	return r
 }

@@ -115,6 +115,15 @@ type Stats struct {
 	BytesUp, BytesDown uint64
 }
 
+// Add returns the sum of s and o (the egresses of a hub's branches).
+func (s Stats) Add(o Stats) Stats {
+	return Stats{Streams: s.Streams + o.Streams, Connected: s.Connected + o.Connected, NotAllowed: s.NotAllowed + o.NotAllowed,
+		Denied: s.Denied + o.Denied, Refused: s.Refused + o.Refused, Unreachable: s.Unreachable + o.Unreachable,
+		TimedOut: s.TimedOut + o.TimedOut, Overloaded: s.Overloaded + o.Overloaded, Failed: s.Failed + o.Failed,
+		IdleTimeouts: s.IdleTimeouts + o.IdleTimeouts, OverBudget: s.OverBudget + o.OverBudget, Active: s.Active + o.Active,
+		BytesUp: s.BytesUp + o.BytesUp, BytesDown: s.BytesDown + o.BytesDown}
+}
+
 // FlowInfo is a snapshot of one relayed flow.
 type FlowInfo struct {
 	Src, Dst           netip.AddrPort
@@ -182,6 +191,9 @@ func New(policy Policy, dialer flow.Dialer, opts Options) *Egress {
 	e.policy.Store(&policy)
 	return e
 }
+
+// Policy returns the policy in force.
+func (e *Egress) Policy() Policy { return *e.policy.Load() }
 
 // SetPolicy replaces the policy for the flows opened from now on; flows
 // already connected go on, as a firewall's established connections do.

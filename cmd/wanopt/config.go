@@ -56,7 +56,7 @@ Flags:
 type runFlags struct {
 	config, tun, key, peerKey, listen, peer, cc, logLevel, logFormat, control, capture, egress, wanRate, metrics string
 	tunSetup, check                                                                                              bool
-	tunAddrs, routes, allow, deny                                                                                []string
+	tunAddrs, routes, allow, deny, branches, branchAllow                                                         []string
 	mtu, maxFlows, memoryMiB, procs                                                                              int
 	dialTimeout, peerTimeout, flowIdle                                                                           time.Duration
 }
@@ -80,6 +80,8 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.StringVar(&f.listen, "listen", "", "accept the peer's tunnel on UDP `ADDR:PORT` (responder; ':PORT' for every address)")
 	fs.StringVar(&f.peer, "peer", "", "open the tunnel to the peer at UDP `ADDR:PORT` (initiator)")
 	fs.StringArrayVar(&f.allow, "allow", nil, "egress: connect flows to `CIDR[:PORTS]`, e.g. 198.18.2.0/24:80,443,8000-8100 (repeatable; none: no egress, every flow refused)")
+	fs.StringArrayVar(&f.branches, "branch", nil, "make this edge a hub serving the near edge NAME, whose public key is KEY, on --listen: `NAME:KEY` (repeatable; instead of --peer-key). Each branch gets its own tunnel, flows and status")
+	fs.StringArrayVar(&f.branchAllow, "branch-allow", nil, "egress: let branch NAME's flows also reach CIDR[:PORTS], beside what --allow gives every branch: `NAME:CIDR[:PORTS]` (repeatable)")
 	fs.StringArrayVar(&f.deny, "deny", nil, "egress: never connect `CIDR[:PORTS]`, whatever --allow says (repeatable). Loopback, unspecified, link-local (169.254.0.0/16, fe80::/10), multicast, broadcast, IPv4-mapped IPv6 and this host's own addresses are refused without it, unless an --allow rule names them explicitly (e.g. --allow 127.0.0.1/32:8080)")
 	fs.StringVar(&f.egress, "egress", "kernel", "egress: how to connect servers: kernel (a socket from this host's address; no privileges) or transparent (from the client's own address through the TUN's stack, so servers see the real client; needs --tun and the clients' networks routed into the TUN)")
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "egress: give up connecting to a server after this long")
@@ -204,6 +206,9 @@ func (f *runFlags) validate() (*runConfig, error) {
 	if c.Policy, err = egress.ParsePolicy(f.allow, f.deny...); err != nil {
 		return bad("--allow/--deny: %v", err)
 	}
+	if c.Branches, err = parseBranches(f.branches, f.branchAllow); err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
 	switch strings.ToLower(f.egress) {
 	case "kernel":
 	case "transparent":
@@ -273,4 +278,38 @@ func (f *runFlags) validate() (*runConfig, error) {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return c, nil
+}
+
+// parseBranches reads --branch NAME:KEY and --branch-allow NAME:RULE.
+func parseBranches(branches, allow []string) ([]edge.Branch, error) {
+	var out []edge.Branch
+	at := map[string]int{}
+	for _, v := range branches {
+		name, key, ok := strings.Cut(v, ":")
+		if !ok {
+			return nil, fmt.Errorf("--branch %q: want NAME:KEY, e.g. paris:BASE64KEY", v)
+		}
+		k, err := crypt.ParsePublicKey(key)
+		if err != nil {
+			return nil, fmt.Errorf("--branch %s: %v", name, err)
+		}
+		at[name] = len(out)
+		out = append(out, edge.Branch{Name: name, Key: k})
+	}
+	for _, v := range allow {
+		name, rule, ok := strings.Cut(v, ":")
+		i, known := at[name]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("--branch-allow %q: want NAME:CIDR[:PORTS], e.g. paris:198.18.2.0/24:443", v)
+		case !known:
+			return nil, fmt.Errorf("--branch-allow %q: no --branch named %q", v, name)
+		}
+		r, err := egress.ParseRule(rule)
+		if err != nil {
+			return nil, fmt.Errorf("--branch-allow %q: %v", v, err)
+		}
+		out[i].Allow = append(out[i].Allow, r)
+	}
+	return out, nil
 }

@@ -210,8 +210,21 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "        security: %d unauthenticated datagrams, %d replayed packets, %d replayed and %d refused handshakes, %d resumes declined, %d client restarts, %d REJECTs sent, %d rekeys; handshake gate: %d bad mac1, %d cookies sent, %d rate limited\n",
 			t.DroppedUnauthenticated, t.DroppedReplays, t.HandshakeReplays, t.HandshakesRefused, t.ResumesDeclined, t.ClientRestarts, t.RejectsSent, t.Rekeys,
 			t.HandshakesBadMAC, t.CookiesSent, t.HandshakesRateLimited)
-	} else {
+	} else if len(r.Peers) == 0 {
 		fmt.Fprintln(stdout, "tunnel: down")
+	}
+	for _, p := range r.Peers {
+		if t := p.Tunnel; t != nil {
+			fmt.Fprintf(stdout, "branch %s: up, peer %s, srtt %v, bandwidth %.1f Mbit/s, sent %d B, received %d B, %d streams open; egress %d flows, connected %d, not allowed %d; policy %s\n",
+				p.Name, t.Peer, t.SmoothedRTT.Round(100*time.Microsecond), float64(t.BandwidthBps)/1e6, t.BytesSent, t.BytesReceived, t.StreamsOpen,
+				p.Egress.Active, p.Egress.Connected, p.Egress.NotAllowed, p.Policy)
+		} else {
+			fmt.Fprintf(stdout, "branch %s: down (key %s); egress connected %d; policy %s\n", p.Name, p.Key, p.Egress.Connected, p.Policy)
+		}
+	}
+	if h := r.Hub; h != nil {
+		fmt.Fprintf(stdout, "hub: %d initiations from unknown keys, %d packets for no session (%d REJECTs), %d dropped while a branch was behind; handshake gate: %d bad mac1, %d cookies sent, %d rate limited\n",
+			h.UnknownKey, h.UnknownIndex, h.Rejects, h.QueueDrops, h.Gate.BadMAC, h.Gate.CookiesSent, h.Gate.RateLimited)
 	}
 	if s := r.Ingress; s != nil {
 		fmt.Fprintf(stdout, "ingress: %d flows, %d SYNs (%d dropped), dialed %d, refused %d, not allowed %d, unreachable %d, timed out %d, errors %d, idle timeouts %d, over budget %d\n",
@@ -256,7 +269,11 @@ func runFlows(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(tw, head)
 	for _, f := range fl {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%v\t%v", f.Side, f.Src, f.Dst, f.State, f.BytesUp, f.BytesDown,
+		side := f.Side
+		if f.Peer != "" {
+			side += "/" + f.Peer // a hub's branch
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%v\t%v", side, f.Src, f.Dst, f.State, f.BytesUp, f.BytesDown,
 			float64(f.RateUpBps)/1e6, float64(f.RateDownBps)/1e6, f.TunnelRTT.Round(100*time.Microsecond), f.Age.Round(time.Millisecond))
 		if *why {
 			fmt.Fprintf(tw, "\t%s", f.Why)

@@ -61,6 +61,11 @@ func TestRunConfigErrors(t *testing.T) {
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--memory-mib", "8"), "--memory-mib 8"},
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--log-level", "loud"), "--log-level"},
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--log-format", "xml"), "--log-format"},
+		{[]string{"--key", key, "--listen", ":4500", "--branch", "paris"}, "want NAME:KEY"},
+		{[]string{"--key", key, "--listen", ":4500", "--branch", "paris:xyz"}, "--branch paris"},
+		{[]string{"--key", key, "--listen", ":4500", "--branch", "paris:" + peer, "--branch-allow", "lyon:10.0.0.0/8"}, "no --branch named"},
+		{[]string{"--key", key, "--listen", ":4500", "--branch", "paris:" + peer, "--branch-allow", "paris:10.0.0.0/8:0"}, "--branch-allow"},
+		{[]string{"--key", key, "--peer-key", peer, "--listen", ":4500", "--branch", "paris:" + peer}, "exclusive"},
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--metrics", "9550"), "--metrics"},
 		{append(far[:6:6], "--tun", "wo0", "--mtu", "100"), "--mtu"},
 		{append(far[:6:6], "--tun", "wo0", "--route", "198.18.2.0/24"), "need --tun-setup"},
@@ -135,6 +140,11 @@ func TestRunCheck(t *testing.T) {
 	k, _ := os.ReadFile(key)
 	if strings.Contains(out+errs, strings.TrimSpace(string(k))) {
 		t.Error("--check printed the private key")
+	}
+	code, out, errs = run("run", "--check", "--key", key, "--listen", ":4500", "--allow", "198.18.2.0/24:443",
+		"--branch", "paris:"+peer, "--branch-allow", "paris:198.18.3.0/24")
+	if code != 0 || !strings.Contains(out, "configuration OK: hub on [::]:4500 for branches paris,") {
+		t.Errorf("--check of a hub: code %d, out %q, err %q", code, out, errs)
 	}
 	if code, _, errs := run("run", "--check", "--key", key, "--peer-key", peer); code != 2 || !strings.Contains(errs, "--listen") {
 		t.Errorf("--check of a bad config: code %d, stderr %q; want 2 and the reason", code, errs)

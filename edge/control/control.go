@@ -20,6 +20,7 @@ import (
 	"github.com/wanopt/wanopt/edge/bridge"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/stack"
+	"github.com/wanopt/wanopt/tunnel/driver"
 )
 
 // Status is the answer to "status".
@@ -32,6 +33,20 @@ type Status struct {
 	Bridge  bridge.Stats  `json:"bridge"`
 	Egress  egress.Stats  `json:"egress"`
 	Memory  Memory        `json:"memory"`
+	// Peers are a hub's branches (--branch), each with its tunnel (nil:
+	// down) and its egress; Egress is then their sum. Hub counts what the
+	// hub's socket could not deliver (initiations from unknown keys).
+	Peers []Peer           `json:"peers,omitempty"`
+	Hub   *driver.HubStats `json:"hub,omitempty"`
+}
+
+// Peer is one branch of a hub.
+type Peer struct {
+	Name   string       `json:"name"`
+	Key    string       `json:"public_key"`
+	Policy string       `json:"policy"`
+	Tunnel *Tunnel      `json:"tunnel,omitempty"`
+	Egress egress.Stats `json:"egress"`
 }
 
 // Memory is the flows' share of the memory budget (--memory-mib): the
@@ -101,7 +116,8 @@ type Tunnel struct {
 
 // Flow is one line of the answer to "flows".
 type Flow struct {
-	Side      string `json:"side"` // ingress (intercepted here) or egress (connected here)
+	Side      string `json:"side"`           // ingress (intercepted here) or egress (connected here)
+	Peer      string `json:"peer,omitempty"` // the branch carrying it (a hub)
 	Src       string `json:"src"`
 	Dst       string `json:"dst"`
 	State     string `json:"state"`

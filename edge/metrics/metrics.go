@@ -129,8 +129,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	p := c.peer
-	if t := s.Tunnel; t != nil {
+	if len(s.Peers) > 0 { // a hub: one series per branch, by name
+		for _, p := range s.Peers {
+			collectPeer(gauge, counter, p.Name, p.Tunnel)
+		}
+	} else {
+		collectPeer(gauge, counter, c.peer, s.Tunnel)
+	}
+	c.collectEdge(s, gauge, counter)
+}
+
+// collectPeer emits the series of one peer, whose tunnel is t (nil: down).
+func collectPeer(gauge func(*prometheus.Desc, float64, ...string), counter func(*prometheus.Desc, uint64, ...string), p string, t *control.Tunnel) {
+	if t != nil {
 		gauge(peerUp, 1, p)
 		gauge(peerRTT, t.SmoothedRTT.Seconds(), p)
 		gauge(peerMinRTT, t.MinRTT.Seconds(), p)
@@ -173,7 +184,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		gauge(peerUp, 0, p)
 	}
+}
 
+// collectEdge emits the edge's own series.
+func (c *collector) collectEdge(s control.Status, gauge func(*prometheus.Desc, float64, ...string), counter func(*prometheus.Desc, uint64, ...string)) {
 	if in := s.Ingress; in != nil {
 		gauge(flowsOpen, float64(in.ActiveFlows), "ingress")
 		counter(flowsTotal, in.Dialed, "ingress")

@@ -56,6 +56,13 @@ func TestCollect(t *testing.T) {
 			t.Errorf("%s: want a line %q in:\n%s", tc.name, tc.want, text)
 		}
 	}
+	// A hub: one series per branch, by name.
+	hub := st
+	hub.Peers = []control.Peer{{Name: "paris", Tunnel: st.Tunnel}, {Name: "lyon"}}
+	hreg := Registry(func() control.Status { return hub }, "")
+	if text := gatherText(t, hreg, "wanopt_peer_up"); !strings.Contains(text, `wanopt_peer_up{peer="paris"} 1`) || !strings.Contains(text, `wanopt_peer_up{peer="lyon"} 0`) {
+		t.Errorf("hub:\n%s", text)
+	}
 	// With the tunnel down the peer is down and its other series are gone.
 	st.Tunnel = nil
 	if text := gatherText(t, reg, "wanopt_peer_up", "wanopt_peer_rtt_seconds"); !strings.Contains(text, `wanopt_peer_up{peer="PEERKEY"} 0`) || strings.Contains(text, "wanopt_peer_rtt_seconds{") {

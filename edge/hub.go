@@ -1,0 +1,194 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/wanopt/wanopt/edge/control"
+	"github.com/wanopt/wanopt/egress"
+	"github.com/wanopt/wanopt/flow"
+	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/bind"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+	"github.com/wanopt/wanopt/tunnel/driver"
+	"github.com/wanopt/wanopt/tunnel/stream"
+)
+
+// Branch is one peer of a hub: a far edge that serves several near edges
+// on its --listen socket (--branch NAME:KEY). Its flows may reach what the
+// edge's --allow rules allow plus its own Allow rules (--branch-allow
+// NAME:RULE); the edge's --deny rules hold for every branch.
+type Branch struct {
+	Name  string
+	Key   crypt.PublicKey
+	Allow []egress.Rule
+}
+
+// branchName is what a branch's name may be: it appears in logs, status
+// and metric labels.
+var branchName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$`)
+
+// validateBranches checks a hub's branches.
+func (c Config) validateBranches() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
+	}
+	switch {
+	case c.Peer.IsValid():
+		return bad("--branch makes this edge a hub that branches dial: it needs --listen, not --peer")
+	case !c.PeerKey.IsZero():
+		return bad("--peer-key and --branch are exclusive: a hub names each peer with --branch NAME:KEY")
+	case c.TUN != "" && !c.Transparent:
+		return bad("a hub intercepts nothing: --tun only serves --egress transparent there")
+	}
+	names := map[string]bool{}
+	keys := map[crypt.PublicKey]string{}
+	own := c.PrivateKey.PublicKey()
+	for _, b := range c.Branches {
+		switch {
+		case !branchName.MatchString(b.Name):
+			return bad("--branch %q: a name is 1 to 32 letters, digits, '.', '_' or '-', starting with a letter or digit", b.Name)
+		case names[b.Name]:
+			return bad("--branch %s is given twice", b.Name)
+		case b.Key.IsZero():
+			return bad("--branch %s: no public key", b.Name)
+		case b.Key == own:
+			return bad("--branch %s: that is this edge's own public key", b.Name)
+		case keys[b.Key] != "":
+			return bad("--branch %s and %s have the same key", keys[b.Key], b.Name)
+		}
+		names[b.Name], keys[b.Key] = true, b.Name
+	}
+	return nil
+}
+
+// policy is the egress policy of branch b: the edge's rules and b's own.
+func (c Config) branchPolicy(b Branch) egress.Policy {
+	return egress.Policy{Rules: append(append([]egress.Rule(nil), c.Policy.Rules...), b.Allow...), Deny: c.Policy.Deny}
+}
+
+// branch is a running branch: its egress and its tunnel of the moment.
+type branch struct {
+	Branch
+	eg *egress.Egress
+	mu sync.Mutex
+	t  *driver.Tunnel // nil while down
+}
+
+func (b *branch) tunnel() *driver.Tunnel {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.t
+}
+
+// runHub serves every branch on one socket until ctx ends.
+func (e *Edge) runHub(ctx context.Context, cfg Config, dialer flow.Dialer) error {
+	network := "udp"
+	if cfg.Listen.Addr().Is4() {
+		network = "udp4"
+	}
+	var bc bind.Conn
+	var err error
+	if cfg.Bind != nil {
+		bc, err = cfg.Bind()
+	} else {
+		bc, err = bind.Listen(network, cfg.Listen, bind.Options{Logger: e.log.With("sub", "bind")})
+	}
+	if err != nil {
+		return fmt.Errorf("open the hub's socket on %v: %w", cfg.Listen, err)
+	}
+	hub := driver.NewHub(bc, cfg.PrivateKey, e.log.With("sub", "hub"))
+	defer hub.Close()
+	bs := make([]*branch, 0, len(cfg.Branches))
+	for _, b := range cfg.Branches {
+		bs = append(bs, &branch{Branch: b, eg: egress.New(cfg.branchPolicy(b), dialer, egress.Options{
+			DialTimeout: cfg.DialTimeout, MaxFlows: cfg.MaxFlows, IdleTimeout: max(0, cfg.FlowIdleTimeout),
+			Budget: e.budget, Logger: e.log.With("sub", "egress", "branch", b.Name)})})
+	}
+	e.mu.Lock()
+	e.hub, e.branches = hub, bs
+	e.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, b := range bs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.branchLoop(ctx, cfg, hub, b)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// branchLoop keeps b's tunnel served until ctx ends: it waits for the
+// branch's handshake on the hub, serves the tunnel's flows, and starts
+// over when it closes.
+func (e *Edge) branchLoop(ctx context.Context, cfg Config, hub *driver.Hub, b *branch) {
+	log := e.log.With("branch", b.Name)
+	for ctx.Err() == nil {
+		bc, err := hub.Bind(b.Key)
+		if err != nil {
+			log.Warn("the hub has no socket for the branch", "err", err)
+			return
+		}
+		t, err := driver.Listen(ctx, driver.Config{Bind: bc, NoGate: true, Logger: log.With("sub", "driver"),
+			Tunnel: tunnel.Config{
+				PrivateKey: cfg.PrivateKey, PeerPublicKey: b.Key, Congestion: cfg.CC,
+				IdleTimeout: cfg.PeerTimeout, InitialBandwidthBps: cfg.WANRateBps, Timestamps: e.stamps,
+				// The branches share the stream memory evenly: each
+				// tunnel's budget is a hard cap of its own.
+				Stream: stream.Config{BudgetBytes: cfg.buffers().TunnelBytes / uint64(len(cfg.Branches)),
+					InitialStreamWindow: streamFloorBytes, MinSendBufferBytes: streamFloorBytes},
+				Logger: log.With("sub", "tunnel"),
+			}})
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("waiting for the branch failed; retrying", "err", err)
+				select {
+				case <-time.After(time.Second):
+				case <-ctx.Done():
+				}
+			}
+			continue
+		}
+		log.Info("branch tunnel up", "peer", t.Stats().PeerAddr)
+		b.mu.Lock()
+		b.t = t
+		b.mu.Unlock()
+		err = b.eg.Serve(ctx, t)
+		b.mu.Lock()
+		b.t = nil
+		b.mu.Unlock()
+		if err != nil && !errors.Is(err, driver.ErrTunnelClosed) {
+			log.Warn("egress stopped", "err", err)
+		}
+		if ctx.Err() == nil {
+			log.Warn("branch tunnel down; waiting for it again", "err", t.Err())
+		}
+		t.Close()
+	}
+}
+
+// hubBranches returns the running branches (nil unless a hub).
+func (e *Edge) hubBranches() []*branch {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.branches
+}
+
+// peerStatus is the status of each branch.
+func (e *Edge) peerStatus() []control.Peer {
+	var out []control.Peer
+	for _, b := range e.hubBranches() {
+		p := control.Peer{Name: b.Name, Key: b.Key.Base64(), Policy: b.eg.Policy().String(), Egress: b.eg.Stats()}
+		if t := b.tunnel(); t != nil {
+			p.Tunnel = tunnelStatus(t)
+		}
+		out = append(out, p)
+	}
+	return out
+}

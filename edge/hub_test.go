@@ -1,0 +1,181 @@
+package edge
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/egress"
+	"github.com/wanopt/wanopt/flow"
+	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/tcptest"
+	"github.com/wanopt/wanopt/tunnel/bind"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+)
+
+// TestEdgeHub: one far edge serves three branches on one UDP socket
+// (loopback, no root). Each branch moves 2 MiB each way at once, hash
+// checked; branch b is refused a destination branch a may reach; a key
+// the hub does not list gets no tunnel; status and flows name each branch.
+func TestEdgeHub(t *testing.T) {
+	leaktest.Check(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	open := tcptest.Server(t, tcptest.Echo)    // every branch may reach it
+	private := tcptest.Server(t, tcptest.Echo) // branch a only
+	rule := func(ap netip.AddrPort) egress.Rule {
+		r, err := egress.ParseRule(fmt.Sprintf("%v/32:%d", ap.Addr(), ap.Port()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	hk, _ := crypt.GenerateKey(rand.Reader)
+	names := []string{"a", "b", "c"}
+	keys := make([]crypt.PrivateKey, len(names))
+	var branches []Branch
+	for i, n := range names {
+		keys[i], _ = crypt.GenerateKey(rand.Reader)
+		branches = append(branches, Branch{Name: n, Key: keys[i].PublicKey()})
+	}
+	branches[0].Allow = []egress.Rule{rule(private)}
+	sock, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hubCfg := Config{PrivateKey: hk, Listen: sock.LocalAddr(), Branches: branches,
+		Policy: egress.Policy{Rules: []egress.Rule{rule(open)}}, Bind: func() (bind.Conn, error) { return sock, nil }}
+	var (
+		mu      sync.Mutex
+		hubNext = hubCfg
+	)
+	hubCfg.Reload = func() (Config, error) { mu.Lock(); defer mu.Unlock(); return hubNext, nil }
+	hub, err := New(hubCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	run := func(e *Edge) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e.Run(ctx); err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}()
+	}
+	run(hub)
+	pol, _ := egress.ParsePolicy([]string{"192.0.2.1/32"}) // only makes the near edges valid
+	near := make([]*Edge, len(names)+1)
+	for i := range near {
+		k := keys[0]
+		if i < len(names) {
+			k = keys[i]
+		} else {
+			k, _ = crypt.GenerateKey(rand.Reader) // a stranger
+		}
+		if near[i], err = New(Config{PrivateKey: k, PeerKey: hk.PublicKey(), Peer: sock.LocalAddr(), Policy: pol}); err != nil {
+			t.Fatal(err)
+		}
+		run(near[i])
+	}
+	for i := range names {
+		deadline := time.Now().Add(10 * time.Second)
+		for near[i].Status().Tunnel == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("branch %s: no tunnel within 10 s", names[i])
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer dcancel()
+	src := netip.MustParseAddrPort("198.18.1.2:40000")
+
+	var ewg sync.WaitGroup
+	for i := range names {
+		ewg.Add(1)
+		go func() {
+			defer ewg.Done()
+			c, err := near[i].Dial(dctx, src, open)
+			if err != nil {
+				t.Errorf("branch %s: dial: %v", names[i], err)
+				return
+			}
+			defer c.Close()
+			data := tcptest.Payload(uint64(i), 2<<20)
+			go func() { c.Write(data); c.CloseWrite() }()
+			got, err := io.ReadAll(c)
+			if err != nil || string(got) != string(data) {
+				t.Errorf("branch %s: echo of 2 MiB: %d bytes, err %v, equal %v", names[i], len(got), err, string(got) == string(data))
+			}
+		}()
+	}
+	// Meanwhile: a may reach the private server, b may not.
+	if c, err := near[0].Dial(dctx, src, private); err != nil {
+		t.Errorf("branch a to its own destination: %v", err)
+	} else {
+		c.Close()
+	}
+	if c, err := near[1].Dial(dctx, src, private); !errors.Is(err, flow.ErrNotAllowed) {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("branch b to branch a's destination: %v; want not allowed", err)
+	}
+	ewg.Wait()
+
+	if near[len(names)].Status().Tunnel != nil {
+		t.Error("a key the hub does not list got a tunnel")
+	}
+	st := hub.Status()
+	if len(st.Peers) != len(names) || st.Hub == nil || st.Hub.UnknownKey == 0 {
+		t.Fatalf("hub status: %d peers, hub %+v; want 3 and the stranger counted", len(st.Peers), st.Hub)
+	}
+	for i, p := range st.Peers {
+		if p.Name != names[i] || p.Tunnel == nil || p.Egress.Connected == 0 {
+			t.Errorf("peer %d: %s, tunnel %v, connected %d", i, p.Name, p.Tunnel != nil, p.Egress.Connected)
+		}
+	}
+	// (On loopback the refusal counts as denied: 127.0.0.1 is reachable
+	// only where a rule names it, and b's rules name another port.)
+	if b := st.Peers[1].Egress; b.NotAllowed+b.Denied != 1 || st.Egress.NotAllowed+st.Egress.Denied != 1 {
+		t.Errorf("branch b's refusals: %+v (sum %+v); want 1", b, st.Egress)
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(hub.Flows()) != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("%d flows still listed 5 s after every echo ended", len(hub.Flows()))
+			break
+		}
+	}
+
+	// A reload gives b a rule of its own; a new branch needs a restart.
+	mu.Lock()
+	hubNext.Branches = append([]Branch(nil), branches...)
+	hubNext.Branches[1].Allow = []egress.Rule{rule(private)}
+	mu.Unlock()
+	if changed, err := hub.Reload(); err != nil || len(changed) != 1 {
+		t.Fatalf("reload: changed %q, err %v; want branch b's policy", changed, err)
+	}
+	if c, err := near[1].Dial(dctx, src, private); err != nil {
+		t.Errorf("branch b after the reload gave it the destination: %v", err)
+	} else {
+		c.Close()
+	}
+	mu.Lock()
+	dk, _ := crypt.GenerateKey(rand.Reader)
+	hubNext.Branches = append(hubNext.Branches, Branch{Name: "d", Key: dk.PublicKey()})
+	mu.Unlock()
+	if _, err := hub.Reload(); err == nil || !strings.Contains(err.Error(), "--branch cannot change without a restart") {
+		t.Errorf("a reload adding a branch: %v; want it refused until branches can change live", err)
+	}
+}
