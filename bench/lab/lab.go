@@ -223,6 +223,41 @@ func (l *Lab) buildEdges(ctx context.Context) error {
 	return nil
 }
 
+// AddBranch adds, to an edges lab, one more branch behind the WAN's near
+// end: a namespace named branch<letter> (k = 0 for branch a, ...), whose
+// host reaches the far side through edgea and the emulated link, at
+// 198.18.(20+k).2 on a veth to edgea (198.18.(20+k).1). A near edge and its
+// clients run in it together: a route for the server's LAN into its TUN
+// makes the namespace's own connections the intercepted ones.
+func (l *Lab) AddBranch(ctx context.Context, k int) (*Host, error) {
+	if l.Kind != Edges || k < 0 || k > 25 {
+		return nil, fmt.Errorf("lab: a branch is added to an edges lab, as branch a to z (asked %d)", k)
+	}
+	net := fmt.Sprintf("198.18.%d", 20+k)
+	h, err := l.newHost(ctx, "branch"+string(rune('a'+k)), net+".2")
+	if err != nil {
+		return nil, err
+	}
+	dev := fmt.Sprintf("br%d", k)
+	steps := [][]string{
+		{"-n", l.EdgeA.NS, "link", "add", dev, "type", "veth", "peer", "name", "tmp" + dev},
+		{"-n", l.EdgeA.NS, "link", "set", "tmp" + dev, "netns", h.NS},
+		{"-n", h.NS, "link", "set", "tmp" + dev, "name", "lan0"},
+		{"-n", l.EdgeA.NS, "addr", "add", net + ".1/24", "dev", dev},
+		{"-n", h.NS, "addr", "add", net + ".2/24", "dev", "lan0"},
+		{"-n", l.EdgeA.NS, "link", "set", dev, "up"},
+		{"-n", h.NS, "link", "set", "lan0", "up"},
+		{"-n", h.NS, "route", "add", "default", "via", net + ".1"},
+		{"-n", l.EdgeB.NS, "route", "add", net + ".0/24", "dev", "wan0"},
+	}
+	for _, s := range steps {
+		if err := ipCmd(ctx, s...); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
 // Hosts lists the lab's namespaces in creation order.
 func (l *Lab) Hosts() []*Host { return l.hosts }
 

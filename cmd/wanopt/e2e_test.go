@@ -456,12 +456,21 @@ func startEdgeLab(t *testing.T, ctx context.Context, ab, ba wanem.Config, o exp.
 // SHA-256. It returns the time from connect to the last byte.
 func echoHashed(t *testing.T, ctx context.Context, ns string, size int, seed byte, timeout time.Duration) time.Duration {
 	t.Helper()
+	d, err := echoCheck(ctx, ns, size, seed, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// echoCheck is echoHashed returning its failure, for use beside others.
+func echoCheck(ctx context.Context, ns string, size int, seed byte, timeout time.Duration) (time.Duration, error) {
 	data := make([]byte, size)
 	mrand.NewChaCha8([32]byte{seed}).Read(data)
 	start := time.Now()
 	c, err := dialIn(ctx, ns, echoPort, 10*time.Second)
 	if err != nil {
-		t.Fatalf("connect to the echo server through wanopt: %v", err)
+		return 0, fmt.Errorf("connect to the echo server through wanopt: %w", err)
 	}
 	defer c.Close()
 	werr := make(chan error, 1)
@@ -476,15 +485,15 @@ func echoHashed(t *testing.T, ctx context.Context, ns string, size int, seed byt
 	h := sha256.New()
 	n, err := io.Copy(h, c)
 	if err != nil || n != int64(size) {
-		t.Fatalf("echo: read %d of %d bytes after %v: %v", n, size, time.Since(start).Round(time.Millisecond), err)
+		return 0, fmt.Errorf("echo: read %d of %d bytes after %v: %v", n, size, time.Since(start).Round(time.Millisecond), err)
 	}
 	if err := <-werr; err != nil {
-		t.Fatalf("echo: write: %v", err)
+		return 0, fmt.Errorf("echo: write: %w", err)
 	}
 	if want := sha256.Sum256(data); !bytes.Equal(h.Sum(nil), want[:]) {
-		t.Fatal("echo: the bytes that came back differ from those sent")
+		return 0, errors.New("echo: the bytes that came back differ from those sent")
 	}
-	return time.Since(start)
+	return time.Since(start), nil
 }
 
 // waitNoFlows waits until both edges list no flows and no open streams.
