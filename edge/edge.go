@@ -64,6 +64,7 @@ type Edge struct {
 	eg      *egress.Egress
 	// hub and branches, for a hub (Config.Branches), instead of eg.
 	hub      *driver.Hub
+	run      *hubRun
 	branches []*branch
 	// capture, if set, records the TUN's packets (--capture).
 	capture *tun.Capture

@@ -74,9 +74,11 @@ func (c Config) branchPolicy(b Branch) egress.Policy {
 // branch is a running branch: its egress and its tunnel of the moment.
 type branch struct {
 	Branch
-	eg *egress.Egress
-	mu sync.Mutex
-	t  *driver.Tunnel // nil while down
+	eg     *egress.Egress
+	cancel context.CancelFunc // stops its loop
+	done   chan struct{}      // closed when its loop has returned
+	mu     sync.Mutex
+	t      *driver.Tunnel // nil while down
 }
 
 func (b *branch) tunnel() *driver.Tunnel {
@@ -103,25 +105,62 @@ func (e *Edge) runHub(ctx context.Context, cfg Config, dialer flow.Dialer) error
 	}
 	hub := driver.NewHub(bc, cfg.PrivateKey, e.log.With("sub", "hub"))
 	defer hub.Close()
-	bs := make([]*branch, 0, len(cfg.Branches))
-	for _, b := range cfg.Branches {
-		bs = append(bs, &branch{Branch: b, eg: egress.New(cfg.branchPolicy(b), dialer, egress.Options{
-			DialTimeout: cfg.DialTimeout, MaxFlows: cfg.MaxFlows, IdleTimeout: max(0, cfg.FlowIdleTimeout),
-			Budget: e.budget, Logger: e.log.With("sub", "egress", "branch", b.Name)})})
-	}
+	h := &hubRun{ctx: ctx, hub: hub, dialer: dialer}
 	e.mu.Lock()
-	e.hub, e.branches = hub, bs
+	e.hub, e.run = hub, h
 	e.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, b := range bs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			e.branchLoop(ctx, cfg, hub, b)
-		}()
+	for _, b := range cfg.Branches {
+		e.startBranch(cfg, b)
 	}
-	wg.Wait()
+	<-ctx.Done()
+	h.wg.Wait()
 	return nil
+}
+
+// hubRun is what a running hub's branches share.
+type hubRun struct {
+	ctx    context.Context
+	hub    *driver.Hub
+	dialer flow.Dialer
+	wg     sync.WaitGroup
+}
+
+// startBranch starts serving b (at Run, or added by a reload).
+func (e *Edge) startBranch(cfg Config, b Branch) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	h := e.run
+	ctx, cancel := context.WithCancel(h.ctx)
+	br := &branch{Branch: b, cancel: cancel, done: make(chan struct{}),
+		eg: egress.New(cfg.branchPolicy(b), h.dialer, egress.Options{
+			DialTimeout: cfg.DialTimeout, MaxFlows: cfg.MaxFlows, IdleTimeout: max(0, cfg.FlowIdleTimeout),
+			Budget: e.budget, Logger: e.log.With("sub", "egress", "branch", b.Name)})}
+	e.branches = append(e.branches, br)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		defer close(br.done)
+		e.branchLoop(ctx, cfg, h.hub, br)
+	}()
+}
+
+// stopBranch stops serving the branch named name (removed by a reload):
+// its tunnel closes and its flows are reset.
+func (e *Edge) stopBranch(name string) {
+	e.mu.Lock()
+	var br *branch
+	for i, b := range e.branches {
+		if b.Name == name {
+			br = b
+			e.branches = append(e.branches[:i:i], e.branches[i+1:]...)
+			break
+		}
+	}
+	e.mu.Unlock()
+	if br != nil {
+		br.cancel()
+		<-br.done
+	}
 }
 
 // branchLoop keeps b's tunnel served until ctx ends: it waits for the
@@ -141,7 +180,7 @@ func (e *Edge) branchLoop(ctx context.Context, cfg Config, hub *driver.Hub, b *b
 				IdleTimeout: cfg.PeerTimeout, InitialBandwidthBps: cfg.WANRateBps, Timestamps: e.stamps,
 				// The branches share the stream memory evenly: each
 				// tunnel's budget is a hard cap of its own.
-				Stream: stream.Config{BudgetBytes: cfg.buffers().TunnelBytes / uint64(len(cfg.Branches)),
+				Stream: stream.Config{BudgetBytes: cfg.buffers().TunnelBytes / uint64(max(1, len(e.hubBranches()))),
 					InitialStreamWindow: streamFloorBytes, MinSendBufferBytes: streamFloorBytes},
 				Logger: log.With("sub", "tunnel"),
 			}})

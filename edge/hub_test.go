@@ -171,11 +171,35 @@ func TestEdgeHub(t *testing.T) {
 	} else {
 		c.Close()
 	}
+	// A branch added by a reload is served at once; one removed is gone.
 	mu.Lock()
 	dk, _ := crypt.GenerateKey(rand.Reader)
-	hubNext.Branches = append(hubNext.Branches, Branch{Name: "d", Key: dk.PublicKey()})
+	hubNext.Branches = append(append([]Branch(nil), hubNext.Branches[:2]...), Branch{Name: "d", Key: dk.PublicKey()})
 	mu.Unlock()
-	if _, err := hub.Reload(); err == nil || !strings.Contains(err.Error(), "--branch cannot change without a restart") {
-		t.Errorf("a reload adding a branch: %v; want it refused until branches can change live", err)
+	changed, err := hub.Reload()
+	if err != nil || strings.Join(changed, "; ") != "branch c removed; branch d added" {
+		t.Fatalf("reload adding d and removing c: changed %q, err %v", changed, err)
+	}
+	d, err := New(Config{PrivateKey: dk, PeerKey: hk.PublicKey(), Peer: sock.LocalAddr(), Policy: pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(d)
+	for deadline := time.Now().Add(10 * time.Second); d.Status().Tunnel == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("branch d: no tunnel within 10 s of the reload adding it")
+		}
+	}
+	c, err := d.Dial(dctx, src, open)
+	if err != nil {
+		t.Fatalf("branch d: dial: %v", err)
+	}
+	c.Close()
+	var got []string
+	for _, p := range hub.Status().Peers {
+		got = append(got, p.Name)
+	}
+	if strings.Join(got, ",") != "a,b,d" {
+		t.Errorf("hub's branches after the reload: %v; want a, b, d", got)
 	}
 }

@@ -54,8 +54,8 @@ func (e *Edge) Reload() (changed []string, err error) {
 			restart = append(restart, restartFlags[name])
 		}
 	}
-	if !sameBranches(cur.Branches, next.Branches) {
-		restart = append(restart, "--branch")
+	if (len(cur.Branches) > 0) != (len(next.Branches) > 0) {
+		restart = append(restart, "--branch (a hub and a single peer's edge are not the same)")
 	}
 	if len(restart) > 0 {
 		return nil, fmt.Errorf("reload refused, the running configuration stays: %s cannot change without a restart", strings.Join(restart, ", "))
@@ -66,16 +66,13 @@ func (e *Edge) Reload() (changed []string, err error) {
 		}
 		changed = append(changed, fmt.Sprintf("egress policy: %s", next.Policy))
 	}
-	for i, b := range e.hubBranches() {
-		p := next.branchPolicy(next.Branches[i])
-		if old := b.eg.Policy(); old.String() != p.String() {
-			b.eg.SetPolicy(p)
-			changed = append(changed, fmt.Sprintf("branch %s egress policy: %s", b.Name, p))
-		}
-	}
 	e.mu.Lock()
 	e.cfg.Policy, e.cfg.Branches = next.Policy, next.Branches
+	running := e.run != nil
 	e.mu.Unlock()
+	if running {
+		changed = append(changed, e.reloadBranches(next)...)
+	}
 	if len(changed) == 0 {
 		e.log.Info("configuration reloaded: nothing changed")
 	} else {
@@ -91,16 +88,33 @@ func (e *Edge) config() Config {
 	return e.cfg
 }
 
-// sameBranches reports whether a and b name the same peers, in order
-// (their rules may differ: a reload applies those).
-func sameBranches(a, b []Branch) bool {
-	if len(a) != len(b) {
-		return false
+// reloadBranches brings a running hub's branches to next's: a branch
+// removed (or whose key changed) stops, its tunnel closing and its flows
+// reset; a branch added starts at once; the others keep their tunnels and
+// flows and take their new rules.
+func (e *Edge) reloadBranches(next Config) (changed []string) {
+	want := map[string]Branch{}
+	for _, b := range next.Branches {
+		want[b.Name] = b
 	}
-	for i := range a {
-		if a[i].Name != b[i].Name || a[i].Key != b[i].Key {
-			return false
+	have := map[string]bool{}
+	for _, b := range e.hubBranches() {
+		if nb, ok := want[b.Name]; !ok || nb.Key != b.Key {
+			e.stopBranch(b.Name)
+			changed = append(changed, "branch "+b.Name+" removed")
+			continue
+		}
+		have[b.Name] = true
+		if p := next.branchPolicy(want[b.Name]); b.eg.Policy().String() != p.String() {
+			b.eg.SetPolicy(p)
+			changed = append(changed, fmt.Sprintf("branch %s egress policy: %s", b.Name, p))
 		}
 	}
-	return true
+	for _, b := range next.Branches {
+		if !have[b.Name] {
+			e.startBranch(next, b)
+			changed = append(changed, "branch "+b.Name+" added")
+		}
+	}
+	return changed
 }
