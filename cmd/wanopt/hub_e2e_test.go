@@ -3,25 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/bench/exp"
 	"github.com/wanopt/wanopt/bench/wanem"
-	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/internal/tcptest"
-	"github.com/wanopt/wanopt/tunnel/crypt"
 )
 
 // TestEdgeHubLab: one far edge, run from a config file, serves branches
@@ -43,119 +38,35 @@ func TestEdgeHubLab(t *testing.T) {
 	serveIn(t, l.Server.NS, echoPort, tcptest.Echo)
 	serveIn(t, l.Server.NS, forbiddenPort, tcptest.Echo) // branch a's only
 	serveIn(t, l.Server.NS, sourcePort, handleSource)
-	var hosts []*lab.Host
-	for k := 1; k <= 2; k++ {
-		h, err := l.AddBranch(ctx, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hosts = append(hosts, h)
-	}
-
 	dir := t.TempDir()
 	wanopt := filepath.Join(dir, "wanopt")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", wanopt, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build wanopt: %v\n%s", err, out)
 	}
-	key := func(name string) (path, pub string) {
-		k, err := crypt.GenerateKey(rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path = filepath.Join(dir, name+".key")
-		if err := os.WriteFile(path, []byte(k.Base64()+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path, k.PublicKey().Base64()
+	hub, err := exp.StartHub(ctx, l, exp.HubOptions{Wanopt: wanopt, Dir: dir, Branches: 3, Listed: 2,
+		Lines: []string{fmt.Sprintf("allow = 198.18.2.2/32:%d,%d", echoPort, sourcePort), fmt.Sprintf("branch-allow = a:198.18.2.2/32:%d", forbiddenPort)}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	procs := map[string]*exec.Cmd{}
-	start := func(h *lab.Host, name string, args ...string) {
-		logf, err := os.Create(filepath.Join(dir, name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := l.Command(ctx, h, append([]string{wanopt, "run", "--log-level", "debug", "--control", filepath.Join(dir, name+".sock")}, args...)...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		procs[name] = cmd
-	}
+	names := []string{"a", "b", "c"}
 	t.Cleanup(func() {
-		for _, p := range procs {
-			p.Process.Signal(syscall.SIGTERM)
-			p.Wait()
-		}
+		hub.Stop()
 		if t.Failed() {
-			for _, n := range []string{"hub", "a", "b", "c"} {
-				b, _ := os.ReadFile(filepath.Join(dir, n+".log"))
-				if len(b) > 3000 {
-					b = b[len(b)-3000:]
-				}
-				t.Logf("%s's log (tail):\n%s", n, b)
+			for _, n := range append([]string{"hub"}, names...) {
+				t.Logf("%s's log (tail):\n%s", n, hub.Log(n, 3000))
 			}
 		}
 	})
-	status := func(name string) (control.Status, error) {
-		var r control.Status
-		err := control.Query(filepath.Join(dir, name+".sock"), "status", &r)
-		return r, err
-	}
-	waitUp := func(name string, within time.Duration) {
-		t.Helper()
-		deadline := time.Now().Add(within)
-		for {
-			if s, err := status(name); err == nil && s.Tunnel != nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("branch %s: no tunnel to the hub within %v", name, within)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-
-	hubKey, hubPub := key("hub")
-	names := []string{"a", "b", "c"}
-	nearHosts := append([]*lab.Host{l.EdgeA}, hosts...)
-	nearKeys, pubs := make([]string, len(names)), make([]string, len(names))
-	for i, n := range names {
-		nearKeys[i], pubs[i] = key(n)
-	}
-	conf := filepath.Join(dir, "hub.conf")
-	writeConf := func(branches int, extra ...string) {
-		lines := []string{"key = " + hubKey, "listen = 198.18.0.2:4500", fmt.Sprintf("allow = 198.18.2.2/32:%d,%d", echoPort, sourcePort),
-			fmt.Sprintf("branch-allow = a:198.18.2.2/32:%d", forbiddenPort)}
-		for i := range branches {
-			lines = append(lines, "branch = "+names[i]+":"+pubs[i])
-		}
-		if err := os.WriteFile(conf, []byte(strings.Join(append(lines, extra...), "\n")+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeConf(2)
-	start(l.EdgeB, "hub", "--config", conf)
-	for i, n := range names {
-		start(nearHosts[i], n, "--key", nearKeys[i], "--peer-key", hubPub, "--peer", "198.18.0.2:4500",
-			"--tun", "wo0", "--tun-setup", "--route", "198.18.2.0/24")
-	}
-	waitUp("a", 20*time.Second)
-	waitUp("b", 20*time.Second)
-	// The lab routes the server's LAN over the link from edgea; branch a's
-	// clients now go through its near edge.
-	if out, err := exec.CommandContext(ctx, "ip", "-n", l.EdgeA.NS, "route", "replace", "198.18.2.0/24", "dev", "wo0").CombinedOutput(); err != nil {
-		t.Fatalf("route the server's LAN into wo0: %v: %s", err, out)
-	}
 	time.Sleep(2 * time.Second) // c's initiations meanwhile
-	if s, err := status("c"); err != nil || s.Tunnel != nil {
+	if s, err := hub.Status("c"); err != nil || s.Tunnel != nil {
 		t.Fatalf("branch c before the hub lists it: %v, tunnel %v; want no tunnel", err, s.Tunnel != nil)
 	}
-	if hub, err := status("hub"); err != nil || hub.Hub == nil || hub.Hub.UnknownKey == 0 {
-		t.Fatalf("hub: %v, %+v; want branch c's initiations counted as an unknown key", err, hub.Hub)
+	if hs, err := hub.Status("hub"); err != nil || hs.Hub == nil || hs.Hub.UnknownKey == 0 {
+		t.Fatalf("hub: %v, %+v; want branch c's initiations counted as an unknown key", err, hs.Hub)
 	}
+	clientNS := []string{hub.ClientNS(0), hub.ClientNS(1), hub.ClientNS(2)}
 
 	// Branch a downloads; meanwhile c is added by SIGHUP.
-	clientNS := []string{l.Client.NS, hosts[0].NS, hosts[1].NS}
 	dl, err := dialIn(ctx, clientNS[0], sourcePort, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -200,16 +111,22 @@ func TestEdgeHubLab(t *testing.T) {
 		dlDone <- r
 	}()
 	time.Sleep(time.Second)
-	writeConf(3)
-	procs["hub"].Process.Signal(syscall.SIGHUP)
+	if err := hub.Configure(3); err != nil {
+		t.Fatal(err)
+	}
+	hub.Reload()
 	added := time.Now()
-	waitUp("c", 10*time.Second)
+	if err := hub.WaitUp(ctx, "c", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("branch c's tunnel up %v after SIGHUP", time.Since(added).Round(time.Millisecond))
 	if _, err := echoCheck(ctx, clientNS[2], 1<<20, 3, 20*time.Second); err != nil {
 		t.Errorf("branch c right after it was added: %v", err)
 	}
-	writeConf(3, "bogus-flag = 1")
-	procs["hub"].Process.Signal(syscall.SIGHUP)
+	if err := hub.Configure(3, "bogus-flag = 1"); err != nil {
+		t.Fatal(err)
+	}
+	hub.Reload()
 	r := <-dlDone
 	t.Logf("branch a's download across both reloads: %d MB, longest gap between reads %v", r.n>>20, r.maxGap.Round(time.Millisecond))
 	if r.err != nil || r.n != dlSize || !r.ok {
@@ -218,12 +135,12 @@ func TestEdgeHubLab(t *testing.T) {
 	if r.maxGap > time.Second {
 		t.Errorf("branch a's download stalled %v across the reloads; want under 1 s", r.maxGap)
 	}
-	hub, err := status("hub")
+	hs, err := hub.Status("hub")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(hub.Peers) != 3 {
-		t.Errorf("after a broken config: %d branches; want the 3 of the running config", len(hub.Peers))
+	if len(hs.Peers) != 3 {
+		t.Errorf("after a broken config: %d branches; want the 3 of the running config", len(hs.Peers))
 	}
 
 	// The three branches at once.
@@ -254,10 +171,10 @@ func TestEdgeHubLab(t *testing.T) {
 		}
 		t.Errorf("branch b to branch a's destination: %v; want refused", err)
 	}
-	if hub, err = status("hub"); err != nil {
+	if hs, err = hub.Status("hub"); err != nil {
 		t.Fatal(err)
 	}
-	for i, p := range hub.Peers {
+	for i, p := range hs.Peers {
 		if p.Name != names[i] || p.Tunnel == nil || p.Egress.Connected == 0 {
 			t.Errorf("hub's branch %d: %s, up %v, connected %d", i, p.Name, p.Tunnel != nil, p.Egress.Connected)
 		}

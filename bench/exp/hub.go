@@ -1,0 +1,243 @@
+package exp
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/edge/control"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+)
+
+// HubOptions configure StartHub.
+type HubOptions struct {
+	// Wanopt is the wanopt binary; Dir holds keys, the hub's config file,
+	// logs and control sockets (a new temporary folder if empty, removed
+	// by Stop).
+	Wanopt, Dir string
+	// Branches is how many branches there are (at most 26); Listed how
+	// many of them the hub's config file lists at start (0: all).
+	Branches, Listed int
+	// Lines are added to the hub's config file ('name = value'), e.g.
+	// "allow = 198.18.2.2/32:7000" or "branch-allow = a:198.18.2.2/32:7001".
+	Lines []string
+	// Up bounds the wait for the listed branches' tunnels (default 20 s).
+	Up time.Duration
+}
+
+// Hub is a far edge serving several branches in an edges lab (wanopt run
+// --branch), run from a config file: branch a is the lab's near edge in
+// edgea (its clients in the client namespace), each further branch a
+// namespace of its own behind edgea (lab.AddBranch), where its near edge
+// and its clients run together. Every branch routes the server's LAN
+// into its near edge's TUN.
+type Hub struct {
+	o        HubOptions
+	l        *lab.Lab
+	dir      string
+	ownDir   bool
+	hubKey   string
+	pubs     []string
+	branches []*lab.Host // [0] is edgea
+	procs    map[string]*exec.Cmd
+	stopped  bool
+}
+
+// BranchName is the name of branch i: "a", "b", ...
+func BranchName(i int) string { return string(rune('a' + i)) }
+
+// StartHub adds the branch namespaces to l (an edges lab), starts the hub
+// in edgeb and a near edge per branch, and waits for the listed branches'
+// tunnels. On error it stops what it started.
+func StartHub(ctx context.Context, l *lab.Lab, o HubOptions) (*Hub, error) {
+	if o.Branches < 1 || o.Branches > 26 {
+		return nil, fmt.Errorf("a hub lab has 1 to 26 branches, not %d", o.Branches)
+	}
+	if o.Listed == 0 {
+		o.Listed = o.Branches
+	}
+	if o.Up == 0 {
+		o.Up = 20 * time.Second
+	}
+	h := &Hub{o: o, l: l, dir: o.Dir, procs: map[string]*exec.Cmd{}, branches: []*lab.Host{l.EdgeA}}
+	if h.dir == "" {
+		d, err := os.MkdirTemp("", "wanbench-hub-")
+		if err != nil {
+			return nil, fmt.Errorf("folder for the hub's keys and logs: %w", err)
+		}
+		h.dir, h.ownDir = d, true
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			h.Stop()
+		}
+	}()
+	for k := 1; k < o.Branches; k++ {
+		b, err := l.AddBranch(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		h.branches = append(h.branches, b)
+	}
+	var hubPub string
+	var err error
+	if h.hubKey, hubPub, err = h.key("hub"); err != nil {
+		return nil, err
+	}
+	nearKeys := make([]string, o.Branches)
+	h.pubs = make([]string, o.Branches)
+	for i := range nearKeys {
+		if nearKeys[i], h.pubs[i], err = h.key(BranchName(i)); err != nil {
+			return nil, err
+		}
+	}
+	if err := h.Configure(o.Listed); err != nil {
+		return nil, err
+	}
+	if err := h.start(ctx, l.EdgeB, "hub", "--config", h.ConfigFile()); err != nil {
+		return nil, err
+	}
+	for i, b := range h.branches {
+		if err := h.start(ctx, b, BranchName(i), "--key", nearKeys[i], "--peer-key", hubPub, "--peer", farEdgeListen,
+			"--tun", edgeTUN, "--tun-setup", "--route", serverLAN); err != nil {
+			return nil, err
+		}
+	}
+	for i := range o.Listed {
+		if err := h.WaitUp(ctx, BranchName(i), o.Up); err != nil {
+			return nil, err
+		}
+	}
+	// The lab routes the server's LAN over the link from edgea; branch a's
+	// clients now go through its near edge.
+	if err := routeReplace(ctx, l.EdgeA, serverLAN, edgeTUN); err != nil {
+		return nil, err
+	}
+	ok = true
+	return h, nil
+}
+
+// key writes a new private key for name and returns its file and public
+// key.
+func (h *Hub) key(name string) (path, pub string, err error) {
+	k, err := crypt.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	path = filepath.Join(h.dir, name+".key")
+	if err := os.WriteFile(path, []byte(k.Base64()+"\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("write %s's key: %w", name, err)
+	}
+	return path, k.PublicKey().Base64(), nil
+}
+
+// ConfigFile is the hub's config file.
+func (h *Hub) ConfigFile() string { return filepath.Join(h.dir, "hub.conf") }
+
+// Configure writes the hub's config file listing the first n branches,
+// with HubOptions.Lines and extra lines; the hub reads it at start and on
+// Reload.
+func (h *Hub) Configure(n int, extra ...string) error {
+	lines := []string{"key = " + h.hubKey, "listen = " + farEdgeListen}
+	lines = append(lines, h.o.Lines...)
+	for i := range n {
+		lines = append(lines, "branch = "+BranchName(i)+":"+h.pubs[i])
+	}
+	lines = append(lines, extra...)
+	return os.WriteFile(h.ConfigFile(), []byte(strings.Join(lines, "\n")+"\n"), 0o600)
+}
+
+// Reload sends the hub SIGHUP: it reads its config file again.
+func (h *Hub) Reload() error {
+	p := h.procs["hub"]
+	if p == nil || p.Process == nil {
+		return fmt.Errorf("the hub is not running")
+	}
+	return p.Process.Signal(syscall.SIGHUP)
+}
+
+// start runs wanopt run args in host as name, logging to name.log and
+// answering on name.sock.
+func (h *Hub) start(ctx context.Context, host *lab.Host, name string, args ...string) error {
+	logf, err := os.Create(filepath.Join(h.dir, name+".log"))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	argv := append([]string{h.o.Wanopt, "run", "--log-level", "debug", "--control", h.Socket(name)}, args...)
+	cmd := h.l.Command(ctx, host, argv...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s's edge: %w", name, err)
+	}
+	h.procs[name] = cmd
+	return nil
+}
+
+// Socket is the control socket of "hub" or of a branch ("a", "b", ...).
+func (h *Hub) Socket(name string) string { return filepath.Join(h.dir, name+".sock") }
+
+// Status asks the hub or a branch's near edge for its status.
+func (h *Hub) Status(name string) (control.Status, error) {
+	var r control.Status
+	err := control.Query(h.Socket(name), "status", &r)
+	return r, err
+}
+
+// WaitUp waits up to d for branch name's near edge to report its tunnel.
+func (h *Hub) WaitUp(ctx context.Context, name string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		if s, err := h.Status(name); err == nil && s.Tunnel != nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("branch %s: no tunnel to the hub within %v (logs in %s)", name, d, h.dir)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// ClientNS is the namespace branch i's clients connect from.
+func (h *Hub) ClientNS(i int) string {
+	if i == 0 {
+		return h.l.Client.NS
+	}
+	return h.branches[i].NS
+}
+
+// Log returns the tail of name's log (hub or branch), for a failure.
+func (h *Hub) Log(name string, n int) string {
+	b, _ := os.ReadFile(filepath.Join(h.dir, name+".log"))
+	return tail(string(b), n)
+}
+
+// Stop ends every edge (SIGTERM, then the lab's kill) and removes a
+// temporary folder. The routes and namespaces are the lab's to remove.
+func (h *Hub) Stop() {
+	if h.stopped {
+		return
+	}
+	h.stopped = true
+	for _, p := range h.procs {
+		if p.Process != nil {
+			p.Process.Signal(syscall.SIGTERM)
+			p.Wait()
+		}
+	}
+	if h.ownDir {
+		os.RemoveAll(h.dir)
+	}
+}
