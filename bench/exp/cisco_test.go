@@ -336,3 +336,17 @@ func TestParseProcStatus(t *testing.T) {
 		}
 	}
 }
+
+func TestHubBenchShares(t *testing.T) {
+	r := HubBenchResult{Branches: 3, RTTms: 100, BranchMbps: []float64{80, 60, 100}}
+	for _, m := range r.BranchMbps {
+		r.TotalMbps += m
+	}
+	r.fillShares()
+	if r.MinShare != 0.75 || r.MaxShare != 1.25 || r.Shares[0] != 1 {
+		t.Errorf("shares %v, min %v, max %v", r.Shares, r.MinShare, r.MaxShare)
+	}
+	if got, want := r.Line(), "branches=3 rtt_ms=100 total_mbps=240.0 min_share=0.75 max_share=1.25"; got != want {
+		t.Errorf("Line = %q, want %q", got, want)
+	}
+}

@@ -18,6 +18,7 @@ Commands:
   check      build the direct lab, measure its RTT and rate against the setting
   baseline   the published experiment with plain kernel TCP (iperf 2)
   cisco      the published experiment, plain TCP against wanopt side by side
+  hub        how one wanopt hub shares a link among several branches
   link       run the WAN link emulator between two TUN devices
   sim        the tunnel against plain TCP in the deterministic simulator
   help       this text
@@ -41,6 +42,8 @@ func main() {
 		err = runBaseline(ctx, log, args)
 	case "cisco":
 		err = runCisco(ctx, log, args)
+	case "hub":
+		err = runHub(ctx, log, args)
 	case "link":
 		err = runLink(ctx, args)
 	case "sim":

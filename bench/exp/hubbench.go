@@ -1,0 +1,240 @@
+package exp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/bench/wanem"
+)
+
+// HubBenchOptions configure HubBench.
+type HubBenchOptions struct {
+	// Branches download at once through one hub (default 3).
+	Branches int
+	// RTT and RateBps are the shared link's (default 100 ms, 250 Mbit/s);
+	// QueueBytes its drop-tail queue (default the published 2,000,000).
+	RTT        time.Duration
+	RateBps    uint64
+	QueueBytes int
+	// Warmup is how long the downloads run before the measurement and
+	// Measure how long it lasts (default 8 s and 20 s).
+	Warmup, Measure time.Duration
+	// Wanopt is the wanopt binary; LinkCommand starts the link helper.
+	Wanopt      string
+	LinkCommand []string
+	Logger      *slog.Logger
+}
+
+// HubBenchResult is one run of HubBench.
+type HubBenchResult struct {
+	Branches   int     `json:"branches"`
+	RTTms      float64 `json:"rtt_ms"`
+	RateMbps   float64 `json:"rate_mbps"`
+	QueueBytes int     `json:"queue_bytes"`
+	MeasureS   float64 `json:"measure_s"`
+	// BranchMbps is each branch's goodput over the measurement; Shares
+	// each one's fraction of the fair share (TotalMbps / Branches).
+	BranchMbps []float64 `json:"branch_mbps"`
+	Shares     []float64 `json:"shares"`
+	TotalMbps  float64   `json:"total_mbps"`
+	// LinkRatio is TotalMbps over the link's goodput limit (rate x
+	// 1448/1500: TCP payload in full-size packets).
+	LinkRatio float64 `json:"link_ratio"`
+	MinShare  float64 `json:"min_share"`
+	MaxShare  float64 `json:"max_share"`
+}
+
+// hubBenchPort is where the bench's source server listens in the server
+// namespace.
+const hubBenchPort = 7100
+
+// HubBench measures how one hub shares a link among its branches: each
+// branch downloads from the server at once, through its own near edge and
+// tunnel to the hub, across the same emulated link; after the warm-up,
+// each branch's goodput is counted over the same interval.
+func HubBench(ctx context.Context, o HubBenchOptions) (HubBenchResult, error) {
+	if o.Branches == 0 {
+		o.Branches = 3
+	}
+	if o.RTT == 0 {
+		o.RTT = 100 * time.Millisecond
+	}
+	if o.RateBps == 0 {
+		o.RateBps = 250_000_000
+	}
+	if o.QueueBytes == 0 {
+		o.QueueBytes = 2_000_000
+	}
+	if o.Warmup == 0 {
+		o.Warmup = 8 * time.Second
+	}
+	if o.Measure == 0 {
+		o.Measure = 20 * time.Second
+	}
+	res := HubBenchResult{Branches: o.Branches, RTTms: ms(o.RTT), RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, MeasureS: o.Measure.Seconds()}
+	if o.Wanopt == "" {
+		return res, errors.New("no wanopt binary given (HubBenchOptions.Wanopt)")
+	}
+	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger})
+	if err != nil {
+		return res, err
+	}
+	defer l.Close()
+	link := wanem.Config{Delay: o.RTT / 2, RateBps: o.RateBps, QueueBytes: o.QueueBytes, Seed: 1}
+	back := link
+	back.Seed = 2
+	if err := l.StartLink(ctx, link, back); err != nil {
+		return res, err
+	}
+	var ln net.Listener
+	if err := lab.InNetns(l.Server.NS, func() error {
+		var err error
+		ln, err = net.Listen("tcp4", fmt.Sprintf("198.18.2.2:%d", hubBenchPort))
+		return err
+	}); err != nil {
+		return res, fmt.Errorf("source server: %w", err)
+	}
+	defer ln.Close()
+	go serveZeros(ln)
+
+	h, err := StartHub(ctx, l, HubOptions{Wanopt: o.Wanopt, Branches: o.Branches,
+		Lines: []string{fmt.Sprintf("allow = 198.18.2.2/32:%d", hubBenchPort)}})
+	if err != nil {
+		return res, err
+	}
+	defer h.Stop()
+
+	counts := make([]atomic.Int64, o.Branches)
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, o.Branches)
+	for i := range o.Branches {
+		var c net.Conn
+		if err := lab.InNetns(h.ClientNS(i), func() error {
+			var err error
+			c, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(dctx, "tcp4", fmt.Sprintf("198.18.2.2:%d", hubBenchPort))
+			return err
+		}); err != nil {
+			return res, fmt.Errorf("branch %s: connect through the hub: %w", BranchName(i), err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			stop := context.AfterFunc(dctx, func() { c.Close() })
+			defer stop()
+			buf := make([]byte, 256<<10)
+			for {
+				n, err := c.Read(buf)
+				counts[i].Add(int64(n))
+				if err != nil {
+					if dctx.Err() == nil {
+						errs <- fmt.Errorf("branch %s: download ended early: %w", BranchName(i), err)
+					}
+					return
+				}
+			}
+		}()
+	}
+	sleep := func(d time.Duration) error {
+		select {
+		case <-time.After(d):
+			return nil
+		case err := <-errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := sleep(o.Warmup); err != nil {
+		return res, err
+	}
+	start := make([]int64, o.Branches)
+	for i := range counts {
+		start[i] = counts[i].Load()
+	}
+	t0 := time.Now()
+	if err := sleep(o.Measure); err != nil {
+		return res, err
+	}
+	el := time.Since(t0).Seconds()
+	for i := range counts {
+		mbps := float64(counts[i].Load()-start[i]) * 8 / el / 1e6
+		res.BranchMbps = append(res.BranchMbps, mbps)
+		res.TotalMbps += mbps
+	}
+	cancel()
+	wg.Wait()
+	res.fillShares()
+	res.LinkRatio = res.TotalMbps / GoodputLimitMbps(float64(o.RateBps))
+	return res, nil
+}
+
+// fillShares sets each branch's fraction of the fair share and their
+// extremes.
+func (r *HubBenchResult) fillShares() {
+	fair := r.TotalMbps / float64(len(r.BranchMbps))
+	r.Shares = nil
+	for i, m := range r.BranchMbps {
+		s := 0.0
+		if fair > 0 {
+			s = m / fair
+		}
+		r.Shares = append(r.Shares, s)
+		if i == 0 || s < r.MinShare {
+			r.MinShare = s
+		}
+		if i == 0 || s > r.MaxShare {
+			r.MaxShare = s
+		}
+	}
+}
+
+// serveZeros sends zeros to every connection until it closes.
+func serveZeros(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			io.Copy(c, zeroReader{})
+		}()
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// Markdown is the result as a table.
+func (r HubBenchResult) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d branches downloading at once through one hub, link %.0f Mbit/s, RTT %.0f ms, %d B drop-tail queue, measured over %.0f s:\n\n",
+		r.Branches, r.RateMbps, r.RTTms, r.QueueBytes, r.MeasureS)
+	b.WriteString("| branch | Mbit/s | share of the fair share |\n|---|---:|---:|\n")
+	for i, m := range r.BranchMbps {
+		fmt.Fprintf(&b, "| %s | %.1f | %.2f |\n", BranchName(i), m, r.Shares[i])
+	}
+	fmt.Fprintf(&b, "| total | %.1f | %.2f of the link's goodput limit |\n", r.TotalMbps, r.LinkRatio)
+	return b.String()
+}
+
+// Line is the last line wanbench hub prints.
+func (r HubBenchResult) Line() string {
+	return fmt.Sprintf("branches=%d rtt_ms=%.0f total_mbps=%.1f min_share=%.2f max_share=%.2f", r.Branches, r.RTTms, r.TotalMbps, r.MinShare, r.MaxShare)
+}
