@@ -60,6 +60,10 @@ type Config struct {
 	// these peers on its Listen socket instead of the one PeerKey, and
 	// each branch's flows may reach Policy's rules and its own.
 	Branches []Branch
+	// Upstreams, if any, are the far edges a near edge with several peers
+	// dials (--upstream), instead of Peer and PeerKey; a flow goes to the
+	// one whose routes hold its destination.
+	Upstreams []Upstream
 	// Transparent connects flows from the client's address through the
 	// TUN's stack (--egress transparent) instead of a kernel socket.
 	Transparent bool
@@ -145,7 +149,7 @@ func (c Config) Validate() error {
 	switch {
 	case c.CaptureDir != "" && c.TUN == "":
 		return bad("--capture records the packets of the TUN device: it needs --tun (the near edge)")
-	case !c.Listen.IsValid() && !c.Peer.IsValid():
+	case !c.Listen.IsValid() && !c.Peer.IsValid() && len(c.Upstreams) == 0:
 		return bad("say which end of the tunnel this edge is: --listen ADDR:PORT (far edge, responder) or --peer ADDR:PORT (near edge, initiator)")
 	case c.Listen.IsValid() && c.Peer.IsValid():
 		return bad("--listen and --peer are exclusive: an edge either accepts the tunnel or opens it")
@@ -153,7 +157,7 @@ func (c Config) Validate() error {
 		return bad("--peer %v: want the far edge's ADDR:PORT, e.g. 198.18.0.2:4500", c.Peer)
 	case c.PrivateKey.IsZero():
 		return bad("--key FILE is required (make one with 'wanopt keygen --out edge.key')")
-	case len(c.Branches) == 0 && c.PeerKey.IsZero():
+	case len(c.Branches) == 0 && len(c.Upstreams) == 0 && c.PeerKey.IsZero():
 		return bad("--peer-key BASE64 is required: the peer's public key ('wanopt pubkey < peer.key')")
 	case c.PeerKey == c.PrivateKey.PublicKey():
 		return bad("--peer-key is this edge's own public key; give the other edge's")
@@ -181,6 +185,8 @@ func (c Config) Validate() error {
 		return bad("--cc %q: want bbr or cubic", c.CC)
 	case len(c.Branches) > 0:
 		return c.validateBranches()
+	case len(c.Upstreams) > 0:
+		return c.validateUpstreams()
 	}
 	return nil
 }
@@ -188,7 +194,7 @@ func (c Config) Validate() error {
 // Role names the edge's end of the tunnel: initiator (Peer set) or
 // responder.
 func (c Config) Role() string {
-	if c.Peer.IsValid() {
+	if c.Peer.IsValid() || len(c.Upstreams) > 0 {
 		return "initiator"
 	}
 	return "responder"
@@ -198,9 +204,16 @@ func (c Config) Role() string {
 func (c Config) Summary() string {
 	c = c.withDefaults()
 	s := c.Role()
-	if c.Peer.IsValid() {
+	switch {
+	case len(c.Upstreams) > 0:
+		var ups []string
+		for _, u := range c.Upstreams {
+			ups = append(ups, fmt.Sprintf("%s at %v", u.Name, u.Addr))
+		}
+		s += " to upstreams " + strings.Join(ups, ", ")
+	case c.Peer.IsValid():
 		s += " to " + c.Peer.String()
-	} else {
+	default:
 		s += " on " + c.Listen.String()
 	}
 	if len(c.Branches) > 0 {
@@ -215,7 +228,11 @@ func (c Config) Summary() string {
 		}
 		return s
 	}
-	s += fmt.Sprintf(", public key %s, peer %s, cc %v, memory %d MiB (%d flows)", c.PrivateKey.PublicKey().Base64(), c.PeerKey.Base64(), c.CC, c.MemoryMiB, c.FlowLimit())
+	s += fmt.Sprintf(", public key %s", c.PrivateKey.PublicKey().Base64())
+	if len(c.Upstreams) == 0 {
+		s += ", peer " + c.PeerKey.Base64()
+	}
+	s += fmt.Sprintf(", cc %v, memory %d MiB (%d flows)", c.CC, c.MemoryMiB, c.FlowLimit())
 	if c.TUN != "" {
 		s += ", ingress on TUN " + c.TUN
 	}

@@ -49,6 +49,9 @@ type Edge struct {
 	// budget holds the memory of every flow of this edge, intercepted or
 	// egressing (--memory-mib; see Config.buffers).
 	budget *flow.Budget
+	// router, with several upstreams (Config.Upstreams), picks the bridge
+	// of each intercepted flow; nil: every flow goes through br.
+	router *router
 
 	// stops are the control socket's and metrics server's (Run's
 	// goroutine only).
@@ -79,6 +82,12 @@ func New(cfg Config) (*Edge, error) {
 	bp := cfg.buffers()
 	e := &Edge{cfg: cfg, log: cfg.Logger, br: bridge.New(nil, cfg.Logger.With("sub", "bridge")), stamps: crypt.NewTimestamps(),
 		budget: flow.NewBudget(bp.FlowLimit, bp.FlowFloorBytes, bp.GrantBytes)}
+	if len(cfg.Upstreams) > 0 {
+		e.router = &router{}
+		for _, u := range cfg.Upstreams {
+			e.router.ups = append(e.router.ups, &upstream{Upstream: u, br: bridge.New(nil, cfg.Logger.With("sub", "bridge", "upstream", u.Name))})
+		}
+	}
 	return e, nil
 }
 
@@ -122,7 +131,11 @@ func (e *Edge) Run(ctx context.Context) error {
 	}
 	defer e.stopControl()
 	e.log.Info("edge starting", "config", cfg.Summary())
-	e.tunnelLoop(ctx, eg)
+	if e.router != nil {
+		e.runUpstreams(ctx, cfg, eg)
+	} else {
+		e.tunnelLoop(ctx, eg)
+	}
 	e.log.Info("edge stopped", "egress", fmt.Sprintf("%+v", eg.Stats()), "bridge", fmt.Sprintf("%+v", e.br.Stats()))
 	return nil
 }
@@ -255,7 +268,7 @@ func (e *Edge) openIngress(ctx context.Context) error {
 		scfg.Tap = capt
 		e.log.Info("capturing the TUN's packets", "file", path)
 	}
-	st, err := stack.New(ctx, dev.Fd(), e.br, scfg)
+	st, err := stack.New(ctx, dev.Fd(), e.flowDialer(), scfg)
 	if err != nil {
 		if capt != nil {
 			capt.Close()
@@ -401,7 +414,33 @@ func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 // flow.ErrNotAllowed, flow.ErrUnreachable (also while no tunnel is up) or
 // flow.ErrTimeout.
 func (e *Edge) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error) {
-	return e.br.Dial(ctx, src, dst)
+	return e.flowDialer().Dial(ctx, src, dst)
+}
+
+// flowDialer carries intercepted flows: the router with several
+// upstreams, else the one peer's bridge.
+func (e *Edge) flowDialer() flow.Dialer {
+	if e.router != nil {
+		return e.router
+	}
+	return e.br
+}
+
+// runUpstreams keeps a tunnel up to every upstream until ctx ends.
+func (e *Edge) runUpstreams(ctx context.Context, cfg Config, eg *egress.Egress) {
+	var wg sync.WaitGroup
+	for _, u := range e.router.ups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.upstreamLoop(ctx, cfg, u, func(ctx context.Context, t *driver.Tunnel) {
+				if err := eg.Serve(ctx, t); err != nil && !errors.Is(err, driver.ErrTunnelClosed) {
+					e.log.Warn("egress stopped", "upstream", u.Name, "err", err)
+				}
+			})
+		}()
+	}
+	wg.Wait()
 }
 
 func (e *Edge) hubOf() *driver.Hub {

@@ -92,6 +92,19 @@ func TestConfigValidate(t *testing.T) {
 			c.PeerKey, c.Branches = crypt.PublicKey{}, []Branch{{Name: "a", Key: ka.PublicKey()}, {Name: "b", Key: ka.PublicKey()}}
 		}, "same key"},
 		{"branch own key", func(c *Config) { c.PeerKey, c.Branches = crypt.PublicKey{}, []Branch{{Name: "a", Key: kb.PublicKey()}} }, "own public key"},
+		{"upstream beside a peer key", func(c *Config) {
+			c.Listen, c.Upstreams = netip.AddrPort{}, []Upstream{{Name: "dc", Key: ka.PublicKey(), Addr: netip.MustParseAddrPort("198.18.0.2:4500"), Routes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}
+		}, "exclusive"},
+		{"upstream without routes", func(c *Config) {
+			c.Listen, c.PeerKey, c.Upstreams = netip.AddrPort{}, crypt.PublicKey{}, []Upstream{{Name: "dc", Key: ka.PublicKey(), Addr: netip.MustParseAddrPort("198.18.0.2:4500")}}
+		}, "carries nothing"},
+		{"upstream routes overlap", func(c *Config) {
+			r := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+			k, _ := crypt.GenerateKey(rand.Reader)
+			c.Listen, c.PeerKey, c.Upstreams = netip.AddrPort{}, crypt.PublicKey{}, []Upstream{
+				{Name: "dc1", Key: ka.PublicKey(), Addr: netip.MustParseAddrPort("198.18.0.2:4500"), Routes: r},
+				{Name: "dc2", Key: k.PublicKey(), Addr: netip.MustParseAddrPort("198.18.0.3:4500"), Routes: r}}
+		}, "given to both"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := far

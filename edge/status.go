@@ -28,6 +28,9 @@ func (e *Edge) Status() control.Status {
 	if t := e.br.Tunnel(); t != nil {
 		r.Tunnel = tunnelStatus(t)
 	}
+	if ups := e.upstreamStatus(); ups != nil {
+		r.Peers = ups
+	}
 	if peers := e.peerStatus(); peers != nil {
 		r.Peers = peers
 		for _, p := range peers {
@@ -55,7 +58,13 @@ func (e *Edge) Flows() []control.Flow {
 	}
 	if st := e.stack(); st != nil {
 		for _, f := range st.Flows() {
-			out = append(out, control.Flow{Side: "ingress", Src: f.Src.String(), Dst: f.Dst.String(), State: f.State.String(),
+			var peer string
+			if e.router != nil {
+				if u := e.router.route(f.Dst.Addr().Unmap()); u != nil {
+					peer = u.Name
+				}
+			}
+			out = append(out, control.Flow{Side: "ingress", Peer: peer, Src: f.Src.String(), Dst: f.Dst.String(), State: f.State.String(),
 				BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: f.Age,
 				Why: f.Why.Name("client", "far-edge")})
 		}

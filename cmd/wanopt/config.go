@@ -56,7 +56,7 @@ Flags:
 type runFlags struct {
 	config, tun, key, peerKey, listen, peer, cc, logLevel, logFormat, control, capture, egress, wanRate, metrics string
 	tunSetup, check                                                                                              bool
-	tunAddrs, routes, allow, deny, branches, branchAllow                                                         []string
+	tunAddrs, routes, allow, deny, branches, branchAllow, upstreams, upstreamRoutes                              []string
 	mtu, maxFlows, memoryMiB, procs                                                                              int
 	dialTimeout, peerTimeout, flowIdle                                                                           time.Duration
 }
@@ -81,6 +81,8 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.StringVar(&f.peer, "peer", "", "open the tunnel to the peer at UDP `ADDR:PORT` (initiator)")
 	fs.StringArrayVar(&f.allow, "allow", nil, "egress: connect flows to `CIDR[:PORTS]`, e.g. 198.18.2.0/24:80,443,8000-8100 (repeatable; none: no egress, every flow refused)")
 	fs.StringArrayVar(&f.branches, "branch", nil, "make this edge a hub serving the near edge NAME, whose public key is KEY, on --listen: `NAME:KEY` (repeatable; instead of --peer-key). Each branch gets its own tunnel, flows and status")
+	fs.StringArrayVar(&f.upstreams, "upstream", nil, "dial the far edge NAME, whose public key is KEY, at ADDR:PORT: `NAME:KEY@ADDR:PORT` (repeatable; instead of --peer and --peer-key). Each intercepted flow goes to the upstream whose --upstream-route holds its destination, the most specific winning")
+	fs.StringArrayVar(&f.upstreamRoutes, "upstream-route", nil, "send flows to CIDR through upstream NAME: `NAME:CIDR` (repeatable; a prefix belongs to one upstream)")
 	fs.StringArrayVar(&f.branchAllow, "branch-allow", nil, "egress: let branch NAME's flows also reach CIDR[:PORTS], beside what --allow gives every branch: `NAME:CIDR[:PORTS]` (repeatable)")
 	fs.StringArrayVar(&f.deny, "deny", nil, "egress: never connect `CIDR[:PORTS]`, whatever --allow says (repeatable). Loopback, unspecified, link-local (169.254.0.0/16, fe80::/10), multicast, broadcast, IPv4-mapped IPv6 and this host's own addresses are refused without it, unless an --allow rule names them explicitly (e.g. --allow 127.0.0.1/32:8080)")
 	fs.StringVar(&f.egress, "egress", "kernel", "egress: how to connect servers: kernel (a socket from this host's address; no privileges) or transparent (from the client's own address through the TUN's stack, so servers see the real client; needs --tun and the clients' networks routed into the TUN)")
@@ -209,6 +211,9 @@ func (f *runFlags) validate() (*runConfig, error) {
 	if c.Branches, err = parseBranches(f.branches, f.branchAllow); err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
+	if c.Upstreams, err = parseUpstreams(f.upstreams, f.upstreamRoutes); err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
 	switch strings.ToLower(f.egress) {
 	case "kernel":
 	case "transparent":
@@ -310,6 +315,46 @@ func parseBranches(branches, allow []string) ([]edge.Branch, error) {
 			return nil, fmt.Errorf("--branch-allow %q: %v", v, err)
 		}
 		out[i].Allow = append(out[i].Allow, r)
+	}
+	return out, nil
+}
+
+// parseUpstreams reads --upstream NAME:KEY@ADDR:PORT and --upstream-route
+// NAME:CIDR.
+func parseUpstreams(ups, routes []string) ([]edge.Upstream, error) {
+	var out []edge.Upstream
+	at := map[string]int{}
+	for _, v := range ups {
+		name, rest, ok1 := strings.Cut(v, ":")
+		key, addr, ok2 := strings.Cut(rest, "@")
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("--upstream %q: want NAME:KEY@ADDR:PORT, e.g. dc1:BASE64KEY@198.18.0.2:4500", v)
+		}
+		k, err := crypt.ParsePublicKey(key)
+		if err != nil {
+			return nil, fmt.Errorf("--upstream %s: %v", name, err)
+		}
+		ap, err := netip.ParseAddrPort(addr)
+		if err != nil {
+			return nil, fmt.Errorf("--upstream %s: %q: want the far edge's ADDR:PORT", name, addr)
+		}
+		at[name] = len(out)
+		out = append(out, edge.Upstream{Name: name, Key: k, Addr: ap})
+	}
+	for _, v := range routes {
+		name, cidr, ok := strings.Cut(v, ":")
+		i, known := at[name]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("--upstream-route %q: want NAME:CIDR, e.g. dc1:198.18.2.0/24", v)
+		case !known:
+			return nil, fmt.Errorf("--upstream-route %q: no --upstream named %q", v, name)
+		}
+		p, err := netip.ParsePrefix(cidr)
+		if err != nil {
+			return nil, fmt.Errorf("--upstream-route %q: %v", v, err)
+		}
+		out[i].Routes = append(out[i].Routes, p.Masked())
 	}
 	return out, nil
 }

@@ -34,7 +34,8 @@ type Status struct {
 	Egress  egress.Stats  `json:"egress"`
 	Memory  Memory        `json:"memory"`
 	// Peers are a hub's branches (--branch), each with its tunnel (nil:
-	// down) and its egress; Egress is then their sum. Hub counts what the
+	// down) and its egress (Egress is then their sum), or a near edge's
+	// upstreams (--upstream), each with its tunnel and routes. Hub counts what the
 	// hub's socket could not deliver (initiations from unknown keys).
 	Peers []Peer           `json:"peers,omitempty"`
 	Hub   *driver.HubStats `json:"hub,omitempty"`
@@ -44,7 +45,8 @@ type Status struct {
 type Peer struct {
 	Name   string       `json:"name"`
 	Key    string       `json:"public_key"`
-	Policy string       `json:"policy"`
+	Policy string       `json:"policy,omitempty"` // a hub's branch: what its flows may reach
+	Routes []string     `json:"routes,omitempty"` // a near edge's upstream: the destinations it carries
 	Tunnel *Tunnel      `json:"tunnel,omitempty"`
 	Egress egress.Stats `json:"egress"`
 }

@@ -1,0 +1,181 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/wanopt/wanopt/edge/bridge"
+	"github.com/wanopt/wanopt/edge/control"
+	"github.com/wanopt/wanopt/flow"
+	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+	"github.com/wanopt/wanopt/tunnel/driver"
+	"github.com/wanopt/wanopt/tunnel/stream"
+)
+
+// Upstream is one of the far edges a near edge with several peers dials
+// (--upstream NAME:KEY@ADDR:PORT): an intercepted flow goes to the
+// upstream whose Routes hold its destination, the most specific prefix
+// winning (--upstream-route NAME:CIDR), as WireGuard's AllowedIPs choose
+// a peer.
+type Upstream struct {
+	Name   string
+	Key    crypt.PublicKey
+	Addr   netip.AddrPort
+	Routes []netip.Prefix
+}
+
+// validateUpstreams checks a near edge's upstreams.
+func (c Config) validateUpstreams() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
+	}
+	switch {
+	case c.Peer.IsValid() || !c.PeerKey.IsZero():
+		return bad("--upstream and --peer/--peer-key are exclusive: name each far edge with --upstream NAME:KEY@ADDR:PORT")
+	case c.Listen.IsValid() || len(c.Branches) > 0:
+		return bad("--upstream makes this edge dial its peers: it cannot also --listen")
+	}
+	names := map[string]bool{}
+	keys := map[crypt.PublicKey]string{}
+	routes := map[netip.Prefix]string{}
+	own := c.PrivateKey.PublicKey()
+	for _, u := range c.Upstreams {
+		switch {
+		case !branchName.MatchString(u.Name):
+			return bad("--upstream %q: a name is 1 to 32 letters, digits, '.', '_' or '-', starting with a letter or digit", u.Name)
+		case names[u.Name]:
+			return bad("--upstream %s is given twice", u.Name)
+		case u.Key.IsZero() || u.Key == own:
+			return bad("--upstream %s: give the far edge's public key", u.Name)
+		case keys[u.Key] != "":
+			return bad("--upstream %s and %s have the same key", keys[u.Key], u.Name)
+		case !u.Addr.IsValid() || u.Addr.Port() == 0 || u.Addr.Addr().IsUnspecified():
+			return bad("--upstream %s: want the far edge's ADDR:PORT", u.Name)
+		case len(u.Routes) == 0:
+			return bad("--upstream %s carries nothing: give it --upstream-route %s:CIDR", u.Name, u.Name)
+		}
+		for _, p := range u.Routes {
+			if o, ok := routes[p.Masked()]; ok {
+				return bad("--upstream-route %v is given to both %s and %s: a destination needs one upstream", p, o, u.Name)
+			}
+			routes[p.Masked()] = u.Name
+		}
+		names[u.Name], keys[u.Key] = true, u.Name
+	}
+	return nil
+}
+
+// upstream is a running upstream: its bridge to the tunnel of the moment.
+type upstream struct {
+	Upstream
+	br *bridge.Dialer
+}
+
+// router is the near edge's flow.Dialer with several upstreams: it hands
+// each flow to the bridge of the upstream that routes its destination.
+type router struct {
+	ups        []*upstream
+	unroutable atomic.Uint64
+}
+
+// route returns the upstream for dst: the longest prefix holding it.
+func (r *router) route(dst netip.Addr) *upstream {
+	var best *upstream
+	bits := -1
+	for _, u := range r.ups {
+		for _, p := range u.Routes {
+			if p.Contains(dst) && p.Bits() > bits {
+				best, bits = u, p.Bits()
+			}
+		}
+	}
+	return best
+}
+
+// Dial opens a flow to dst through the upstream that routes it; a
+// destination no upstream routes is unreachable (the client's SYN goes
+// unanswered, as without a route).
+func (r *router) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error) {
+	u := r.route(dst.Addr().Unmap())
+	if u == nil {
+		r.unroutable.Add(1)
+		return nil, fmt.Errorf("no --upstream-route holds %v: %w", dst.Addr(), flow.ErrUnreachable)
+	}
+	return u.br.Dial(ctx, src, dst)
+}
+
+// upstreamLoop keeps u's tunnel up until ctx ends, as tunnelLoop does for
+// the one peer; the flows its peer opens go to eg.
+func (e *Edge) upstreamLoop(ctx context.Context, cfg Config, u *upstream, serveEgress func(context.Context, *driver.Tunnel)) {
+	log := e.log.With("upstream", u.Name)
+	backoff := time.Second
+	for ctx.Err() == nil {
+		dc := driver.Config{RemoteAddr: u.Addr, Logger: log.With("sub", "driver"),
+			Tunnel: tunnel.Config{
+				PrivateKey: cfg.PrivateKey, PeerPublicKey: u.Key, Congestion: cfg.CC,
+				IdleTimeout: cfg.PeerTimeout, InitialBandwidthBps: cfg.WANRateBps, Timestamps: e.stamps,
+				// The upstreams share the stream memory evenly.
+				Stream: stream.Config{BudgetBytes: cfg.buffers().TunnelBytes / uint64(len(cfg.Upstreams)),
+					InitialStreamWindow: streamFloorBytes, MinSendBufferBytes: streamFloorBytes},
+				Logger: log.With("sub", "tunnel"),
+			}}
+		if u.Addr.Addr().Is4() {
+			dc.Network = "udp4"
+		}
+		t, err := driver.Dial(ctx, dc)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("could not connect to the upstream; retrying", "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, 10*time.Second)
+			continue
+		}
+		backoff = time.Second
+		log.Info("upstream tunnel up", "peer", u.Addr)
+		u.br.SetTunnel(t)
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); serveEgress(sctx, t) }()
+		select {
+		case <-t.Done():
+			log.Warn("upstream tunnel down; reconnecting", "err", t.Err())
+		case <-ctx.Done():
+		}
+		u.br.SetTunnel(nil)
+		cancel()
+		<-done
+		t.Close()
+	}
+}
+
+// upstreamStatus is the status of each upstream.
+func (e *Edge) upstreamStatus() []control.Peer {
+	var out []control.Peer
+	if e.router == nil {
+		return nil
+	}
+	for _, u := range e.router.ups {
+		routes := make([]string, len(u.Routes))
+		for i, p := range u.Routes {
+			routes[i] = p.String()
+		}
+		slices.Sort(routes)
+		p := control.Peer{Name: u.Name, Key: u.Key.Base64(), Routes: routes}
+		if t := u.br.Tunnel(); t != nil {
+			p.Tunnel = tunnelStatus(t)
+		}
+		out = append(out, p)
+	}
+	return out
+}

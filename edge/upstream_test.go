@@ -1,0 +1,121 @@
+package edge
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/egress"
+	"github.com/wanopt/wanopt/flow"
+	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/tcptest"
+	"github.com/wanopt/wanopt/tunnel/bind"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+)
+
+// TestEdgeUpstreams: a near edge with two upstreams (far edges on
+// loopback) sends each flow to the one whose routes hold its destination,
+// the most specific prefix winning; a destination no route holds is
+// unreachable.
+func TestEdgeUpstreams(t *testing.T) {
+	leaktest.Check(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	one := tcptest.Server(t, tcptest.Echo) // 127.0.0.1: upstream dc1 (127.0.0.1/32)
+	ln, err := net.Listen("tcp4", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2 here: %v", err)
+	}
+	tcptest.Serve(t, ln, tcptest.Echo)
+	two := netip.MustParseAddrPort(ln.Addr().String()) // 127.0.0.2: upstream dc2 (127.0.0.0/8)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	run := func(e *Edge) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e.Run(ctx); err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}()
+	}
+	nk, _ := crypt.GenerateKey(rand.Reader)
+	pol, _ := egress.ParsePolicy([]string{"127.0.0.1/32", "127.0.0.2/32"})
+	var ups []Upstream
+	var fars []*Edge
+	for i, route := range []string{"127.0.0.1/32", "127.0.0.0/8"} {
+		fk, _ := crypt.GenerateKey(rand.Reader)
+		sock, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		far, err := New(Config{PrivateKey: fk, PeerKey: nk.PublicKey(), Listen: sock.LocalAddr(), Policy: pol,
+			Bind: func() (bind.Conn, error) { return sock, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(far)
+		fars = append(fars, far)
+		ups = append(ups, Upstream{Name: fmt.Sprintf("dc%d", i+1), Key: fk.PublicKey(), Addr: sock.LocalAddr(),
+			Routes: []netip.Prefix{netip.MustParsePrefix(route)}})
+	}
+	near, err := New(Config{PrivateKey: nk, Upstreams: ups, Policy: egress.Policy{Rules: []egress.Rule{{Prefix: netip.MustParsePrefix("192.0.2.1/32")}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(near)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st := near.Status()
+		up := 0
+		for _, p := range st.Peers {
+			if p.Tunnel != nil {
+				up++
+			}
+		}
+		if up == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("near edge: %d of 2 upstream tunnels up within 10 s", up)
+		}
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer dcancel()
+	src := netip.MustParseAddrPort("198.18.1.2:40000")
+	// 127.0.0.1 is in both upstreams' routes: the /32 (dc1) wins;
+	// 127.0.0.2 only in dc2's /8.
+	for i, tc := range []struct {
+		dst      netip.AddrPort
+		dc1, dc2 uint64 // flows each far edge has seen after the dial
+	}{{one, 1, 0}, {two, 1, 1}} {
+		c, err := near.Dial(dctx, src, tc.dst)
+		if err != nil {
+			t.Fatalf("dial %v: %v", tc.dst, err)
+		}
+		go func() { io.WriteString(c, "hello"); c.CloseWrite() }()
+		if got, err := io.ReadAll(c); err != nil || string(got) != "hello" {
+			t.Errorf("echo from %v: %q, %v", tc.dst, got, err)
+		}
+		c.Close()
+		if a, b := fars[0].Status().Egress.Streams, fars[1].Status().Egress.Streams; a != tc.dc1 || b != tc.dc2 {
+			t.Errorf("dial %d (%v): dc1 saw %d flows, dc2 %d; want %d and %d", i, tc.dst, a, b, tc.dc1, tc.dc2)
+		}
+	}
+	if c, err := near.Dial(dctx, src, netip.MustParseAddrPort("192.0.2.9:80")); err == nil || !isUnreachable(err) {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("a destination no route holds: %v; want unreachable", err)
+	}
+}
+
+func isUnreachable(err error) bool { return errors.Is(err, flow.ErrUnreachable) }
