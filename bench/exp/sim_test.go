@@ -119,3 +119,26 @@ func TestSimOutage(t *testing.T) {
 		t.Errorf("an outage after the transfer's end was reported: %+v, %v", r, err)
 	}
 }
+
+// TestSimShares: three tunnels that start together share the bottleneck
+// about evenly. (Started apart they do not yet: 'wanbench sim
+// --share-tunnels 3 --stagger 300ms --rtt 100ms --queue 2000000'.)
+func TestSimShares(t *testing.T) {
+	o := SimOptions{RateBps: 250e6, RTT: 100 * time.Millisecond, CC: "bbr", Seed: 1, QueueBytes: 2_000_000}
+	mbps, err := SimShares(o, 3, 0, 20*time.Second, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for _, m := range mbps {
+		total += m
+	}
+	if total < 0.9*241 {
+		t.Errorf("total %.1f Mbit/s of a 250 Mbit/s link", total)
+	}
+	for k, m := range mbps {
+		if s := m * 3 / total; s < 0.8 || s > 1.25 {
+			t.Errorf("tunnel %d: %.2f of the fair share (%v Mbit/s)", k+1, s, mbps)
+		}
+	}
+}

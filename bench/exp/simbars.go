@@ -155,3 +155,53 @@ func SimShare(o SimOptions, competitor string, d time.Duration) (first, second f
 	}
 	return da / (da + db), db / (da + db), nil
 }
+
+// SimShares runs n tunnels with o.CC through one bottleneck, the k-th
+// starting its bulk transfer k × stagger after its handshake (as the
+// branches of a hub start a few round trips apart), and returns each
+// one's goodput in Mbit/s over measure after warmup. It is the simulated
+// twin of 'wanbench hub'.
+func SimShares(o SimOptions, n int, stagger, warmup, measure time.Duration) ([]float64, error) {
+	o.defaults()
+	cong, err := congestionByName(o.CC)
+	if err != nil {
+		return nil, err
+	}
+	sim := netsim.New(o.Seed)
+	fwd, rev := dumbbell(sim, o, 28)
+	bulks := make([]*bulk, n)
+	for k := range n {
+		tp, err := newTunnelPair(sim, fwd, rev, o, cong, uint64(k)*0x100)
+		if err != nil {
+			return nil, err
+		}
+		b := newBulk(tp.cli, tp.srv, 1, endless)
+		bulks[k] = b
+		delay := time.Duration(k) * stagger
+		tp.ce.onEvent = func(now monotime.Time, ev tunnelEvent) {
+			if ev.Kind == eventEstablished {
+				sim.At(now.Add(delay), func() { b.open(sim.Now()); sim.Wake(tp.flow) })
+			}
+			b.onClient(now, ev)
+		}
+		tp.se.onEvent = b.onServer
+	}
+	if err := sim.RunFor(warmup); err != nil {
+		return nil, err
+	}
+	start := make([]int64, n)
+	for k, b := range bulks {
+		start[k] = b.received
+	}
+	if err := sim.RunFor(measure); err != nil {
+		return nil, err
+	}
+	out := make([]float64, n)
+	for k, b := range bulks {
+		if b.failed != nil {
+			return nil, b.failed
+		}
+		out[k] = float64(b.received-start[k]) * 8 / measure.Seconds() / 1e6
+	}
+	return out, nil
+}

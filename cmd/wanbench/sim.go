@@ -25,11 +25,41 @@ func runSim(ctx context.Context, args []string) error {
 	seed := fs.Uint64("seed", 1, "simulation seed")
 	noTCP := fs.Bool("no-tcp", false, "skip the simulated plain-TCP comparison")
 	bars := fs.Bool("bars", false, "measure the transport's bars (issue 3) for --cc instead of one scenario")
+	shareTunnels := fs.Int("share-tunnels", 0, "instead of one scenario: this many tunnels share the bottleneck (the twin of 'wanbench hub'), each starting --stagger after the one before; prints each one's share of the fair share over 30 s after 20 s")
+	stagger := fs.Duration("stagger", 0, "with --share-tunnels: the delay between the tunnels' starts")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *bars {
 		return runBars(ctx, *ccName, *bytesS, *seed)
+	}
+	if *shareTunnels > 0 {
+		rate, err := parseRate(*rateS)
+		if err != nil {
+			return err
+		}
+		o := exp.SimOptions{RateBps: int64(rate), RTT: *rtt, CC: *ccName, Seed: *seed}
+		if *queueS != "" {
+			q, err := parseBytes(*queueS)
+			if err != nil {
+				return err
+			}
+			o.QueueBytes = int(q)
+		}
+		mbps, err := exp.SimShares(o, *shareTunnels, *stagger, 20*time.Second, 30*time.Second)
+		if err != nil {
+			return err
+		}
+		var total float64
+		for _, m := range mbps {
+			total += m
+		}
+		fmt.Printf("%d tunnels (%s) through %.0f Mbit/s, RTT %v, starts %v apart, over 30 s after 20 s:\n", *shareTunnels, *ccName, float64(rate)/1e6, *rtt, *stagger)
+		for k, m := range mbps {
+			fmt.Printf("  tunnel %d: %.1f Mbit/s, %.2f of the fair share\n", k+1, m, m*float64(len(mbps))/total)
+		}
+		fmt.Printf("  total %.1f Mbit/s\n", total)
+		return nil
 	}
 	o := exp.SimOptions{RTT: *rtt, Streams: *streams, CC: *ccName, Cold: *cold, Seed: *seed, WANRateHint: *wanRateHint}
 	rate, err := parseRate(*rateS)
