@@ -178,9 +178,11 @@ func (e *Edge) branchLoop(ctx context.Context, cfg Config, hub *driver.Hub, b *b
 			Tunnel: tunnel.Config{
 				PrivateKey: cfg.PrivateKey, PeerPublicKey: b.Key, Congestion: cfg.CC,
 				IdleTimeout: cfg.PeerTimeout, InitialBandwidthBps: cfg.WANRateBps, Timestamps: e.stamps,
-				// The branches share the stream memory evenly: each
-				// tunnel's budget is a hard cap of its own.
-				Stream: stream.Config{BudgetBytes: cfg.buffers().TunnelBytes / uint64(max(1, len(e.hubBranches()))),
+				// The branches of the configuration in force share the
+				// stream memory evenly: each tunnel's budget is a hard
+				// cap of its own (a reload's new count applies to the
+				// tunnels that start after it).
+				Stream: stream.Config{BudgetBytes: cfg.buffers().TunnelBytes / uint64(max(1, len(e.config().Branches))),
 					InitialStreamWindow: streamFloorBytes, MinSendBufferBytes: streamFloorBytes},
 				Logger: log.With("sub", "tunnel"),
 			}})
