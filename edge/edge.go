@@ -68,6 +68,7 @@ type Edge struct {
 	// hub and branches, for a hub (Config.Branches), instead of eg.
 	hub      *driver.Hub
 	run      *hubRun
+	upRun    *upRun // a near edge's upstream loops
 	branches []*branch
 	// capture, if set, records the TUN's packets (--capture).
 	capture *tun.Capture
@@ -84,9 +85,11 @@ func New(cfg Config) (*Edge, error) {
 		budget: flow.NewBudget(bp.FlowLimit, bp.FlowFloorBytes, bp.GrantBytes)}
 	if len(cfg.Upstreams) > 0 {
 		e.router = &router{}
+		var ups []*upstream
 		for _, u := range cfg.Upstreams {
-			e.router.ups = append(e.router.ups, &upstream{Upstream: u, br: bridge.New(nil, cfg.Logger.With("sub", "bridge", "upstream", u.Name))})
+			ups = append(ups, &upstream{Upstream: u, br: bridge.New(nil, cfg.Logger.With("sub", "bridge", "upstream", u.Name))})
 		}
+		e.router.ups.Store(&ups)
 	}
 	return e, nil
 }
@@ -424,23 +427,6 @@ func (e *Edge) flowDialer() flow.Dialer {
 		return e.router
 	}
 	return e.br
-}
-
-// runUpstreams keeps a tunnel up to every upstream until ctx ends.
-func (e *Edge) runUpstreams(ctx context.Context, cfg Config, eg *egress.Egress) {
-	var wg sync.WaitGroup
-	for _, u := range e.router.ups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			e.upstreamLoop(ctx, cfg, u, func(ctx context.Context, t *driver.Tunnel) {
-				if err := eg.Serve(ctx, t); err != nil && !errors.Is(err, driver.ErrTunnelClosed) {
-					e.log.Warn("egress stopped", "upstream", u.Name, "err", err)
-				}
-			})
-		}()
-	}
-	wg.Wait()
 }
 
 func (e *Edge) hubOf() *driver.Hub {

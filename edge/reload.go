@@ -14,12 +14,12 @@ var restartFlags = map[string]string{
 	"Listen": "--listen", "Peer": "--peer", "CC": "--cc", "PeerTimeout": "--peer-timeout",
 	"WANRateBps": "--wan-rate", "Transparent": "--egress", "DialTimeout": "--dial-timeout",
 	"MaxFlows": "--max-flows", "FlowIdleTimeout": "--flow-idle-timeout", "MemoryMiB": "--memory-mib",
-	"Control": "--control", "Metrics": "--metrics", "Branches": "--branch", "Upstreams": "--upstream",
+	"Control": "--control", "Metrics": "--metrics", "Branches": "--branch",
 }
 
 // reloadable are the Config fields a reload applies, and those it
 // ignores (not configuration: how the edge was built).
-var reloadable = map[string]bool{"Policy": true, "Branches": true, "Bind": false, "Reload": false, "Logger": false}
+var reloadable = map[string]bool{"Policy": true, "Branches": true, "Upstreams": true, "Bind": false, "Reload": false, "Logger": false}
 
 // Reload reads the configuration again (Config.Reload) and applies it:
 // the egress policy (--allow, --deny) changes at once for the flows opened
@@ -57,6 +57,9 @@ func (e *Edge) Reload() (changed []string, err error) {
 	if (len(cur.Branches) > 0) != (len(next.Branches) > 0) {
 		restart = append(restart, "--branch (a hub and a single peer's edge are not the same)")
 	}
+	if (len(cur.Upstreams) > 0) != (len(next.Upstreams) > 0) {
+		restart = append(restart, "--upstream (several upstreams and a single --peer are not the same)")
+	}
 	if len(restart) > 0 {
 		return nil, fmt.Errorf("reload refused, the running configuration stays: %s cannot change without a restart", strings.Join(restart, ", "))
 	}
@@ -67,11 +70,14 @@ func (e *Edge) Reload() (changed []string, err error) {
 		changed = append(changed, fmt.Sprintf("egress policy: %s", next.Policy))
 	}
 	e.mu.Lock()
-	e.cfg.Policy, e.cfg.Branches = next.Policy, next.Branches
+	e.cfg.Policy, e.cfg.Branches, e.cfg.Upstreams = next.Policy, next.Branches, next.Upstreams
 	running := e.run != nil
 	e.mu.Unlock()
 	if running {
 		changed = append(changed, e.reloadBranches(next)...)
+	}
+	if e.router != nil {
+		changed = append(changed, e.reloadUpstreams(next)...)
 	}
 	if len(changed) == 0 {
 		e.log.Info("configuration reloaded: nothing changed")

@@ -2,14 +2,17 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/wanopt/wanopt/edge/bridge"
 	"github.com/wanopt/wanopt/edge/control"
+	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/crypt"
@@ -70,24 +73,36 @@ func (c Config) validateUpstreams() error {
 	return nil
 }
 
-// upstream is a running upstream: its bridge to the tunnel of the moment.
+// upstream is a running upstream: its bridge to the tunnel of the
+// moment, and how to stop its loop (a reload removing it).
 type upstream struct {
 	Upstream
-	br *bridge.Dialer
+	br     *bridge.Dialer
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // router is the near edge's flow.Dialer with several upstreams: it hands
 // each flow to the bridge of the upstream that routes its destination.
+// A reload swaps its list.
 type router struct {
-	ups        []*upstream
+	ups        atomic.Pointer[[]*upstream]
 	unroutable atomic.Uint64
+}
+
+// list returns the upstreams in force.
+func (r *router) list() []*upstream {
+	if p := r.ups.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // route returns the upstream for dst: the longest prefix holding it.
 func (r *router) route(dst netip.Addr) *upstream {
 	var best *upstream
 	bits := -1
-	for _, u := range r.ups {
+	for _, u := range r.list() {
 		for _, p := range u.Routes {
 			if p.Contains(dst) && p.Bits() > bits {
 				best, bits = u, p.Bits()
@@ -165,7 +180,7 @@ func (e *Edge) upstreamStatus() []control.Peer {
 	if e.router == nil {
 		return nil
 	}
-	for _, u := range e.router.ups {
+	for _, u := range e.router.list() {
 		routes := make([]string, len(u.Routes))
 		for i, p := range u.Routes {
 			routes[i] = p.String()
@@ -178,4 +193,88 @@ func (e *Edge) upstreamStatus() []control.Peer {
 		out = append(out, p)
 	}
 	return out
+}
+
+// upRun is what a near edge's upstream loops share.
+type upRun struct {
+	ctx context.Context
+	cfg Config
+	eg  *egress.Egress
+	wg  sync.WaitGroup
+}
+
+// startUpstream starts u's loop (at Run, or added by a reload).
+func (e *Edge) startUpstream(r *upRun, u *upstream) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	u.cancel, u.done = cancel, make(chan struct{})
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer close(u.done)
+		e.upstreamLoop(ctx, r.cfg, u, func(ctx context.Context, t *driver.Tunnel) {
+			if err := r.eg.Serve(ctx, t); err != nil && !errors.Is(err, driver.ErrTunnelClosed) {
+				e.log.Warn("egress stopped", "upstream", u.Name, "err", err)
+			}
+		})
+	}()
+}
+
+// runUpstreams keeps a tunnel up to every upstream until ctx ends.
+func (e *Edge) runUpstreams(ctx context.Context, cfg Config, eg *egress.Egress) {
+	r := &upRun{ctx: ctx, cfg: cfg, eg: eg}
+	e.mu.Lock()
+	e.upRun = r
+	e.mu.Unlock()
+	for _, u := range e.router.list() {
+		e.startUpstream(r, u)
+	}
+	<-ctx.Done()
+	r.wg.Wait()
+}
+
+// reloadUpstreams brings a running near edge's upstreams to next's: one
+// removed (or whose key or address changed) stops, its tunnel closing and
+// the flows through it reset; one added starts at once; the others keep
+// their tunnels and flows and take their new routes.
+func (e *Edge) reloadUpstreams(next Config) (changed []string) {
+	e.mu.Lock()
+	r := e.upRun
+	e.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	have := map[string]*upstream{}
+	for _, u := range e.router.list() {
+		have[u.Name] = u
+	}
+	var list []*upstream
+	kept := map[string]bool{}
+	for _, nu := range next.Upstreams {
+		u, ok := have[nu.Name]
+		if ok && u.Key == nu.Key && u.Addr == nu.Addr {
+			if !slices.Equal(u.Routes, nu.Routes) {
+				changed = append(changed, fmt.Sprintf("upstream %s routes: %v", nu.Name, nu.Routes))
+			}
+			// A copy with the new routes, sharing the running loop.
+			list = append(list, &upstream{Upstream: nu, br: u.br, cancel: u.cancel, done: u.done})
+			kept[nu.Name] = true
+			continue
+		}
+		list = append(list, &upstream{Upstream: nu, br: bridge.New(nil, e.log.With("sub", "bridge", "upstream", nu.Name))})
+	}
+	e.router.ups.Store(&list)
+	for name, u := range have {
+		if !kept[name] {
+			u.cancel()
+			<-u.done
+			changed = append(changed, "upstream "+name+" removed")
+		}
+	}
+	for _, u := range list {
+		if !kept[u.Name] {
+			e.startUpstream(r, u)
+			changed = append(changed, "upstream "+u.Name+" added")
+		}
+	}
+	return changed
 }

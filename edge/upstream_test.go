@@ -54,21 +54,30 @@ func TestEdgeUpstreams(t *testing.T) {
 	var fars []*Edge
 	for i, route := range []string{"127.0.0.1/32", "127.0.0.0/8"} {
 		fk, _ := crypt.GenerateKey(rand.Reader)
+		// A free port for the far edge, which opens its socket anew for
+		// each tunnel (a reload below ends one).
 		sock, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		far, err := New(Config{PrivateKey: fk, PeerKey: nk.PublicKey(), Listen: sock.LocalAddr(), Policy: pol,
-			Bind: func() (bind.Conn, error) { return sock, nil }})
+		addr := sock.LocalAddr()
+		sock.Close()
+		far, err := New(Config{PrivateKey: fk, PeerKey: nk.PublicKey(), Listen: addr, Policy: pol})
 		if err != nil {
 			t.Fatal(err)
 		}
 		run(far)
 		fars = append(fars, far)
-		ups = append(ups, Upstream{Name: fmt.Sprintf("dc%d", i+1), Key: fk.PublicKey(), Addr: sock.LocalAddr(),
+		ups = append(ups, Upstream{Name: fmt.Sprintf("dc%d", i+1), Key: fk.PublicKey(), Addr: addr,
 			Routes: []netip.Prefix{netip.MustParsePrefix(route)}})
 	}
-	near, err := New(Config{PrivateKey: nk, Upstreams: ups, Policy: egress.Policy{Rules: []egress.Rule{{Prefix: netip.MustParsePrefix("192.0.2.1/32")}}}})
+	var (
+		mu      sync.Mutex
+		nearCfg = Config{PrivateKey: nk, Upstreams: ups, Policy: egress.Policy{Rules: []egress.Rule{{Prefix: netip.MustParsePrefix("192.0.2.1/32")}}}}
+		next    = nearCfg
+	)
+	nearCfg.Reload = func() (Config, error) { mu.Lock(); defer mu.Unlock(); return next, nil }
+	near, err := New(nearCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +119,42 @@ func TestEdgeUpstreams(t *testing.T) {
 			t.Errorf("dial %d (%v): dc1 saw %d flows, dc2 %d; want %d and %d", i, tc.dst, a, b, tc.dc1, tc.dc2)
 		}
 	}
+	// A reload removes dc1: 127.0.0.1 now goes to dc2's /8. Another
+	// brings dc1 back, and its /32 wins again.
+	echoVia := func(dst netip.AddrPort) {
+		t.Helper()
+		c, err := near.Dial(dctx, src, dst)
+		if err != nil {
+			t.Fatalf("dial %v: %v", dst, err)
+		}
+		c.Close()
+	}
+	mu.Lock()
+	next.Upstreams = ups[1:]
+	mu.Unlock()
+	if changed, err := near.Reload(); err != nil || fmt.Sprint(changed) != "[upstream dc1 removed]" {
+		t.Fatalf("reload removing dc1: %q, %v", changed, err)
+	}
+	echoVia(one)
+	if n := fars[1].Status().Egress.Streams; n != 2 {
+		t.Errorf("after dc1 was removed, %v went to dc2 %d times; want 2 flows there in all", one, n)
+	}
+	mu.Lock()
+	next.Upstreams = ups
+	mu.Unlock()
+	if changed, err := near.Reload(); err != nil || fmt.Sprint(changed) != "[upstream dc1 added]" {
+		t.Fatalf("reload adding dc1 back: %q, %v", changed, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); near.Status().Peers[0].Tunnel == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("dc1's tunnel not back within 10 s of the reload")
+		}
+	}
+	echoVia(one)
+	if n := fars[0].Status().Egress.Streams; n != 2 {
+		t.Errorf("after dc1 came back, it saw %d flows; want 2", n)
+	}
+
 	if c, err := near.Dial(dctx, src, netip.MustParseAddrPort("192.0.2.9:80")); err == nil || !isUnreachable(err) {
 		if c != nil {
 			c.Close()
