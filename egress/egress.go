@@ -285,13 +285,15 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 		e.doneDown += f.down.Load()
 		e.mu.Unlock()
 	}()
+	// Counted before the near edge hears it is connected, as the flow is
+	// listed: a status query right after the client's connect sees it.
+	e.connected.Add(1)
 	s, err := in.Accept()
 	if err != nil {
 		log.Debug("accept stream failed", "err", err)
 		_ = flow.Abort(c)
 		return
 	}
-	e.connected.Add(1)
 	// The server's end is the LAN side: its bytes go down, toward the
 	// near edge.
 	flow.Relay(ctx, c, s, flow.RelayOptions{LANToWAN: &f.down, WANToLAN: &f.up, Log: log,
