@@ -50,6 +50,7 @@ type Hub struct {
 	gate      *tunnel.HandshakeGate // reader only
 	gateStats tunnel.GateStats      // a copy of gate's, under mu
 	lastRej   monotime.Time         // reader only
+	reply     [1][]byte             // reader only: the cookie or REJECT it sends
 	done      chan struct{}
 	closeOnce sync.Once
 
@@ -164,21 +165,23 @@ func (h *Hub) readLoop() {
 	}
 }
 
-// hubBufLen holds the largest datagram a tunnel sends (with room: a
-// longer one is dropped by the socket, never truncated).
-const hubBufLen = 2048
+// hubBufLen holds the largest datagram the tunnels behind a hub send
+// (the edge's use tunnel.Config's default); the socket drops a longer one
+// and counts it, as a tunnel's own socket does.
+const hubBufLen = tunnel.DefaultMaxUDPPayloadBytes
 
 // route hands p, from ep, to its peer, or answers it (a cookie, a REJECT)
 // or drops it.
 func (h *Hub) route(now monotime.Time, p []byte, ep bind.Endpoint) {
 	switch {
 	case tunnel.IsHandshakeInitiation(p):
-		v, out := h.gate.Admit(now, p, ep, nil)
+		v, out := h.gate.Admit(now, p, ep, h.reply[0][:0])
+		h.reply[0] = out
 		h.mu.Lock()
 		h.gateStats = h.gate.Stats()
 		h.mu.Unlock()
 		if v == tunnel.GateCookie {
-			h.write([][]byte{out}, ep)
+			h.write(h.reply[:], ep)
 		}
 		if v != tunnel.GateAdmit {
 			return
@@ -206,8 +209,8 @@ func (h *Hub) route(now monotime.Time, p []byte, ep bind.Endpoint) {
 			return
 		}
 		h.lastRej = now
-		rej := wire.AppendHeader(nil, &wire.Header{Type: wire.PacketReject, SenderIndex: idx})
-		h.write([][]byte{rej}, ep)
+		h.reply[0] = wire.AppendHeader(h.reply[0][:0], &wire.Header{Type: wire.PacketReject, SenderIndex: idx})
+		h.write(h.reply[:], ep)
 		h.stats.rejects.Add(1)
 	default:
 		h.stats.malformed.Add(1) // a server receives no other type
@@ -243,10 +246,12 @@ func (h *Hub) learn(c *hubConn, p []byte) {
 	}
 }
 
-// hubDatagram is one datagram waiting for a peer's tunnel.
+// hubDatagram is one datagram waiting for a peer's tunnel, in a buffer
+// from hubPool.
 type hubDatagram struct {
-	b  []byte
-	ep bind.Endpoint
+	buf *[]byte
+	n   int
+	ep  bind.Endpoint
 }
 
 var hubPool = sync.Pool{New: func() any { b := make([]byte, hubBufLen); return &b }}
@@ -264,9 +269,9 @@ type hubConn struct {
 // deliver queues a copy of p for the peer's tunnel (reader goroutine).
 func (c *hubConn) deliver(p []byte, ep bind.Endpoint) {
 	bp := hubPool.Get().(*[]byte)
-	b := append((*bp)[:0], p...)
+	n := copy(*bp, p) // p fits: both are hubBufLen long at most
 	select {
-	case c.q <- hubDatagram{b: b, ep: ep}:
+	case c.q <- hubDatagram{buf: bp, n: n, ep: ep}:
 	default:
 		hubPool.Put(bp)
 		c.h.stats.queueDrops.Add(1)
@@ -285,15 +290,14 @@ func (c *hubConn) ReadBatch(bufs [][]byte, sizes []int, eps []bind.Endpoint) (in
 	}
 	n := 0
 	for {
-		if len(d.b) <= len(bufs[n]) {
-			sizes[n] = copy(bufs[n], d.b)
+		if d.n <= len(bufs[n]) {
+			sizes[n] = copy(bufs[n], (*d.buf)[:d.n])
 			eps[n] = d.ep
 			n++
 		} else {
 			c.h.stats.queueDrops.Add(1)
 		}
-		b := d.b[:cap(d.b)]
-		hubPool.Put(&b)
+		hubPool.Put(d.buf)
 		if n == len(bufs) {
 			return n, nil
 		}

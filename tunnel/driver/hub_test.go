@@ -191,3 +191,23 @@ func TestHub(t *testing.T) {
 		t.Errorf("client 1 meanwhile: %v", err)
 	}
 }
+
+// TestHubDeliveryAllocs: handing a datagram to a peer's socket and reading
+// it there allocates nothing (the buffers come from a pool).
+func TestHubDeliveryAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates; run without -race")
+	}
+	c := &hubConn{h: &Hub{}, q: make(chan hubDatagram, 4), closed: make(chan struct{})}
+	p := make([]byte, 1400)
+	ep := netip.MustParseAddrPort("198.18.0.1:4500")
+	bufs, sizes, eps := [][]byte{make([]byte, hubBufLen)}, make([]int, 1), make([]netip.AddrPort, 1)
+	if n := testing.AllocsPerRun(1000, func() {
+		c.deliver(p, ep)
+		if k, err := c.ReadBatch(bufs, sizes, eps); k != 1 || err != nil || sizes[0] != len(p) {
+			t.Fatalf("ReadBatch: %d, %v, size %d", k, err, sizes[0])
+		}
+	}); n != 0 {
+		t.Errorf("%.1f allocations per datagram; want 0", n)
+	}
+}
