@@ -125,6 +125,7 @@ type grant struct {
 	// (wantsBig).
 	burst    int
 	lastRead time.Time
+	clock    func() time.Time // tests; nil: time.Now
 }
 
 func newGrant(b *Budget, r Resizer, reading bool) *grant {
@@ -150,9 +151,13 @@ const (
 // whether the direction should now ask for the large one (take): after a
 // read that filled the buffer, or for a direction reading from a Resizer,
 // after growAfterBytes in a burst.
-func (g *grant) wantsBig(k, n int, now time.Time) bool {
+func (g *grant) wantsBig(k, n int) bool {
 	if g == nil || g.held || g.resizer == nil || !g.reading {
 		return k == n
+	}
+	now := time.Now()
+	if g.clock != nil {
+		now = g.clock()
 	}
 	if now.Sub(g.lastRead) > burstGap {
 		g.burst = 0

@@ -126,9 +126,10 @@ func TestGrantWaitsForSustainedReads(t *testing.T) {
 	r := &resizing{}
 	g := newGrant(b, r, true)
 	now := time.Unix(1, 0)
+	g.clock = func() time.Time { return now }
 	read := func(k int, after time.Duration) bool {
 		now = now.Add(after)
-		return g.wantsBig(k, smallBuf, now)
+		return g.wantsBig(k, smallBuf)
 	}
 	for range growAfterBytes/smallBuf - 1 {
 		if read(smallBuf, time.Millisecond) {

@@ -88,7 +88,7 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant, wait
 				n.Add(uint64(k))
 			}
 			switch {
-			case big == nil && g.wantsBig(k, len(buf), time.Now()) && g.take():
+			case big == nil && g.wantsBig(k, len(buf)) && g.take():
 				smallPool.Put(small)
 				small, big = nil, bigPool.Get().(*[]byte)
 			case k < smallBuf && big != nil && !streaming:
