@@ -347,7 +347,7 @@ func (e *Edges) RestartFar(ctx context.Context) error {
 	err := <-old.done
 	old.done <- err
 	p := &edgeProc{name: old.name, log: old.log, host: old.host, argv: old.argv, cap: old.cap}
-	if err := e.run(ctx, p, os.O_APPEND); err != nil {
+	if err := p.run(ctx, e.l, os.O_APPEND); err != nil {
 		return err
 	}
 	e.far = p
@@ -408,7 +408,7 @@ func (e *Edges) start(ctx context.Context, h *lab.Host, bin, name string, cores 
 		}
 		e.caps = append(e.caps, p.cap) // Stop removes it, also on error
 	}
-	if err := e.run(ctx, p, os.O_TRUNC); err != nil {
+	if err := p.run(ctx, e.l, os.O_TRUNC); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -416,13 +416,13 @@ func (e *Edges) start(ctx context.Context, h *lab.Host, bin, name string, cores 
 
 // run starts p's process, its output going to its log file (opened with
 // flag added: os.O_TRUNC or os.O_APPEND), in its CPU cap if it has one.
-func (e *Edges) run(ctx context.Context, p *edgeProc, flag int) error {
+func (p *edgeProc) run(ctx context.Context, l *lab.Lab, flag int) error {
 	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|flag, 0o644)
 	if err != nil {
 		return fmt.Errorf("%s edge's log: %w", p.name, err)
 	}
 	// Ending ctx kills the edge, and so does the lab's Close.
-	cmd := e.l.Command(ctx, p.host, p.argv...)
+	cmd := l.Command(ctx, p.host, p.argv...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()

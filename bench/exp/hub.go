@@ -2,10 +2,8 @@ package exp
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/edge/control"
-	"github.com/wanopt/wanopt/tunnel/crypt"
 )
 
 // HubOptions configure StartHub.
@@ -46,7 +43,7 @@ type Hub struct {
 	hubKey   string
 	pubs     []string
 	branches []*lab.Host // [0] is edgea
-	procs    map[string]*exec.Cmd
+	procs    map[string]*edgeProc
 	stopped  bool
 }
 
@@ -66,7 +63,7 @@ func StartHub(ctx context.Context, l *lab.Lab, o HubOptions) (*Hub, error) {
 	if o.Up == 0 {
 		o.Up = 20 * time.Second
 	}
-	h := &Hub{o: o, l: l, dir: o.Dir, procs: map[string]*exec.Cmd{}, branches: []*lab.Host{l.EdgeA}}
+	h := &Hub{o: o, l: l, dir: o.Dir, procs: map[string]*edgeProc{}, branches: []*lab.Host{l.EdgeA}}
 	if h.dir == "" {
 		d, err := os.MkdirTemp("", "wanbench-hub-")
 		if err != nil {
@@ -89,13 +86,13 @@ func StartHub(ctx context.Context, l *lab.Lab, o HubOptions) (*Hub, error) {
 	}
 	var hubPub string
 	var err error
-	if h.hubKey, hubPub, err = h.key("hub"); err != nil {
+	if h.hubKey, hubPub, err = writeEdgeKey(h.dir, "hub.key"); err != nil {
 		return nil, err
 	}
 	nearKeys := make([]string, o.Branches)
 	h.pubs = make([]string, o.Branches)
 	for i := range nearKeys {
-		if nearKeys[i], h.pubs[i], err = h.key(BranchName(i)); err != nil {
+		if nearKeys[i], h.pubs[i], err = writeEdgeKey(h.dir, BranchName(i)+".key"); err != nil {
 			return nil, err
 		}
 	}
@@ -125,20 +122,6 @@ func StartHub(ctx context.Context, l *lab.Lab, o HubOptions) (*Hub, error) {
 	return h, nil
 }
 
-// key writes a new private key for name and returns its file and public
-// key.
-func (h *Hub) key(name string) (path, pub string, err error) {
-	k, err := crypt.GenerateKey(rand.Reader)
-	if err != nil {
-		return "", "", err
-	}
-	path = filepath.Join(h.dir, name+".key")
-	if err := os.WriteFile(path, []byte(k.Base64()+"\n"), 0o600); err != nil {
-		return "", "", fmt.Errorf("write %s's key: %w", name, err)
-	}
-	return path, k.PublicKey().Base64(), nil
-}
-
 // ConfigFile is the hub's config file.
 func (h *Hub) ConfigFile() string { return filepath.Join(h.dir, "hub.conf") }
 
@@ -158,27 +141,21 @@ func (h *Hub) Configure(n int, extra ...string) error {
 // Reload sends the hub SIGHUP: it reads its config file again.
 func (h *Hub) Reload() error {
 	p := h.procs["hub"]
-	if p == nil || p.Process == nil {
+	if p == nil {
 		return fmt.Errorf("the hub is not running")
 	}
-	return p.Process.Signal(syscall.SIGHUP)
+	return p.cmd.Process.Signal(syscall.SIGHUP)
 }
 
 // start runs wanopt run args in host as name, logging to name.log and
 // answering on name.sock.
 func (h *Hub) start(ctx context.Context, host *lab.Host, name string, args ...string) error {
-	logf, err := os.Create(filepath.Join(h.dir, name+".log"))
-	if err != nil {
+	p := &edgeProc{name: name, log: filepath.Join(h.dir, name+".log"), host: host,
+		argv: append([]string{h.o.Wanopt, "run", "--log-level", "debug", "--control", h.Socket(name)}, args...)}
+	if err := p.run(ctx, h.l, os.O_TRUNC); err != nil {
 		return err
 	}
-	defer logf.Close()
-	argv := append([]string{h.o.Wanopt, "run", "--log-level", "debug", "--control", h.Socket(name)}, args...)
-	cmd := h.l.Command(ctx, host, argv...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s's edge: %w", name, err)
-	}
-	h.procs[name] = cmd
+	h.procs[name] = p
 	return nil
 }
 
@@ -224,7 +201,7 @@ func (h *Hub) Log(name string, n int) string {
 	return tail(string(b), n)
 }
 
-// Stop ends every edge (SIGTERM, then the lab's kill) and removes a
+// Stop ends every edge (SIGTERM, then a kill after 5 s) and removes a
 // temporary folder. The routes and namespaces are the lab's to remove.
 func (h *Hub) Stop() {
 	if h.stopped {
@@ -232,10 +209,7 @@ func (h *Hub) Stop() {
 	}
 	h.stopped = true
 	for _, p := range h.procs {
-		if p.Process != nil {
-			p.Process.Signal(syscall.SIGTERM)
-			p.Wait()
-		}
+		_ = p.stop()
 	}
 	if h.ownDir {
 		os.RemoveAll(h.dir)
