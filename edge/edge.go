@@ -307,22 +307,27 @@ func (e *Edge) closeIngress() {
 // tunnelLoop keeps a tunnel to the peer up until ctx ends: it dials (or
 // listens), serves it, and starts over when it closes.
 func (e *Edge) tunnelLoop(ctx context.Context, eg *egress.Egress) {
+	e.keepUp(ctx, e.log, e.connect, func(ctx context.Context, t *driver.Tunnel) { e.serve(ctx, t, eg) })
+}
+
+// keepUp opens a tunnel with open and runs serve on it, again each time
+// it closes, until ctx ends. A failed open is retried after a pause that
+// doubles up to 10 s, unless the attempt itself waited longer (a
+// handshake unanswered for --peer-timeout: the path may be back any
+// moment, so it tries again at once).
+func (e *Edge) keepUp(ctx context.Context, log *slog.Logger, open func(context.Context) (*driver.Tunnel, error), serve func(context.Context, *driver.Tunnel)) {
 	backoff := time.Second
 	for ctx.Err() == nil {
 		start := time.Now()
-		t, err := e.connect(ctx)
+		t, err := open(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			if time.Since(start) > backoff {
-				// The attempt itself waited (a handshake that went
-				// unanswered for --peer-timeout): the path may be back
-				// any moment, so try again at once rather than after a
-				// growing pause; only quick failures back off.
 				backoff = time.Second
 			}
-			e.log.Warn("could not connect to the peer; retrying", "err", err, "retry_in", backoff)
+			log.Warn("could not connect to the peer; retrying", "err", err, "retry_in", backoff)
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():
@@ -332,8 +337,20 @@ func (e *Edge) tunnelLoop(ctx context.Context, eg *egress.Egress) {
 			continue
 		}
 		backoff = time.Second
-		e.log.Info("tunnel up", "peer", t.Stats().PeerAddr, "local", t.LocalAddr())
-		e.serve(ctx, t, eg)
+		log.Info("tunnel up", "peer", t.Stats().PeerAddr, "local", t.LocalAddr())
+		serve(ctx, t)
+	}
+}
+
+// tunnelConfig is the tunnel.Config of a tunnel to peer, whose streams
+// may hold budgetBytes.
+func (e *Edge) tunnelConfig(cfg Config, peer crypt.PublicKey, budgetBytes uint64, log *slog.Logger) tunnel.Config {
+	return tunnel.Config{
+		PrivateKey: cfg.PrivateKey, PeerPublicKey: peer, Congestion: cfg.CC,
+		IdleTimeout: cfg.PeerTimeout, InitialBandwidthBps: cfg.WANRateBps, Timestamps: e.stamps,
+		Stream: stream.Config{BudgetBytes: budgetBytes,
+			InitialStreamWindow: streamFloorBytes, MinSendBufferBytes: streamFloorBytes},
+		Logger: log.With("sub", "tunnel"),
 	}
 }
 
@@ -368,17 +385,7 @@ func (e *Edge) serve(ctx context.Context, t *driver.Tunnel, eg *egress.Egress) {
 func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 	cfg := e.config()
 	dc := driver.Config{
-		Tunnel: tunnel.Config{
-			PrivateKey:          cfg.PrivateKey,
-			PeerPublicKey:       cfg.PeerKey,
-			Congestion:          cfg.CC,
-			IdleTimeout:         cfg.PeerTimeout,
-			InitialBandwidthBps: cfg.WANRateBps,
-			Timestamps:          e.stamps,
-			Stream: stream.Config{BudgetBytes: cfg.buffers().TunnelBytes,
-				InitialStreamWindow: streamFloorBytes, MinSendBufferBytes: streamFloorBytes},
-			Logger: e.log.With("sub", "tunnel"),
-		},
+		Tunnel: e.tunnelConfig(cfg, cfg.PeerKey, cfg.buffers().TunnelBytes, e.log),
 		Logger: e.log.With("sub", "driver"),
 	}
 	if cfg.Bind != nil {

@@ -11,11 +11,9 @@ import (
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
-	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/bind"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/driver"
-	"github.com/wanopt/wanopt/tunnel/stream"
 )
 
 // Branch is one peer of a hub: a far edge that serves several near edges
@@ -174,18 +172,12 @@ func (e *Edge) branchLoop(ctx context.Context, cfg Config, hub *driver.Hub, b *b
 			log.Warn("the hub has no socket for the branch", "err", err)
 			return
 		}
+		// The branches of the configuration in force share the stream
+		// memory evenly: each tunnel's budget is a hard cap of its own (a
+		// reload's new count applies to the tunnels that start after it).
+		budget := cfg.buffers().TunnelBytes / uint64(max(1, len(e.config().Branches)))
 		t, err := driver.Listen(ctx, driver.Config{Bind: bc, NoGate: true, Logger: log.With("sub", "driver"),
-			Tunnel: tunnel.Config{
-				PrivateKey: cfg.PrivateKey, PeerPublicKey: b.Key, Congestion: cfg.CC,
-				IdleTimeout: cfg.PeerTimeout, InitialBandwidthBps: cfg.WANRateBps, Timestamps: e.stamps,
-				// The branches of the configuration in force share the
-				// stream memory evenly: each tunnel's budget is a hard
-				// cap of its own (a reload's new count applies to the
-				// tunnels that start after it).
-				Stream: stream.Config{BudgetBytes: cfg.buffers().TunnelBytes / uint64(max(1, len(e.config().Branches))),
-					InitialStreamWindow: streamFloorBytes, MinSendBufferBytes: streamFloorBytes},
-				Logger: log.With("sub", "tunnel"),
-			}})
+			Tunnel: e.tunnelConfig(cfg, b.Key, budget, log)})
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn("waiting for the branch failed; retrying", "err", err)

@@ -8,16 +8,13 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/wanopt/wanopt/edge/bridge"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
-	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/driver"
-	"github.com/wanopt/wanopt/tunnel/stream"
 )
 
 // Upstream is one of the far edges a near edge with several peers dials
@@ -125,39 +122,19 @@ func (r *router) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, 
 }
 
 // upstreamLoop keeps u's tunnel up until ctx ends, as tunnelLoop does for
-// the one peer; the flows its peer opens go to eg.
+// the one peer; serveEgress serves the flows its peer opens.
 func (e *Edge) upstreamLoop(ctx context.Context, cfg Config, u *upstream, serveEgress func(context.Context, *driver.Tunnel)) {
 	log := e.log.With("upstream", u.Name)
-	backoff := time.Second
-	for ctx.Err() == nil {
+	open := func(ctx context.Context) (*driver.Tunnel, error) {
+		// The upstreams share the stream memory evenly.
 		dc := driver.Config{RemoteAddr: u.Addr, Logger: log.With("sub", "driver"),
-			Tunnel: tunnel.Config{
-				PrivateKey: cfg.PrivateKey, PeerPublicKey: u.Key, Congestion: cfg.CC,
-				IdleTimeout: cfg.PeerTimeout, InitialBandwidthBps: cfg.WANRateBps, Timestamps: e.stamps,
-				// The upstreams share the stream memory evenly.
-				Stream: stream.Config{BudgetBytes: cfg.buffers().TunnelBytes / uint64(len(cfg.Upstreams)),
-					InitialStreamWindow: streamFloorBytes, MinSendBufferBytes: streamFloorBytes},
-				Logger: log.With("sub", "tunnel"),
-			}}
+			Tunnel: e.tunnelConfig(cfg, u.Key, cfg.buffers().TunnelBytes/uint64(len(cfg.Upstreams)), log)}
 		if u.Addr.Addr().Is4() {
 			dc.Network = "udp4"
 		}
-		t, err := driver.Dial(ctx, dc)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			log.Warn("could not connect to the upstream; retrying", "err", err, "retry_in", backoff)
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return
-			}
-			backoff = min(2*backoff, 10*time.Second)
-			continue
-		}
-		backoff = time.Second
-		log.Info("upstream tunnel up", "peer", u.Addr)
+		return driver.Dial(ctx, dc)
+	}
+	e.keepUp(ctx, log, open, func(ctx context.Context, t *driver.Tunnel) {
 		u.br.SetTunnel(t)
 		sctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -171,7 +148,7 @@ func (e *Edge) upstreamLoop(ctx context.Context, cfg Config, u *upstream, serveE
 		cancel()
 		<-done
 		t.Close()
-	}
+	})
 }
 
 // upstreamStatus is the status of each upstream.
