@@ -61,18 +61,9 @@ func TestEdgeHub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	run, wait := edgeRunner(t, ctx)
+	defer wait()
 	defer cancel()
-	run := func(e *Edge) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := e.Run(ctx); err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		}()
-	}
 	run(hub)
 	pol, _ := egress.ParsePolicy([]string{"192.0.2.1/32"}) // only makes the near edges valid
 	near := make([]*Edge, len(names)+1)

@@ -36,18 +36,9 @@ func TestEdgeUpstreams(t *testing.T) {
 	tcptest.Serve(t, ln, tcptest.Echo)
 	two := netip.MustParseAddrPort(ln.Addr().String()) // 127.0.0.2: upstream dc2 (127.0.0.0/8)
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	run, wait := edgeRunner(t, ctx)
+	defer wait()
 	defer cancel()
-	run := func(e *Edge) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := e.Run(ctx); err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		}()
-	}
 	nk, _ := crypt.GenerateKey(rand.Reader)
 	pol, _ := egress.ParsePolicy([]string{"127.0.0.1/32", "127.0.0.2/32"})
 	var ups []Upstream
@@ -164,3 +155,19 @@ func TestEdgeUpstreams(t *testing.T) {
 }
 
 func isUnreachable(err error) bool { return errors.Is(err, flow.ErrUnreachable) }
+
+// edgeRunner returns run, which runs an edge until ctx ends, and wait,
+// which waits for every edge run returned (call it after ctx ends).
+func edgeRunner(t *testing.T, ctx context.Context) (run func(*Edge), wait func()) {
+	var wg sync.WaitGroup
+	run = func(e *Edge) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e.Run(ctx); err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}()
+	}
+	return run, wg.Wait
+}
