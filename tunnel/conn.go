@@ -74,12 +74,14 @@ type Conn struct {
 	sender   *recovery.Sender
 	receiver *recovery.Receiver
 	ackFrame wire.AckFrame
-	parser   wire.Parser
-	rxBuf    []byte
-	records  recordRing
-	ackedFn  func(uint64)
-	lostFn   func(uint64)
-	now      monotime.Time // time of the call being processed, for callbacks
+	// rateCapBps is SetRateCap's cap, kept for a sender made later.
+	rateCapBps uint64
+	parser     wire.Parser
+	rxBuf      []byte
+	records    recordRing
+	ackedFn    func(uint64)
+	lostFn     func(uint64)
+	now        monotime.Time // time of the call being processed, for callbacks
 
 	// Streams.
 	flow           *stream.ConnFlow
@@ -240,6 +242,9 @@ func (c *Conn) setupRecovery() {
 		PeerMaxAckDelay: recovery.DefaultMaxAckDelay,
 		MSS:             mss,
 	})
+	if c.rateCapBps != 0 {
+		c.sender.SetRateCap(c.now, c.rateCapBps)
+	}
 	c.receiver = recovery.NewReceiver(recovery.ReceiverConfig{})
 	c.ackFrame.Ranges = make([]wire.AckRange, 0, wire.MaxAckRanges)
 }
@@ -254,6 +259,19 @@ func (c *Conn) Established() bool { return c.state == stateEstablished }
 // Closed reports whether the connection is closed or closing; the reason is
 // in the EventClosed already queued, and in Err.
 func (c *Conn) Closed() bool { return c.state >= stateClosing }
+
+// SetRateCap holds the connection's sending rate (datagram payload, bits
+// per second) to at most capBps from now on; 0 lifts the cap. Below the
+// controller's own rate, the cap paces the packets and the controller
+// takes them as application-limited, so its model of the path survives
+// the cap (see recovery.Sender.SetRateCap). A hub that divides a link of
+// known rate among its tunnels sets it.
+func (c *Conn) SetRateCap(now monotime.Time, capBps uint64) {
+	c.rateCapBps = capBps
+	if c.sender != nil {
+		c.sender.SetRateCap(now, capBps)
+	}
+}
 
 // Err returns why the connection closed, or nil while it is open.
 func (c *Conn) Err() error { return c.closeErr }

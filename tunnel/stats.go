@@ -49,7 +49,9 @@ type Stats struct {
 	CongestionWindow               int
 	BytesInFlight                  int
 	PacingRateBps                  uint64
-	Congestion                     string
+	// RateCapBps is the cap SetRateCap put on the pace (0: none).
+	RateCapBps uint64
+	Congestion string
 	// BandwidthBps is the controller's bottleneck bandwidth estimate (BBR
 	// only; 0 otherwise); BBR holds its whole model.
 	BandwidthBps uint64
@@ -88,6 +90,7 @@ func (c *Conn) Stats() Stats {
 	s.CongestionWindow = ss.CongestionWindow
 	s.BytesInFlight = ss.BytesInFlight
 	s.PacingRateBps = ss.PacingRateBps
+	s.RateCapBps = ss.RateCapBps
 	s.Congestion = c.ctrl.Name()
 	if b, ok := c.ctrl.(*cc.BBR); ok {
 		s.BBR = b.State()

@@ -31,6 +31,7 @@ const (
 	opStats
 	opCancelRead // end the stream's parked read with what it holds
 	opSendLimit  // what holds the stream's written bytes back (result.n)
+	opRateCap    // cap the sending rate at request.code bits per second
 )
 
 // request is an application goroutine's call into the driver. buf is
@@ -158,6 +159,8 @@ func (d *driverState) handleReq(r request) {
 		d.fillStats(r.stats)
 	case opSendLimit:
 		res.n = int(d.conn.StreamSendLimit(s.id))
+	case opRateCap:
+		d.conn.SetRateCap(monotime.Now(), r.code)
 	}
 	r.reply <- res // capacity 1: never blocks
 }

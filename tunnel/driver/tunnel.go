@@ -316,6 +316,14 @@ func (t *Tunnel) Stats() Stats {
 	return s
 }
 
+// SetRateCap holds the tunnel's sending rate (datagram payload) to at
+// most capBps bits per second from now on; 0 lifts the cap. A hub that
+// divides its link among its branches sets it (see package share and
+// tunnel.Conn.SetRateCap).
+func (t *Tunnel) SetRateCap(capBps uint64) error {
+	return t.call(request{op: opRateCap, code: capBps}, make(chan result, 1)).err
+}
+
 // OpenStream opens a stream for a TCP flow from src to dst and waits for
 // the peer's answer: the far edge connects to dst first. It returns the
 // stream once the peer accepted; an *OpenError (wrapping ErrOpenRefused,

@@ -135,7 +135,7 @@ func (s *Sender) finishEvent(now monotime.Time, persistent bool) {
 		s.ctrl.OnPersistentCongestion(now)
 	}
 	s.pacerStarted = true
-	s.pacer.SetRate(now, s.ctrl.PacingRateBps())
+	s.pacer.SetRate(now, s.pacingRate())
 	s.ring.popResolved()
 	s.lost.expire(now.Add(-s.ptoPeriod()))
 }

@@ -122,8 +122,9 @@ type SenderStats struct {
 	PacketThreshold       uint64 // the packet threshold now: the configured one, raised when the path reordered
 	BytesInFlight         int
 	CongestionWindow      int
-	TrackedPackets        int // sent-packet records held
-	PacingRateBps         uint64
+	TrackedPackets        int    // sent-packet records held
+	PacingRateBps         uint64 // the pacer's: the controller's, held to RateCapBps
+	RateCapBps            uint64 // SetRateCap's cap, 0 if none
 	SmoothedRTT           time.Duration
 	RTTVar                time.Duration
 	MinRTT                time.Duration
@@ -155,6 +156,7 @@ type Sender struct {
 	packetThreshold      uint64 // cfg.PacketThreshold, raised by reordering (adaptPacketThreshold)
 	peerCE               uint64
 	pacerStarted         bool
+	rateCapBps           uint64 // SetRateCap; 0: none
 
 	stats SenderStats
 }
@@ -215,6 +217,12 @@ func (s *Sender) OnPacketSent(now monotime.Time, pn uint64, bytes int, ackElicit
 		return
 	}
 	s.stats.AckElicitingSent++
+	if s.capBinds() {
+		// The cap, not the path, sets this packet's pace: its rate
+		// sample must not lower the controller's bandwidth model (see
+		// SetRateCap).
+		s.ctrl.OnAppLimited(now, s.bytesInFlight)
+	}
 	p.cc = s.ctrl.OnPacketSent(now, bytes, s.bytesInFlight)
 	s.bytesInFlight += bytes
 	s.ackElicitingInFlight++
@@ -230,7 +238,40 @@ func (s *Sender) OnPacketSent(now monotime.Time, pn uint64, bytes int, ackElicit
 func (s *Sender) startPacer(now monotime.Time) {
 	if !s.pacerStarted {
 		s.pacerStarted = true
-		s.pacer.SetRate(now, s.ctrl.PacingRateBps())
+		s.pacer.SetRate(now, s.pacingRate())
+	}
+}
+
+// pacingRate is the controller's pacing rate, held to the rate cap.
+func (s *Sender) pacingRate() uint64 {
+	r := s.ctrl.PacingRateBps()
+	if s.capBinds() {
+		r = s.rateCapBps
+	}
+	return r
+}
+
+// capBinds reports whether the rate cap is below the controller's pace
+// (an unpaced controller, rate 0, counts as faster than any cap).
+func (s *Sender) capBinds() bool {
+	if s.rateCapBps == 0 {
+		return false
+	}
+	r := s.ctrl.PacingRateBps()
+	return r == 0 || r > s.rateCapBps
+}
+
+// SetRateCap holds the pace to at most capBps (0 lifts the cap) from now
+// on. A hub that divides a link of known rate among its tunnels sets it.
+// While the cap is below the controller's own pacing rate, sent packets
+// are marked application-limited for the controller: the cap, not the
+// path, limits them, so their delivery rate must not pull the
+// controller's bandwidth estimate down to the cap, and a lifted cap finds
+// the path's estimate intact.
+func (s *Sender) SetRateCap(now monotime.Time, capBps uint64) {
+	s.rateCapBps = capBps
+	if s.pacerStarted {
+		s.pacer.SetRate(now, s.pacingRate())
 	}
 }
 
@@ -271,6 +312,7 @@ func (s *Sender) Stats() SenderStats {
 	st.CongestionWindow = s.ctrl.CongestionWindow()
 	st.TrackedPackets = s.ring.len()
 	st.PacingRateBps = s.pacer.RateBps()
+	st.RateCapBps = s.rateCapBps
 	st.SmoothedRTT = s.rtt.SmoothedRTT()
 	st.RTTVar = s.rtt.RTTVar()
 	st.MinRTT = s.rtt.MinRTT()

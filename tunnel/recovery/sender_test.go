@@ -614,3 +614,40 @@ func TestPacketThresholdAdaptsToReordering(t *testing.T) {
 		t.Fatalf("lost %v, want [41] by the time threshold", k.lost)
 	}
 }
+
+// TestRateCap: a cap below the controller's rate paces the packets at the
+// cap and marks them application-limited for the controller; a cap above
+// it, or none, changes nothing.
+func TestRateCap(t *testing.T) {
+	s, m, _ := newTestSender(t)
+	m.rateBps = 100e6
+	sendN(s, ms(0), 1)
+	s.SetRateCap(ms(0), 10e6)
+	if got := s.Stats().PacingRateBps; got != 10e6 {
+		t.Fatalf("pacing at %d bit/s under a 10 Mbit/s cap, want the cap", got)
+	}
+	m.calls = nil
+	sendN(s, ms(0), 1)
+	if n := len(m.callsOf("applimited")); n != 1 {
+		t.Errorf("a packet sent under a binding cap made %d OnAppLimited calls, want 1", n)
+	}
+	// 1200 bytes at 10 Mbit/s take 0.96 ms: the next packet waits for that.
+	sendN(s, ms(0), 4) // spend the burst credit
+	if next := s.TimeToSend(ms(0)); !next.After(ms(0)) {
+		t.Errorf("under the cap the next send is at %v, want later than now", next)
+	}
+
+	s.SetRateCap(ms(10), 1e9)
+	m.calls = nil
+	sendN(s, ms(10), 1)
+	if got := s.Stats().PacingRateBps; got != 100e6 {
+		t.Errorf("pacing at %d bit/s under a cap above the controller's 100 Mbit/s, want the controller's", got)
+	}
+	if n := len(m.callsOf("applimited")); n != 0 {
+		t.Errorf("a cap that does not bind made %d OnAppLimited calls, want 0", n)
+	}
+	s.SetRateCap(ms(10), 0)
+	if st := s.Stats(); st.RateCapBps != 0 || st.PacingRateBps != 100e6 {
+		t.Errorf("after lifting the cap: cap %d, pacing %d; want 0 and the controller's 100 Mbit/s", st.RateCapBps, st.PacingRateBps)
+	}
+}
