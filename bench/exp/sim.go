@@ -32,7 +32,11 @@ type SimOptions struct {
 	// WANRateHint tells the tunnel the link's rate (wanopt run
 	// --wan-rate): a cold tunnel starts at it instead of probing.
 	WANRateHint bool
-	Seed        uint64
+	// HubShare, for SimShares: the tunnels' senders are capped as a hub
+	// told the link's rate caps its branches' tunnels (wanopt run
+	// --hub-rate; package share), every share.Interval.
+	HubShare bool
+	Seed     uint64
 	// Limit bounds the simulated time; 0 means 20 minutes.
 	Limit time.Duration
 }

@@ -2,6 +2,7 @@ package exp
 
 import (
 	"fmt"
+	"github.com/wanopt/wanopt/tunnel/share"
 	"time"
 
 	"github.com/wanopt/wanopt/bench/netsim"
@@ -156,6 +157,28 @@ func SimShare(o SimOptions, competitor string, d time.Duration) (first, second f
 	return da / (da + db), db / (da + db), nil
 }
 
+// hubShare caps the senders of bulks as a hub with the link's rate does
+// (edge's shareLoop), every share.Interval of virtual time.
+func hubShare(sim *netsim.Sim, bulks []*bulk, linkBps uint64) {
+	use := make([]share.Tunnel, len(bulks))
+	caps := make([]uint64, len(bulks))
+	sent := make([]uint64, len(bulks))
+	var tick func()
+	tick = func() {
+		for k, b := range bulks {
+			s := b.cli.Stats().BytesSent
+			use[k] = share.Tunnel{SentBps: (s - sent[k]) * 8 * uint64(time.Second) / uint64(share.Interval), CapBps: caps[k]}
+			sent[k] = s
+		}
+		share.Allocate(share.Budget(linkBps), use, caps, nil)
+		for k, b := range bulks {
+			b.cli.SetRateCap(sim.Now(), caps[k])
+		}
+		sim.At(sim.Now().Add(share.Interval), tick)
+	}
+	sim.At(sim.Now().Add(share.Interval), tick)
+}
+
 // SimShares runs n tunnels with o.CC through one bottleneck, the k-th
 // starting its bulk transfer k × stagger after its handshake (as the
 // branches of a hub start a few round trips apart), and returns each
@@ -185,6 +208,9 @@ func SimShares(o SimOptions, n int, stagger, warmup, measure time.Duration) ([]f
 			b.onClient(now, ev)
 		}
 		tp.se.onEvent = b.onServer
+	}
+	if o.HubShare {
+		hubShare(sim, bulks, uint64(o.RateBps))
 	}
 	if err := sim.RunFor(warmup); err != nil {
 		return nil, err

@@ -26,6 +26,7 @@ func runSim(ctx context.Context, args []string) error {
 	noTCP := fs.Bool("no-tcp", false, "skip the simulated plain-TCP comparison")
 	bars := fs.Bool("bars", false, "measure the transport's bars (issue 3) for --cc instead of one scenario")
 	shareTunnels := fs.Int("share-tunnels", 0, "instead of one scenario: this many tunnels share the bottleneck (the twin of 'wanbench hub'), each starting --stagger after the one before; prints each one's share of the fair share over 30 s after 20 s")
+	hubShare := fs.Bool("hub-share", false, "with --share-tunnels: cap the tunnels as a hub told the link's rate does (wanopt run --hub-rate)")
 	stagger := fs.Duration("stagger", 0, "with --share-tunnels: the delay between the tunnels' starts")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -38,7 +39,7 @@ func runSim(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		o := exp.SimOptions{RateBps: int64(rate), RTT: *rtt, CC: *ccName, Seed: *seed}
+		o := exp.SimOptions{RateBps: int64(rate), RTT: *rtt, CC: *ccName, Seed: *seed, HubShare: *hubShare}
 		if *queueS != "" {
 			q, err := parseBytes(*queueS)
 			if err != nil {

@@ -1,0 +1,122 @@
+// Package share divides a link of known rate among the tunnels that cross
+// it, max-min fairly, as a hub does with its data centre's link among its
+// branches.
+//
+// Why the hub divides the link itself: tunnels whose BBR controllers start
+// a few round trips apart behind one drop-tail queue keep the shares they
+// started with. Each one's loss bound (inflight_hi) is frozen at what it
+// held when Startup overflowed the queue; together they keep the queue
+// full, so every later bandwidth probe meets loss, or ends at once because
+// the standing queue already makes inflight exceed 1.25 × the estimated
+// BDP. In the simulator, three tunnels started 300 ms apart on 250 Mbit/s
+// and 100 ms took 2.04, 0.32 and 0.64 of the fair share for as long as
+// they ran. A hub told its link's rate knows better: it caps each tunnel's
+// pace at its max-min fair share of the link, recomputed every interval
+// from what each tunnel sent. The caps sum to a little under the link, so
+// no queue stands, and each tunnel's own controller still finds what the
+// rest of its path allows below its cap (a branch with a slower line
+// takes less and leaves the rest to the others).
+//
+// Allocate is sans-IO; the hub's driver calls it on a timer.
+package share
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// Tunnel is one tunnel's use of the link over the last interval.
+type Tunnel struct {
+	// SentBps is the rate it sent at (datagram payload, bits per second).
+	SentBps uint64
+	// CapBps is the cap it had over the interval; 0 for a tunnel that
+	// had none yet (it is given a full share).
+	CapBps uint64
+}
+
+// Saturated reports whether t used its cap (SaturatedFraction of it or
+// more): it would have sent more, so it asks for as much as it can get.
+func (t Tunnel) Saturated() bool {
+	return t.CapBps == 0 || float64(t.SentBps) >= SaturatedFraction*float64(t.CapBps)
+}
+
+const (
+	// SaturatedFraction of its cap is what a tunnel must send to count as
+	// held back by it. BBR paces 10 % below its estimate in ProbeBW's
+	// DOWN phase, so a tunnel at its cap sends at least 0.9 of it.
+	SaturatedFraction = 0.85
+	// Growth is how much more than it sent a tunnel below its cap may
+	// send next interval: room to grow without waiting to saturate.
+	Growth = 1.5
+)
+
+// LinkFraction of the link's rate is what Budget gives the tunnels' caps:
+// the IP and UDP headers take about 2 % beyond the datagram payload the
+// caps count, and the rest keeps a queue from standing at the link.
+const LinkFraction = 0.95
+
+// Budget is the total of the caps for a link of linkBps (its rate on the
+// wire, bits per second).
+func Budget(linkBps uint64) uint64 { return uint64(float64(linkBps) * LinkFraction) }
+
+// Interval is how often a hub recomputes the caps: a few round trips of
+// a short WAN path, so that a branch that starts sending gets its share
+// within about two intervals.
+const Interval = 100 * time.Millisecond
+
+// Allocate sets caps[i], the cap of tunnels[i] for the next interval.
+// A tunnel that did not use its cap asks for what it sent times Growth; it
+// gets that, or an equal share of what the others leave if that is less.
+// The rest of totalBps is divided equally among the others (max-min
+// fairness: no tunnel can get more without taking from one that has
+// less). If every tunnel got what it asked for, what is left is divided
+// among them all, so that light use is never held back. Every cap is at
+// least totalBps/(4 × len(tunnels)), so that an idle tunnel that starts
+// sending saturates its cap, and so takes its share, one interval later.
+// order is scratch space (it saves an allocation per call); caps must have
+// len(tunnels).
+func Allocate(totalBps uint64, tunnels []Tunnel, caps []uint64, order []int) {
+	n := uint64(len(tunnels))
+	if n == 0 {
+		return
+	}
+	const unset = ^uint64(0)
+	order = order[:0]
+	for i, t := range tunnels {
+		caps[i] = unset
+		if !t.Saturated() {
+			order = append(order, i)
+		}
+	}
+	demand := func(i int) uint64 { return uint64(float64(tunnels[i].SentBps) * Growth) }
+	slices.SortFunc(order, func(a, b int) int {
+		if c := cmp.Compare(demand(a), demand(b)); c != 0 {
+			return c
+		}
+		return a - b
+	})
+	left, open := totalBps, n
+	for _, i := range order {
+		d := demand(i)
+		if d >= left/open {
+			break // this one and the rest take an equal share
+		}
+		caps[i] = d
+		left -= d
+		open--
+	}
+	// With open == 0 every tunnel got what it asked for, and what is left
+	// goes to them all.
+	equal, extra := uint64(0), left/n
+	if open > 0 {
+		equal, extra = left/open, 0
+	}
+	floor := totalBps / (4 * n)
+	for i := range caps {
+		if caps[i] == unset {
+			caps[i] = equal
+		}
+		caps[i] = max(caps[i]+extra, floor)
+	}
+}
