@@ -48,6 +48,10 @@ type Config struct {
 	// WANRateBps is the WAN's bottleneck rate if the operator knows it
 	// (--wan-rate); 0: the tunnel probes it.
 	WANRateBps uint64
+	// HubRateBps is, at a hub, the rate of the link its branches share
+	// (--hub-rate): the hub caps each branch's tunnel at its max-min fair
+	// share of it (package share). 0: each tunnel's controller alone.
+	HubRateBps uint64
 	// Bind, if set, opens the UDP socket of each tunnel instead of a socket
 	// on Listen or toward Peer: tests run an edge pair over an in-memory
 	// bindtest pair. The tunnel owns and closes what it returns.
@@ -183,6 +187,8 @@ func (c Config) Validate() error {
 		return bad("--memory-mib %d: want %d to %d", c.MemoryMiB, MinMemoryMiB, MaxMemoryMiB)
 	case c.CC != tunnel.CCBBR && c.CC != tunnel.CCCubic:
 		return bad("--cc %q: want bbr or cubic", c.CC)
+	case c.HubRateBps > 0 && len(c.Branches) == 0:
+		return bad("--hub-rate divides a hub's link among its branches: it needs --branch")
 	case len(c.Branches) > 0:
 		return c.validateBranches()
 	case len(c.Upstreams) > 0:

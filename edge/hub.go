@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/wanopt/wanopt/tunnel/share"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 
@@ -77,6 +79,12 @@ type branch struct {
 	done   chan struct{}      // closed when its loop has returned
 	mu     sync.Mutex
 	t      *driver.Tunnel // nil while down
+
+	// The share loop's own (shareLoop): the tunnel it last saw, its
+	// payload bytes sent then, and the cap it set.
+	shareT    *driver.Tunnel
+	shareSent uint64
+	shareCap  uint64
 }
 
 func (b *branch) tunnel() *driver.Tunnel {
@@ -110,9 +118,79 @@ func (e *Edge) runHub(ctx context.Context, cfg Config, dialer flow.Dialer) error
 	for _, b := range cfg.Branches {
 		e.startBranch(cfg, b)
 	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		e.shareLoop(ctx)
+	}()
 	<-ctx.Done()
 	h.wg.Wait()
 	return nil
+}
+
+// shareLoop divides the hub's link (Config.HubRateBps, which a reload may
+// change) among the branches' tunnels every share.Interval until ctx
+// ends: each tunnel is capped at its max-min fair share, from what it
+// sent over the last interval (see package share for why).
+func (e *Edge) shareLoop(ctx context.Context) {
+	tick := time.NewTicker(share.Interval)
+	defer tick.Stop()
+	var (
+		live  []*branch
+		use   []share.Tunnel
+		caps  []uint64
+		order []int
+		last  = time.Now()
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		elapsed := now.Sub(last)
+		last = now
+		rate := e.config().HubRateBps
+		if rate == 0 {
+			// No link to divide (or a reload took it away): lift the caps.
+			for _, b := range e.hubBranches() {
+				if b.shareCap != 0 && b.shareT.SetRateCap(0) == nil {
+					b.shareCap = 0
+				}
+			}
+			continue
+		}
+		live, use = live[:0], use[:0]
+		for _, b := range e.hubBranches() {
+			t := b.tunnel()
+			if t == nil {
+				continue
+			}
+			sent := t.Stats().Tunnel.BytesSent
+			if t != b.shareT {
+				// A new tunnel: no history, so it starts with a full share.
+				b.shareT, b.shareSent, b.shareCap = t, sent, 0
+			}
+			u := share.Tunnel{CapBps: b.shareCap}
+			if elapsed > 0 {
+				u.SentBps = uint64(float64(sent-b.shareSent) * 8 / elapsed.Seconds())
+			}
+			b.shareSent = sent
+			live, use = append(live, b), append(use, u)
+		}
+		caps = slices.Grow(caps[:0], len(live))[:len(live)]
+		order = slices.Grow(order[:0], len(live))
+		share.Allocate(share.Budget(rate), use, caps, order)
+		for i, b := range live {
+			if caps[i] == b.shareCap {
+				continue
+			}
+			if b.shareT.SetRateCap(caps[i]) == nil {
+				b.shareCap = caps[i]
+			}
+		}
+	}
 }
 
 // hubRun is what a running hub's branches share.

@@ -18,6 +18,7 @@ import (
 	"github.com/wanopt/wanopt/internal/tcptest"
 	"github.com/wanopt/wanopt/tunnel/bind"
 	"github.com/wanopt/wanopt/tunnel/crypt"
+	"github.com/wanopt/wanopt/tunnel/share"
 )
 
 // TestEdgeHub: one far edge serves three branches on one UDP socket
@@ -192,5 +193,113 @@ func TestEdgeHub(t *testing.T) {
 	}
 	if strings.Join(got, ",") != "a,b,d" {
 		t.Errorf("hub's branches after the reload: %v; want a, b, d", got)
+	}
+}
+
+// TestEdgeHubRate: a hub told its link's rate (HubRateBps) caps each
+// branch's tunnel at its share: the caps divide the link's budget, and two
+// branches echoing at once through it on loopback take at least the time
+// their caps allow; a reload that removes the rate lifts the caps.
+func TestEdgeHubRate(t *testing.T) {
+	leaktest.Check(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	echo := tcptest.Server(t, tcptest.Echo)
+	rule, err := egress.ParseRule(fmt.Sprintf("%v/32:%d", echo.Addr(), echo.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rateBps = 16_000_000
+	hk, _ := crypt.GenerateKey(rand.Reader)
+	names := []string{"a", "b"}
+	keys := make([]crypt.PrivateKey, len(names))
+	var branches []Branch
+	for i, n := range names {
+		keys[i], _ = crypt.GenerateKey(rand.Reader)
+		branches = append(branches, Branch{Name: n, Key: keys[i].PublicKey()})
+	}
+	sock, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hubCfg := Config{PrivateKey: hk, Listen: sock.LocalAddr(), Branches: branches, HubRateBps: rateBps,
+		Policy: egress.Policy{Rules: []egress.Rule{rule}}, Bind: func() (bind.Conn, error) { return sock, nil }}
+	next := hubCfg
+	next.HubRateBps = 0
+	hubCfg.Reload = func() (Config, error) { return next, nil }
+	hub, err := New(hubCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, wait := edgeRunner(t, ctx)
+	defer wait()
+	defer cancel()
+	run(hub)
+	pol, _ := egress.ParsePolicy([]string{"192.0.2.1/32"})
+	near := make([]*Edge, len(names))
+	for i := range near {
+		if near[i], err = New(Config{PrivateKey: keys[i], PeerKey: hk.PublicKey(), Peer: sock.LocalAddr(), Policy: pol}); err != nil {
+			t.Fatal(err)
+		}
+		run(near[i])
+	}
+	capped := func() (caps []uint64) {
+		for _, p := range hub.Status().Peers {
+			if p.Tunnel != nil && p.Tunnel.RateCapBps != 0 {
+				caps = append(caps, p.Tunnel.RateCapBps)
+			}
+		}
+		return caps
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(capped()) < len(names); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no cap on every branch's tunnel within 10 s: %v", capped())
+		}
+	}
+	// The caps divide the budget; idle tunnels' floors (a quarter of an
+	// equal share each) may add to it.
+	budget := share.Budget(rateBps)
+	var sum uint64
+	for _, c := range capped() {
+		sum += c
+	}
+	if sum > budget*5/4 {
+		t.Errorf("the caps %v sum to %d bit/s, beyond the budget %d of the hub's link and the idle floors", capped(), sum, budget)
+	}
+
+	const size = 1 << 20
+	start := time.Now()
+	var ewg sync.WaitGroup
+	for i := range names {
+		ewg.Add(1)
+		go func() {
+			defer ewg.Done()
+			c, err := near[i].Dial(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), echo)
+			if err != nil {
+				t.Errorf("branch %s: dial: %v", names[i], err)
+				return
+			}
+			defer c.Close()
+			data := tcptest.Payload(uint64(i), size)
+			go func() { c.Write(data); c.CloseWrite() }()
+			if got, err := io.ReadAll(c); err != nil || string(got) != string(data) {
+				t.Errorf("branch %s: echo of 1 MiB: %d bytes, err %v", names[i], len(got), err)
+			}
+		}()
+	}
+	ewg.Wait()
+	// The hub sends both echoes back, 2 MiB in all, within its caps.
+	least := time.Duration(float64(2*size*8) / float64(budget*5/4) * float64(time.Second))
+	if took := time.Since(start); took < least {
+		t.Errorf("the two echoes took %v through a hub capped at %d bit/s; want at least %v", took, budget, least)
+	}
+
+	if _, err := hub.Reload(); err != nil {
+		t.Fatalf("reload without the hub's rate: %v", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(capped()) != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("caps %v still set 5 s after a reload removed the hub's rate", capped())
+		}
 	}
 }

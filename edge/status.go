@@ -95,7 +95,7 @@ func tunnelStatus(t *driver.Tunnel) *control.Tunnel {
 	r := &control.Tunnel{
 		Peer: s.PeerAddr.String(), Congestion: s.Tunnel.Congestion, Cipher: s.Tunnel.Cipher,
 		SmoothedRTT: s.Tunnel.SmoothedRTT, MinRTT: s.Tunnel.MinRTT,
-		BandwidthBps: s.Tunnel.BandwidthBps, PacingRateBps: s.Tunnel.PacingRateBps,
+		BandwidthBps: s.Tunnel.BandwidthBps, PacingRateBps: s.Tunnel.PacingRateBps, RateCapBps: s.Tunnel.RateCapBps,
 		Cwnd: s.Tunnel.CongestionWindow, InFlight: s.Tunnel.BytesInFlight,
 		BytesSent: s.Tunnel.BytesSent, BytesReceived: s.Tunnel.BytesReceived,
 		PacketsSent: s.Tunnel.PacketsSent, PacketsReceived: s.Tunnel.PacketsReceived,

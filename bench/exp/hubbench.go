@@ -28,6 +28,10 @@ type HubBenchOptions struct {
 	// Warmup is how long the downloads run before the measurement and
 	// Measure how long it lasts (default 8 s and 20 s).
 	Warmup, Measure time.Duration
+	// NoHubRate leaves out the hub's --hub-rate (the link's rate): each
+	// branch's tunnel then has only its own controller, and tunnels that
+	// start apart keep unequal shares (see package tunnel/share).
+	NoHubRate bool
 	// Wanopt is the wanopt binary; LinkCommand starts the link helper.
 	Wanopt      string
 	LinkCommand []string
@@ -41,6 +45,8 @@ type HubBenchResult struct {
 	RateMbps   float64 `json:"rate_mbps"`
 	QueueBytes int     `json:"queue_bytes"`
 	MeasureS   float64 `json:"measure_s"`
+	// HubRateMbps is the hub's --hub-rate, 0 if it had none.
+	HubRateMbps float64 `json:"hub_rate_mbps"`
 	// BranchMbps is each branch's goodput over the measurement; Shares
 	// each one's fraction of the fair share (TotalMbps / Branches).
 	BranchMbps []float64 `json:"branch_mbps"`
@@ -106,8 +112,13 @@ func HubBench(ctx context.Context, o HubBenchOptions) (HubBenchResult, error) {
 	defer ln.Close()
 	go serveZeros(ln)
 
-	h, err := StartHub(ctx, l, HubOptions{Wanopt: o.Wanopt, Branches: o.Branches,
-		Lines: []string{fmt.Sprintf("allow = 198.18.2.2/32:%d", hubBenchPort)}})
+	lines := []string{fmt.Sprintf("allow = 198.18.2.2/32:%d", hubBenchPort)}
+	if !o.NoHubRate {
+		// The operator's setting: the data centre's link rate.
+		lines = append(lines, fmt.Sprintf("hub-rate = %d", o.RateBps))
+		res.HubRateMbps = res.RateMbps
+	}
+	h, err := StartHub(ctx, l, HubOptions{Wanopt: o.Wanopt, Branches: o.Branches, Lines: lines})
 	if err != nil {
 		return res, err
 	}
@@ -226,6 +237,11 @@ func (r HubBenchResult) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d branches downloading at once through one hub, link %.0f Mbit/s, RTT %.0f ms, %d B drop-tail queue, measured over %.0f s:\n\n",
 		r.Branches, r.RateMbps, r.RTTms, r.QueueBytes, r.MeasureS)
+	if r.HubRateMbps > 0 {
+		fmt.Fprintf(&b, "The hub divides %.0f Mbit/s among the branches (--hub-rate).\n\n", r.HubRateMbps)
+	} else {
+		b.WriteString("The hub has no --hub-rate: each tunnel's controller alone.\n\n")
+	}
 	b.WriteString("| branch | Mbit/s | share of the fair share |\n|---|---:|---:|\n")
 	for i, m := range r.BranchMbps {
 		fmt.Fprintf(&b, "| %s | %.1f | %.2f |\n", BranchName(i), m, r.Shares[i])

@@ -25,7 +25,8 @@ from one server through one wanopt hub (wanopt run --branch) across the
 same emulated link. After a warm-up, each branch's goodput is counted over
 the same interval; the table gives each branch's share of the fair share
 (the total over the branches) and the total against the link's goodput
-limit. Needs root and a wanopt binary (--wanopt, next to wanbench, or on
+limit. The hub is told the link's rate (--hub-rate), as its operator
+would; --no-hub-rate leaves it out. Needs root and a wanopt binary (--wanopt, next to wanbench, or on
 PATH). Last line: branches=N rtt_ms=R total_mbps=X min_share=Y max_share=Z.
 
 Flags:
@@ -38,6 +39,7 @@ Flags:
 	queueS := fs.String("queue", "", "drop-tail queue in bytes (default the published 2,000,000)")
 	measure := fs.Duration("measure", 20*time.Second, "how long each branch's goodput is counted")
 	warmup := fs.Duration("warmup", 8*time.Second, "how long the downloads run before counting")
+	noHubRate := fs.Bool("no-hub-rate", false, "do not tell the hub the link's rate (wanopt run --hub-rate): measure the tunnels' controllers alone")
 	wanopt := fs.String("wanopt", "", "the wanopt binary (default: next to wanbench, else on PATH)")
 	out := fs.String("out", "out/hub", "folder for hub.json and hub.md")
 	if err := fs.Parse(args); err != nil {
@@ -56,7 +58,7 @@ Flags:
 	if err != nil {
 		return fmt.Errorf("--rate: %w", err)
 	}
-	o := exp.HubBenchOptions{Branches: *branches, RTT: *rtt, RateBps: rate, Warmup: *warmup, Measure: *measure, Logger: log}
+	o := exp.HubBenchOptions{Branches: *branches, RTT: *rtt, RateBps: rate, Warmup: *warmup, Measure: *measure, NoHubRate: *noHubRate, Logger: log}
 	if *queueS != "" {
 		q, d, err := parseQueue(*queueS)
 		if err != nil || d != 0 {

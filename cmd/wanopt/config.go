@@ -54,11 +54,11 @@ Flags:
 
 // runFlags holds the raw flag values.
 type runFlags struct {
-	config, tun, key, peerKey, listen, peer, cc, logLevel, logFormat, control, capture, egress, wanRate, metrics string
-	tunSetup, check                                                                                              bool
-	tunAddrs, routes, allow, deny, branches, branchAllow, upstreams, upstreamRoutes                              []string
-	mtu, maxFlows, memoryMiB, procs                                                                              int
-	dialTimeout, peerTimeout, flowIdle                                                                           time.Duration
+	config, tun, key, peerKey, listen, peer, cc, logLevel, logFormat, control, capture, egress, wanRate, hubRate, metrics string
+	tunSetup, check                                                                                                       bool
+	tunAddrs, routes, allow, deny, branches, branchAllow, upstreams, upstreamRoutes                                       []string
+	mtu, maxFlows, memoryMiB, procs                                                                                       int
+	dialTimeout, peerTimeout, flowIdle                                                                                    time.Duration
 }
 
 func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
@@ -93,6 +93,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.IntVar(&f.memoryMiB, "memory-mib", edge.DefaultMemoryMiB, "memory budget for flows, `MiB`: a quarter for the tunnel's stream buffers and windows, a quarter for the larger buffers of streaming flows, and half for the floors of the flows admitted (about 150 KiB each; more flows are refused); the process needs about 40 MiB beside it")
 	fs.IntVar(&f.procs, "procs", 0, "run the edge's goroutines on at most `N` threads at once (GOMAXPROCS). 1 spends about an eighth less CPU per byte at 250 Mbit/s, as no second thread spins waiting for work, and caps the edge at one core; 0: Go's default, every CPU (or the cgroup's CPU limit)")
 	fs.StringVar(&f.cc, "cc", "bbr", "tunnel congestion control: bbr or cubic")
+	fs.StringVar(&f.hubRate, "hub-rate", "", "at a hub: the rate of the link its branches share, e.g. 250mbit; the hub divides it fairly among the branches that use it (each tunnel is capped at its share, recomputed every 100 ms). Without it, tunnels that start apart keep unequal shares behind a full queue. Empty: no caps")
 	fs.StringVar(&f.wanRate, "wan-rate", "", "the WAN link's rate toward the peer if known, e.g. 50mbit or 1gbit: a new tunnel starts sending at it instead of probing up from ten packets (on a 600 ms path that takes about 5 s); measurements then take over. Empty: probe")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text (key=value) or json (one object per line)")
@@ -258,6 +259,11 @@ func (f *runFlags) validate() (*runConfig, error) {
 		return bad("--procs %d: want 0 (Go's default) or a number of threads", f.procs)
 	}
 	c.Procs = f.procs
+	if f.hubRate != "" {
+		if c.HubRateBps, err = units.ParseRate(f.hubRate); err != nil || c.HubRateBps == 0 {
+			return bad("--hub-rate %q: want a rate such as 250mbit or 1gbit (bits per second)", f.hubRate)
+		}
+	}
 	if f.wanRate != "" {
 		if c.WANRateBps, err = units.ParseRate(f.wanRate); err != nil || c.WANRateBps == 0 {
 			return bad("--wan-rate %q: want a rate such as 50mbit, 250mbit or 1gbit (bits per second)", f.wanRate)

@@ -215,8 +215,12 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	}
 	for _, p := range r.Peers {
 		if t := p.Tunnel; t != nil {
-			fmt.Fprintf(stdout, "branch %s: up, peer %s, srtt %v, bandwidth %.1f Mbit/s, sent %d B, received %d B, %d streams open; egress %d flows, connected %d, not allowed %d; policy %s\n",
-				p.Name, t.Peer, t.SmoothedRTT.Round(100*time.Microsecond), float64(t.BandwidthBps)/1e6, t.BytesSent, t.BytesReceived, t.StreamsOpen,
+			capped := ""
+			if t.RateCapBps != 0 {
+				capped = fmt.Sprintf(", share cap %.1f Mbit/s", float64(t.RateCapBps)/1e6)
+			}
+			fmt.Fprintf(stdout, "branch %s: up, peer %s, srtt %v, bandwidth %.1f Mbit/s, pacing %.1f Mbit/s%s, sent %d B, received %d B, %d streams open; egress %d flows, connected %d, not allowed %d; policy %s\n",
+				p.Name, t.Peer, t.SmoothedRTT.Round(100*time.Microsecond), float64(t.BandwidthBps)/1e6, float64(t.PacingRateBps)/1e6, capped, t.BytesSent, t.BytesReceived, t.StreamsOpen,
 				p.Egress.Active, p.Egress.Connected, p.Egress.NotAllowed, p.Policy)
 		} else {
 			fmt.Fprintf(stdout, "branch %s: down (key %s); egress connected %d; policy %s\n", p.Name, p.Key, p.Egress.Connected, p.Policy)

@@ -74,10 +74,13 @@ type Tunnel struct {
 	MinRTT        time.Duration `json:"min_rtt_ns"`
 	BandwidthBps  uint64        `json:"bandwidth_bps"`
 	PacingRateBps uint64        `json:"pacing_rate_bps"`
-	Cwnd          int           `json:"cwnd"`
-	InFlight      int           `json:"in_flight"`
-	BytesSent     uint64        `json:"bytes_sent"`
-	BytesReceived uint64        `json:"bytes_received"`
+	// RateCapBps is the cap a hub's --hub-rate puts on the tunnel's pace
+	// (its fair share of the link), 0 if none.
+	RateCapBps    uint64 `json:"rate_cap_bps,omitempty"`
+	Cwnd          int    `json:"cwnd"`
+	InFlight      int    `json:"in_flight"`
+	BytesSent     uint64 `json:"bytes_sent"`
+	BytesReceived uint64 `json:"bytes_received"`
 	// Packets each way, the rate at which the peer delivers stream data
 	// to this edge (measured), and how long ago the session in use was
 	// keyed (handshake or rekey).

@@ -80,6 +80,7 @@ var (
 	peerDelivery    = desc("peer_delivery_rate_bytes_per_second", "The congestion controller's estimate of the rate the path delivers toward the peer (BBR's bottleneck bandwidth).", "peer")
 	peerRecvRate    = desc("peer_receive_rate_bytes_per_second", "The rate at which the peer delivers stream data to this edge, measured.", "peer")
 	peerPacing      = desc("peer_pacing_rate_bytes_per_second", "The tunnel's pacing rate toward the peer.", "peer")
+	peerRateCap     = desc("peer_rate_cap_bytes_per_second", "The cap a hub's --hub-rate puts on the tunnel's pace toward the peer (its fair share of the link); 0 without one.", "peer")
 	peerCwnd        = desc("peer_congestion_window_bytes", "The tunnel's congestion window.", "peer")
 	peerInFlight    = desc("peer_in_flight_bytes", "Bytes sent to the peer and not yet acknowledged.", "peer")
 	peerBBRState    = desc("peer_bbr_state", "1 for BBR's current state, 0 for the others (BBR only).", "peer", "state")
@@ -148,6 +149,7 @@ func collectPeer(gauge func(*prometheus.Desc, float64, ...string), counter func(
 		gauge(peerDelivery, float64(t.BandwidthBps)/8, p)
 		gauge(peerRecvRate, float64(t.RecvRateBps)/8, p)
 		gauge(peerPacing, float64(t.PacingRateBps)/8, p)
+		gauge(peerRateCap, float64(t.RateCapBps)/8, p)
 		gauge(peerCwnd, float64(t.Cwnd), p)
 		gauge(peerInFlight, float64(t.InFlight), p)
 		if t.BBRMode != "" {
