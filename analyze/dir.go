@@ -416,7 +416,11 @@ func (d *dirState) sackBlocks(c *conn, self int, seg *segment, a int64, pkt int)
 			})
 			continue
 		}
-		if d.started && r > d.nextSeq {
+		// The highest sequence sent is known once data was seen, or,
+		// before any, from the sender's SYN: a block in an ACK that
+		// comes before the first data (the handshake's last ACK) covers
+		// nothing sent at all.
+		if (d.started || c.syn[self].seen) && r > d.nextSeq {
 			c.flag("sack-unsent-data", pkt, func() string {
 				return fmt.Sprintf("%s selectively acknowledged %d-%d, but %s had sent only up to %d: no receiver could have sent this block",
 					c.ep[1-self], l, r, c.ep[self], d.nextSeq)

@@ -49,19 +49,24 @@ var ErrInvalidConfig = errors.New("wanem: invalid link config")
 //     of the link drops everything: the outage acts at the entrance;
 //  1. random loss with probability LossPct/100;
 //  2. burst loss by the Gilbert–Elliott model in BurstLoss, if set;
-//  3. the drop-tail queue: with RateBps set, the packet is dropped if the
+//  3. the middlebox: ForgeSACK, WindowClamp and TamperUDPPct rewrite the
+//     packet as a device at the link's entrance would, so the queue and
+//     the rate limiter see it as rewritten (a forged SACK adds up to 12
+//     bytes). The counters count the rewritten packets the queue takes:
+//     those the link carried;
+//  4. the drop-tail queue: with RateBps set, the packet is dropped if the
 //     bytes queued at now (bytes whose departure time is after now, the
 //     packet on the wire included) plus its size exceed the queue limit;
-//  4. the rate limiter: it departs at max(now, previous departure) +
+//  5. the rate limiter: it departs at max(now, previous departure) +
 //     size*8/RateBps, computed in exact integer nanoseconds with the
 //     fraction carried to the next packet, so no error accumulates;
-//  5. release = departure + Delay + a uniform random jitter in [0, Jitter],
+//  6. release = departure + Delay + a uniform random jitter in [0, Jitter],
 //     raised if needed to the release time of the previous packet, so that
 //     jitter never reorders packets;
-//  6. with probability ReorderPct/100 the packet is held back another
+//  7. with probability ReorderPct/100 the packet is held back another
 //     ReorderDelay, so that the packets after it overtake it (they are not
 //     held back by it);
-//  7. with probability DupPct/100 a copy is released right after it. The
+//  8. with probability DupPct/100 a copy is released right after it. The
 //     copy is made after the bottleneck: it uses neither queue nor rate.
 //
 // Each random step draws from its own generator seeded from Seed, so the
@@ -95,6 +100,31 @@ type Config struct {
 	QueueDelay time.Duration `json:"queue_delay,omitempty"`
 	// Seed seeds the random steps.
 	Seed int64 `json:"seed,omitempty"`
+
+	// The middlebox: a device on the path that rewrites what it
+	// recognises, as a WAN optimiser left in bypass did in the field
+	// (wanbench sack). Each rewrite handles IPv4 and IPv6 without
+	// extension headers, keeps checksums right, and leaves fragments and
+	// packets that do not parse untouched.
+
+	// ForgeSACK, if not nil, adds a SACK block to every pure TCP ACK (ACK
+	// set, no SYN or RST, no payload): [ack+Offset, ack+Offset+Length),
+	// data the sender has not sent when Offset exceeds its window. It
+	// does so whether or not the handshake negotiated SACK, as the field
+	// device did; a segment with no room left for the option is left
+	// alone. Counted in Counters.SACKForged.
+	ForgeSACK *ForgedSACK `json:"forge_sack,omitempty"`
+	// WindowClamp, if positive, lowers the window field of TCP segments so
+	// that none advertises more than WindowClamp bytes, after the window
+	// scale the segment's sender offered on its SYN (the pipe remembers
+	// the offers of the connections it has seen start); at most
+	// MaxWindowClamp. Counted in Counters.WindowsClamped.
+	WindowClamp int `json:"window_clamp,omitempty"`
+	// TamperUDPPct is the percentage of UDP datagrams, in [0, 100], whose
+	// last payload byte the device inverts, fixing the UDP checksum: a
+	// device that rewrites bytes it does not understand. Counted in
+	// Counters.UDPTampered.
+	TamperUDPPct float64 `json:"tamper_udp_pct,omitempty"`
 }
 
 // GilbertElliott is the two-state burst-loss model: a Markov chain over
@@ -141,7 +171,7 @@ func (c Config) queueLimitBytes() (int64, error) {
 	for _, p := range []struct {
 		name string
 		v    float64
-	}{{"LossPct", c.LossPct}, {"ReorderPct", c.ReorderPct}, {"DupPct", c.DupPct}} {
+	}{{"LossPct", c.LossPct}, {"ReorderPct", c.ReorderPct}, {"DupPct", c.DupPct}, {"TamperUDPPct", c.TamperUDPPct}} {
 		if !(p.v >= 0 && p.v <= 100) { // also rejects NaN
 			return bad("%s %v is outside [0, 100] (it is a percentage)", p.name, p.v)
 		}
@@ -155,6 +185,19 @@ func (c Config) queueLimitBytes() (int64, error) {
 				return bad("BurstLoss.%s %v is outside [0, 1] (it is a probability, not a percentage)", p.name, p.v)
 			}
 		}
+	}
+	if f := c.ForgeSACK; f != nil {
+		switch {
+		case f.Offset == 0 || f.Length == 0:
+			return bad("ForgeSACK offset %d and length %d: both must be at least 1 byte", f.Offset, f.Length)
+		case uint64(f.Offset)+uint64(f.Length) >= 1<<31:
+			// Beyond half the sequence space the block would read as
+			// lying before the ACK.
+			return bad("ForgeSACK offset %d + length %d reaches 2^31 bytes past the ACK; keep the sum below %d", f.Offset, f.Length, 1<<31)
+		}
+	}
+	if c.WindowClamp < 0 || c.WindowClamp > MaxWindowClamp {
+		return bad("WindowClamp %d is outside [0, %d] (0: no clamp; %d is the largest window TCP can advertise)", c.WindowClamp, MaxWindowClamp, MaxWindowClamp)
 	}
 	if c.RateBps == 0 {
 		if c.QueueBytes != 0 || c.QueueDelay != 0 {

@@ -36,6 +36,12 @@ type Counters struct {
 	// device for a reason that does not stop the link (the kernel rejected
 	// that packet). Always zero for a bare Pipe.
 	WriteErrors uint64 `json:"write_errors"`
+	// SACKForged, WindowsClamped and UDPTampered count packets the
+	// middlebox rewrote (Config.ForgeSACK, WindowClamp, TamperUDPPct) and
+	// the queue then took; a duplicate counts once.
+	SACKForged     uint64 `json:"sack_forged"`
+	WindowsClamped uint64 `json:"windows_clamped"`
+	UDPTampered    uint64 `json:"udp_tampered"`
 	// Lateness is how late packets were released compared with their
 	// release time: the emulator's own precision.
 	Lateness Lateness `json:"lateness"`

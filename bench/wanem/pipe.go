@@ -29,8 +29,13 @@ type Pipe struct {
 
 	// Random generators, one per random step, so enabling one step does
 	// not shift the draws of another.
-	lossRng, geRng, jitterRng, reorderRng, dupRng *rand.Rand
-	geBad                                         bool
+	lossRng, geRng, jitterRng, reorderRng, dupRng, tamperRng *rand.Rand
+	geBad                                                    bool
+
+	// The middlebox (Config.ForgeSACK, WindowClamp, TamperUDPPct): extra
+	// buffer room a rewrite may need, and the window scales seen on SYNs.
+	rewriteGrowth int
+	scales        scaleTable
 
 	down bool // SetDown: every arriving packet is dropped
 
@@ -60,19 +65,27 @@ func NewPipe(cfg Config) (*Pipe, error) {
 		ge := *cfg.BurstLoss // keep the caller's struct out of the Pipe
 		cfg.BurstLoss = &ge
 	}
+	growth := 0
+	if cfg.ForgeSACK != nil {
+		f := *cfg.ForgeSACK
+		cfg.ForgeSACK = &f
+		growth = maxSACKGrowth
+	}
 	s := uint64(cfg.Seed)
 	newRng := func(stream uint64) *rand.Rand {
 		return rand.New(rand.NewPCG(s, stream*0x9e3779b97f4a7c15+1))
 	}
 	return &Pipe{
-		cfg:          cfg,
-		queueLimit:   limit,
-		reorderDelay: cfg.reorderDelay(),
-		lossRng:      newRng(1),
-		geRng:        newRng(2),
-		jitterRng:    newRng(3),
-		reorderRng:   newRng(4),
-		dupRng:       newRng(5),
+		cfg:           cfg,
+		queueLimit:    limit,
+		reorderDelay:  cfg.reorderDelay(),
+		lossRng:       newRng(1),
+		geRng:         newRng(2),
+		jitterRng:     newRng(3),
+		reorderRng:    newRng(4),
+		dupRng:        newRng(5),
+		tamperRng:     newRng(6),
+		rewriteGrowth: growth,
 	}, nil
 }
 
@@ -138,14 +151,36 @@ func (p *Pipe) Enqueue(now monotime.Time, pkt []byte) {
 		}
 	}
 
+	// The pipe's own copy, with room for what a rewrite adds (only a
+	// small packet, a pure ACK, ever grows: the largest get none, so the
+	// pool is never asked for more than MaxPacketBytes).
+	extra := p.rewriteGrowth
+	if size+extra > MaxPacketBytes {
+		extra = 0
+	}
+	buf := p.pool.get(size + extra)[:size]
+	copy(buf, pkt)
+	buf, rewrote := p.rewrite(buf)
+	size = len(buf)
+
 	depart := now
 	if p.cfg.RateBps > 0 {
 		var ok bool
 		if depart, ok = p.bottleneck(now, int64(size)); !ok {
 			p.c.QueueDrops++
 			p.c.QueueDropBytes += uint64(size)
+			p.pool.put(buf)
 			return
 		}
+	}
+	if rewrote&rewroteSACK != 0 {
+		p.c.SACKForged++
+	}
+	if rewrote&rewroteWindow != 0 {
+		p.c.WindowsClamped++
+	}
+	if rewrote&rewroteUDP != 0 {
+		p.c.UDPTampered++
 	}
 
 	release := depart.Add(p.cfg.Delay)
@@ -161,17 +196,45 @@ func (p *Pipe) Enqueue(now monotime.Time, pkt []byte) {
 	} else {
 		p.lastRelease = release
 	}
-	p.add(reorder, release, pkt)
+	p.add(reorder, release, buf)
 	if dup {
 		p.c.Duplicated++
-		p.add(reorder, release, pkt)
+		c := p.pool.get(size)
+		copy(c, buf)
+		p.add(reorder, release, c)
 	}
 }
 
-// add stores a copy of pkt for release at release.
-func (p *Pipe) add(reordered bool, release monotime.Time, pkt []byte) {
-	buf := p.pool.get(len(pkt))
-	copy(buf, pkt)
+// What rewrite did to a packet, one bit per rewrite.
+const (
+	rewroteSACK = 1 << iota
+	rewroteWindow
+	rewroteUDP
+)
+
+// rewrite applies the middlebox's rewrites to buf, which has capacity for
+// rewriteGrowth more bytes, and returns it with what it did. The caller
+// counts the rewrites once the queue has taken the packet, so that the
+// counters are of rewritten packets the link carried.
+func (p *Pipe) rewrite(buf []byte) ([]byte, int) {
+	did := 0
+	if f := p.cfg.ForgeSACK; f != nil {
+		var ok bool
+		if buf, ok = forgeSACK(buf, *f); ok {
+			did |= rewroteSACK
+		}
+	}
+	if p.cfg.WindowClamp > 0 && clampWindow(buf, uint32(p.cfg.WindowClamp), &p.scales) {
+		did |= rewroteWindow
+	}
+	if p.cfg.TamperUDPPct > 0 && isUDP(buf) && chance(p.tamperRng, p.cfg.TamperUDPPct) && tamperUDP(buf) {
+		did |= rewroteUDP
+	}
+	return buf, did
+}
+
+// add stores buf, which the pipe now owns, for release at release.
+func (p *Pipe) add(reordered bool, release monotime.Time, buf []byte) {
 	e := entry{release: release, seq: p.seq, buf: buf}
 	p.seq++
 	if reordered {

@@ -20,6 +20,7 @@ Commands:
   cisco      the published experiment, plain TCP against wanopt side by side
   hub        how one wanopt hub shares a link among several branches
   link       run the WAN link emulator between two TUN devices
+  sack       the bypass device that injected SACKs: plain TCP against wanopt through it
   sim        the tunnel against plain TCP in the deterministic simulator
   help       this text
 
@@ -46,6 +47,8 @@ func main() {
 		err = runHub(ctx, log, args)
 	case "link":
 		err = runLink(ctx, args)
+	case "sack":
+		err = runSack(ctx, log, args)
 	case "sim":
 		err = runSim(ctx, args)
 	case "help", "-h", "--help":

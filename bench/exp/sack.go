@@ -1,0 +1,487 @@
+package exp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wanopt/wanopt/analyze"
+	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/bench/wanem"
+)
+
+// SackOptions configure Sack. Zero values take the field case of issue 15:
+// a WAN device left in bypass on a 40 ms path that clamped the advertised
+// window to 16 kB and injected selective ACKs for data not yet sent.
+type SackOptions struct {
+	// RTT and RateBps are the link's (default 40 ms and 100 Mbit/s: fast
+	// enough that the clamped window, not the link, limits plain TCP);
+	// QueueBytes its drop-tail queue (default one bandwidth-delay
+	// product).
+	RTT        time.Duration
+	RateBps    uint64
+	QueueBytes int
+	// WindowClamp is the most any TCP segment may advertise, in bytes
+	// (default 16384).
+	WindowClamp int
+	// SACKOffset and SACKLength place the forged block in every pure ACK
+	// at [ack+SACKOffset, ack+SACKOffset+SACKLength) (default 4 × the
+	// clamp and 10 full segments): past anything a sender held to the
+	// clamp can have sent.
+	SACKOffset, SACKLength uint32
+	// TamperUDPPct is the percentage of UDP datagrams the device also
+	// rewrites (wanem.Config.TamperUDPPct). The field device rewrote only
+	// TCP, and 0 plays it faithfully: it then finds nothing to rewrite on
+	// the tunnel. Above 0 it stands for a device that rewrites what it
+	// does not understand, to show what the tunnel does with that.
+	TamperUDPPct float64
+	// PlainBytes and WanoptBytes are the measured transfers (iperf -n, one
+	// stream, -R: the server sends); default 8 MiB (about 20 s at the
+	// clamp's bound) and 64 MiB. WarmBytes warms the fresh tunnel first
+	// (default 4 MiB).
+	PlainBytes, WanoptBytes, WarmBytes int64
+	// Profile is the end hosts' TCP buffers (default Modern) and CC their
+	// congestion control (default cubic).
+	Profile Profile
+	CC      string
+	// Seed seeds the link's random draws: Seed one way, Seed+1 the other
+	// (default 1).
+	Seed int64
+	// CaptureDir receives the capture of the plain run (plain.pcap, at
+	// the server, the data's sender) and what the analyser says of it
+	// (plain-analysis.txt); default a temporary folder, removed after.
+	CaptureDir string
+	// Wanopt is the wanopt binary; LinkCommand starts the link helper.
+	Wanopt      string
+	LinkCommand []string
+	Logger      *slog.Logger
+	// Progress, if set, is told what starts.
+	Progress func(what string)
+}
+
+// SackDevice counts what the device rewrote during one run, both
+// directions added up.
+type SackDevice struct {
+	SACKForged     uint64 `json:"sack_forged"`
+	WindowsClamped uint64 `json:"windows_clamped"`
+	UDPTampered    uint64 `json:"udp_tampered"`
+}
+
+// SackAnalysis is what the capture analyser (wanopt analyze) says of the
+// plain run's transfer.
+type SackAnalysis struct {
+	Flow string `json:"flow"` // sender→receiver of the data
+	// Verdict is the analyser's verdict name and VerdictSummary its
+	// figures; WindowBytes the receiver's time-weighted window the
+	// sender saw, and WindowBoundMbps that window over the RTT.
+	Verdict         string  `json:"verdict"`
+	VerdictSummary  string  `json:"verdict_summary"`
+	WindowBytes     int64   `json:"window_bytes"`
+	WindowBoundMbps float64 `json:"window_bound_mbps"`
+	AchievedMbps    float64 `json:"achieved_mbps"`
+	RTTms           float64 `json:"rtt_ms"`
+	// SACKUnsent is how many ACKs the analyser flagged as
+	// sack-unsent-data (a SACK block beyond the highest sequence sent),
+	// and SACKUnsentDetail its description of the first.
+	SACKUnsent       int               `json:"sack_unsent_data"`
+	SACKUnsentDetail string            `json:"sack_unsent_data_detail"`
+	Anomalies        []analyze.Anomaly `json:"anomalies"`
+}
+
+// SackPlain is plain TCP through the device.
+type SackPlain struct {
+	Run      IperfResult  `json:"run"`
+	Device   SackDevice   `json:"device"`
+	Analysis SackAnalysis `json:"analysis"`
+	// SenderSACKDiscards is how many SACK blocks the server's kernel (the
+	// data's sender) threw away as invalid during the run (TcpExt
+	// TCPSACKDiscard): Linux checks every block against what it has sent.
+	SenderSACKDiscards uint64 `json:"sender_sack_discards"`
+	// Link is the link's own counters for the run, each way (A is the
+	// client's side).
+	Link lab.LinkStats `json:"link"`
+}
+
+// SackWanopt is wanopt through the device.
+type SackWanopt struct {
+	Run    IperfResult   `json:"run"`
+	Device SackDevice    `json:"device"`
+	Link   lab.LinkStats `json:"link"`
+	// Each edge's tunnel counters over the whole run (handshake and
+	// warming included): datagrams that failed authentication, and
+	// handshake initiations with a bad MAC (far edge).
+	NearDroppedUnauthenticated uint64 `json:"near_dropped_unauthenticated"`
+	FarDroppedUnauthenticated  uint64 `json:"far_dropped_unauthenticated"`
+	NearHandshakesBadMAC       uint64 `json:"near_handshakes_bad_mac"`
+	FarHandshakesBadMAC        uint64 `json:"far_handshakes_bad_mac"`
+	// TamperedDropped is the four counters above added up: datagrams the
+	// edges refused because they had been changed on the way.
+	TamperedDropped uint64 `json:"tampered_dropped"`
+	// FarPacketsLost is what the far edge's tunnel (the sender) declared
+	// lost: a refused datagram is a lost one to the tunnel.
+	FarPacketsLost uint64 `json:"far_packets_lost"`
+}
+
+// SackResult is the whole experiment.
+type SackResult struct {
+	RTTms        float64 `json:"rtt_ms"`
+	RateMbps     float64 `json:"rate_mbps"`
+	QueueBytes   int     `json:"queue_bytes"`
+	WindowClamp  int     `json:"window_clamp"`
+	SACKOffset   uint32  `json:"sack_offset"`
+	SACKLength   uint32  `json:"sack_length"`
+	TamperUDPPct float64 `json:"tamper_udp_pct"`
+	Profile      string  `json:"profile"`
+	CC           string  `json:"cc"`
+	PlainBytes   int64   `json:"plain_bytes"`
+	WanoptBytes  int64   `json:"wanopt_bytes"`
+	Seed         int64   `json:"seed"`
+	// ClampBoundMbps is the most payload a window of WindowClamp bytes
+	// moves per RTT: plain TCP's ceiling through the device.
+	ClampBoundMbps float64    `json:"clamp_bound_mbps"`
+	Plain          SackPlain  `json:"plain"`
+	Wanopt         SackWanopt `json:"wanopt"`
+	// Capture and AnalysisText are the plain run's capture and the
+	// analyser's text report of it (empty when the folder was temporary).
+	Capture      string `json:"capture,omitempty"`
+	AnalysisText string `json:"analysis_text,omitempty"`
+}
+
+func (o *SackOptions) defaults() {
+	if o.RTT == 0 {
+		o.RTT = 40 * time.Millisecond
+	}
+	if o.RateBps == 0 {
+		o.RateBps = 100_000_000
+	}
+	if o.QueueBytes == 0 {
+		o.QueueBytes = max(int(float64(o.RateBps)/8*o.RTT.Seconds()), wanem.MinQueueBytes)
+	}
+	if o.WindowClamp == 0 {
+		o.WindowClamp = 16384
+	}
+	if o.SACKOffset == 0 {
+		o.SACKOffset = 4 * uint32(o.WindowClamp)
+	}
+	if o.SACKLength == 0 {
+		o.SACKLength = 10 * 1448
+	}
+	if o.PlainBytes == 0 {
+		o.PlainBytes = 8 << 20
+	}
+	if o.WanoptBytes == 0 {
+		o.WanoptBytes = 64 << 20
+	}
+	if o.WarmBytes == 0 {
+		o.WarmBytes = 4 << 20
+	}
+	if o.Profile.Name == "" {
+		o.Profile = Modern
+	}
+	if o.CC == "" {
+		o.CC = "cubic"
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// linkConfig is the device on the link, both ways: the same rewrites for
+// every packet, whoever sends it.
+func (o SackOptions) linkConfig() (ab, ba wanem.Config) {
+	ab = wanem.Config{Delay: o.RTT / 2, RateBps: o.RateBps, QueueBytes: o.QueueBytes, Seed: o.Seed,
+		ForgeSACK:   &wanem.ForgedSACK{Offset: o.SACKOffset, Length: o.SACKLength},
+		WindowClamp: o.WindowClamp, TamperUDPPct: o.TamperUDPPct}
+	ba = ab
+	ba.Seed = o.Seed + 1
+	return ab, ba
+}
+
+// sackDevice adds up the device's counters of both directions.
+func sackDevice(st lab.LinkStats) SackDevice {
+	return SackDevice{
+		SACKForged:     st.AB.SACKForged + st.BA.SACKForged,
+		WindowsClamped: st.AB.WindowsClamped + st.BA.WindowsClamped,
+		UDPTampered:    st.AB.UDPTampered + st.BA.UDPTampered,
+	}
+}
+
+// Sack plays the device of issue 15 on the edges lab's link and measures,
+// one after the other on the same lab: plain TCP through edges that only
+// forward (captured at the server and analysed), then wanopt, whose WAN
+// carries only the authenticated tunnel. The link is restarted for each,
+// so each run's device counters are its own.
+func Sack(ctx context.Context, o SackOptions) (SackResult, error) {
+	o.defaults()
+	res := SackResult{RTTms: ms(o.RTT), RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, WindowClamp: o.WindowClamp,
+		SACKOffset: o.SACKOffset, SACKLength: o.SACKLength, TamperUDPPct: o.TamperUDPPct, Profile: o.Profile.Name, CC: o.CC,
+		PlainBytes: o.PlainBytes, WanoptBytes: o.WanoptBytes, Seed: o.Seed,
+		ClampBoundMbps: float64(o.WindowClamp) * 8 / o.RTT.Seconds() / 1e6}
+	if o.Wanopt == "" {
+		return res, errors.New("no wanopt binary given (SackOptions.Wanopt)")
+	}
+	ab, ba := o.linkConfig()
+	if err := ab.Validate(); err != nil {
+		return res, fmt.Errorf("the device's link: %w", err)
+	}
+	if uint64(o.SACKOffset) <= uint64(o.WindowClamp) {
+		// Then a forged block could cover data in flight, which a
+		// receiver may really hold: not the field case.
+		return res, fmt.Errorf("SACK offset %d is not beyond the window clamp %d: the forged block could cover data the sender has sent; use an offset above the clamp",
+			o.SACKOffset, o.WindowClamp)
+	}
+	progress := func(what string) {
+		if o.Progress != nil {
+			o.Progress(what)
+		}
+	}
+	capDir := o.CaptureDir
+	if capDir == "" {
+		d, err := os.MkdirTemp("", "wanbench-sack-")
+		if err != nil {
+			return res, fmt.Errorf("folder for the capture: %w", err)
+		}
+		defer os.RemoveAll(d)
+		capDir = d
+	}
+	restore, err := allowCongestionControl(o.CC)
+	if err != nil {
+		return res, err
+	}
+	defer restore()
+	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger})
+	if err != nil {
+		return res, err
+	}
+	defer l.Close()
+	srv, err := startIperfServer(ctx, l, l.Server)
+	if err != nil {
+		return res, err
+	}
+
+	// Plain TCP: the edges forward, the device rewrites the client's ACKs
+	// on their way to the server.
+	progress("plain TCP")
+	if err := l.StartLink(ctx, ab, ba); err != nil {
+		return res, err
+	}
+	if err := applyTCP(ctx, l, o.CC, o.Profile); err != nil {
+		return res, err
+	}
+	discards0, err := tcpExtCounter(ctx, l, l.Server, "TCPSACKDiscard")
+	if err != nil {
+		return res, err
+	}
+	pcap := filepath.Join(capDir, "plain.pcap")
+	c, err := startCapture(ctx, l, l.Server, "lan0", pcap)
+	if err != nil {
+		return res, err
+	}
+	// At the clamp's bound, with slack for a slower run.
+	expected := time.Duration(float64(o.PlainBytes) * 8 / (res.ClampBoundMbps * 1e6) * float64(time.Second))
+	run, err := runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.PlainBytes, Streams: 1, Timeout: time.Minute + 3*expected})
+	// tcpdump reads the kernel's capture buffer in blocks that are handed
+	// over after up to a second (its default timeout); stopped at once it
+	// would lose the transfer's last fraction of a second, and the
+	// connection's close.
+	time.Sleep(1500 * time.Millisecond)
+	if cerr := c.stop(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return res, fmt.Errorf("plain TCP through the device: %w", err)
+	}
+	res.Plain.Run = run
+	discards, err := tcpExtCounter(ctx, l, l.Server, "TCPSACKDiscard")
+	if err != nil {
+		return res, err
+	}
+	res.Plain.SenderSACKDiscards = discards - discards0
+	res.Plain.Link = l.StopLink()
+	res.Plain.Device = sackDevice(res.Plain.Link)
+	text, an, err := analyzeSackCapture(pcap)
+	if err != nil {
+		return res, err
+	}
+	res.Plain.Analysis = an
+	if o.CaptureDir != "" {
+		res.Capture = pcap
+		res.AnalysisText = filepath.Join(capDir, "plain-analysis.txt")
+		if err := os.WriteFile(res.AnalysisText, []byte(text), 0o644); err != nil {
+			return res, fmt.Errorf("write the analysis: %w", err)
+		}
+	}
+
+	// wanopt: the same device on a fresh link, which now carries only the
+	// tunnel.
+	progress("wanopt")
+	if err := l.StartLink(ctx, ab, ba); err != nil {
+		return res, err
+	}
+	if err := applyTCP(ctx, l, o.CC, o.Profile); err != nil {
+		return res, err
+	}
+	if err := sackWanopt(ctx, l, srv, o, &res.Wanopt); err != nil {
+		return res, fmt.Errorf("wanopt through the device: %w", err)
+	}
+	return res, nil
+}
+
+// sackWanopt measures wanopt through the device on the running link and
+// stops the link, so that the edges' counters and the device's cover the
+// same packets.
+func sackWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o SackOptions, w *SackWanopt) error {
+	edges, err := StartEdges(ctx, l, EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}})
+	if err != nil {
+		return err
+	}
+	defer edges.Stop()
+	if _, err := runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.WarmBytes, Streams: 1, Timeout: runTimeout(o.WarmBytes, float64(o.RateBps))}); err != nil {
+		return fmt.Errorf("warming transfer: %w", err)
+	}
+	if w.Run, err = runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.WanoptBytes, Streams: 1, Timeout: runTimeout(o.WanoptBytes, float64(o.RateBps))}); err != nil {
+		return err
+	}
+	// Let the tunnel fall quiet before the link stops, so that no
+	// tampered datagram is left in the link's delay line: the device's
+	// count and the edges' then cover the same datagrams.
+	if err := edges.WaitNoFlows(5 * time.Second); err != nil {
+		return err
+	}
+	time.Sleep(o.RTT + 200*time.Millisecond)
+	w.Link = l.StopLink()
+	w.Device = sackDevice(w.Link)
+	// Datagrams the link released just before it stopped may still be on
+	// their way through the edges' sockets.
+	time.Sleep(200 * time.Millisecond)
+	near, err := edges.Tunnel("near")
+	if err != nil {
+		return err
+	}
+	far, err := edges.Tunnel("far")
+	if err != nil {
+		return err
+	}
+	w.NearDroppedUnauthenticated, w.FarDroppedUnauthenticated = near.DroppedUnauthenticated, far.DroppedUnauthenticated
+	w.NearHandshakesBadMAC, w.FarHandshakesBadMAC = near.HandshakesBadMAC, far.HandshakesBadMAC
+	w.TamperedDropped = near.DroppedUnauthenticated + far.DroppedUnauthenticated + near.HandshakesBadMAC + far.HandshakesBadMAC
+	w.FarPacketsLost = far.PacketsLost
+	return edges.Stop()
+}
+
+// tcpExtCounter reads one TcpExt counter of h's namespace from
+// /proc/net/netstat (a header line of names, then a line of values).
+func tcpExtCounter(ctx context.Context, l *lab.Lab, h *lab.Host, name string) (uint64, error) {
+	out, err := l.Command(ctx, h, "cat", "/proc/net/netstat").Output()
+	if err != nil {
+		return 0, fmt.Errorf("read /proc/net/netstat in %s: %w", h.NS, err)
+	}
+	return parseTCPExt(string(out), name)
+}
+
+// parseTCPExt finds the TcpExt counter name in the text of
+// /proc/net/netstat.
+func parseTCPExt(text, name string) (uint64, error) {
+	var names []string
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "TcpExt:" {
+			continue
+		}
+		if names == nil {
+			names = f[1:]
+			continue
+		}
+		for i, n := range names {
+			if n == name && i+1 < len(f) {
+				return strconv.ParseUint(f[i+1], 10, 64)
+			}
+		}
+		break
+	}
+	return 0, fmt.Errorf("no TcpExt counter %s in /proc/net/netstat (is this Linux?)", name)
+}
+
+// analyzeSackCapture runs the capture analyser on the plain run's capture
+// and returns its text report and the figures of the largest flow.
+func analyzeSackCapture(path string) (string, SackAnalysis, error) {
+	rep, err := analyze.AnalyzeFile(path, analyze.Options{})
+	if err != nil {
+		return "", SackAnalysis{}, fmt.Errorf("analyse the plain run's capture: %w", err)
+	}
+	var b strings.Builder
+	if err := analyze.WriteText(&b, rep); err != nil {
+		return "", SackAnalysis{}, err
+	}
+	var f *analyze.FlowReport
+	for i := range rep.Flows {
+		g := &rep.Flows[i]
+		if f == nil || g.Dirs[0].Bytes+g.Dirs[1].Bytes > f.Dirs[0].Bytes+f.Dirs[1].Bytes {
+			f = g
+		}
+	}
+	if f == nil {
+		return b.String(), SackAnalysis{}, fmt.Errorf("the plain run's capture %s holds no TCP flow", path)
+	}
+	v := f.Verdict
+	d := f.Dirs[v.Direction]
+	a := SackAnalysis{Flow: d.From + "→" + d.To, Verdict: v.Name, VerdictSummary: v.Summary, WindowBytes: v.WindowBytes,
+		WindowBoundMbps: v.WindowBound, AchievedMbps: v.AchievedMbps, RTTms: v.RTTms, Anomalies: f.Anomalies}
+	for _, an := range f.Anomalies {
+		if an.Name == "sack-unsent-data" {
+			a.SACKUnsent, a.SACKUnsentDetail = an.Count, an.Detail
+		}
+	}
+	return b.String(), a, nil
+}
+
+// Markdown is the side-by-side report.
+func (r SackResult) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "The bypass device of issue 15 on a %.0f Mbit/s link, RTT %.0f ms, %d B drop-tail queue: it clamps every advertised TCP window to %d B "+
+		"(at most %.2f Mbit/s per connection at this RTT), adds the SACK block [ack+%d, ack+%d) to every pure ACK", r.RateMbps, r.RTTms, r.QueueBytes,
+		r.WindowClamp, r.ClampBoundMbps, r.SACKOffset, uint64(r.SACKOffset)+uint64(r.SACKLength))
+	if r.TamperUDPPct > 0 {
+		fmt.Fprintf(&b, ", and (beyond the field device, which rewrote only TCP) inverts the last byte of %g %% of UDP datagrams, fixing their checksums", r.TamperUDPPct)
+	}
+	fmt.Fprintf(&b, ". One iperf stream each (-R), end hosts %s with %s.\n\n", r.Profile, r.CC)
+	b.WriteString("| path | Mbit/s | transfer | the device rewrote | outcome |\n|---|---:|---:|---|---|\n")
+	p, w := r.Plain, r.Wanopt
+	fmt.Fprintf(&b, "| plain TCP | %.2f | %d MiB in %.1f s | %d ACKs given a forged SACK, %d windows clamped | %s: %.2f Mbit/s bound (window %d B / RTT %.1f ms); sack-unsent-data ×%d; the sender's kernel discarded %d SACK blocks as invalid |\n",
+		p.Run.Mbps, r.PlainBytes>>20, p.Run.Seconds, p.Device.SACKForged, p.Device.WindowsClamped,
+		p.Analysis.Verdict, p.Analysis.WindowBoundMbps, p.Analysis.WindowBytes, p.Analysis.RTTms, p.Analysis.SACKUnsent, p.SenderSACKDiscards)
+	fmt.Fprintf(&b, "| wanopt | %.2f | %d MiB in %.1f s | %d ACKs, %d windows (the WAN carries no TCP); %d UDP datagrams tampered with | %d refused by the edges as unauthenticated (near %d, far %d, bad handshake MACs %d); far tunnel declared %d packets lost |\n\n",
+		w.Run.Mbps, r.WanoptBytes>>20, w.Run.Seconds, w.Device.SACKForged, w.Device.WindowsClamped, w.Device.UDPTampered,
+		w.TamperedDropped, w.NearDroppedUnauthenticated, w.FarDroppedUnauthenticated, w.NearHandshakesBadMAC+w.FarHandshakesBadMAC, w.FarPacketsLost)
+	fmt.Fprintf(&b, "`wanopt analyze` of the plain run, captured at the server (the sender), flow %s:\n\n", p.Analysis.Flow)
+	fmt.Fprintf(&b, "- verdict: %s %s\n", p.Analysis.Verdict, p.Analysis.VerdictSummary)
+	for _, a := range p.Analysis.Anomalies {
+		fmt.Fprintf(&b, "- anomaly: %s ×%d: %s\n", a.Name, a.Count, a.Detail)
+	}
+	if len(p.Analysis.Anomalies) == 0 {
+		b.WriteString("- no anomaly reported\n")
+	}
+	if r.Capture != "" {
+		fmt.Fprintf(&b, "\nCapture: %s; the analyser's full report: %s.\n", r.Capture, r.AnalysisText)
+	}
+	return b.String()
+}
+
+// Line is the last line wanbench sack prints.
+func (r SackResult) Line() string {
+	return fmt.Sprintf("plain_mbps=%.2f wanopt_mbps=%.1f tampered_dropped=%d", r.Plain.Run.Mbps, r.Wanopt.Run.Mbps, r.Wanopt.TamperedDropped)
+}
+
+// WriteFiles writes sack.json and sack.md into dir.
+func (r SackResult) WriteFiles(dir string) error {
+	return writeReport(dir, "sack", r, r.Markdown(), func(string) error { return nil })
+}
