@@ -64,8 +64,8 @@ test: vet fmt-check unit flood bench-path ## the project's test command (what .c
 # The lab needs root: sudo when not already root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-lab-deps: ## install what the lab runs (iperf 2, iperf3, iproute2) if missing
-	@need=""; for p in iperf:iperf iperf3:iperf3 ip:iproute2; do \
+lab-deps: ## install what the lab runs (iperf 2, iperf3, iproute2; nginx, curl, tcpdump for 'wanbench f5') if missing
+	@need=""; for p in iperf:iperf iperf3:iperf3 ip:iproute2 nginx:nginx curl:curl tcpdump:tcpdump; do \
 		command -v $${p%%:*} >/dev/null 2>&1 || need="$$need $${p#*:}"; done; \
 	if [ -n "$$need" ]; then echo "installing:$$need"; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need; fi

@@ -19,7 +19,7 @@ import (
 type capture struct {
 	cmd    *exec.Cmd
 	path   string
-	stderr strings.Builder
+	stderr timedOutput // tcpdump writes it while startCapture reads it
 }
 
 // captureSnapBytes keeps IP and TCP headers with options; payload is not
@@ -41,7 +41,7 @@ func startCapture(ctx context.Context, l *lab.Lab, h *lab.Host, dev, path string
 		return nil, fmt.Errorf("start tcpdump in %s: %w", h.NS, err)
 	}
 	// tcpdump says "listening on" once it captures.
-	for i := 0; i < 100 && !strings.Contains(c.stderr.String(), "listening on"); i++ {
+	for i := 0; i < 100 && !strings.Contains(c.stderrText(), "listening on"); i++ {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return c, nil
@@ -60,7 +60,12 @@ func (c *capture) stop() error {
 		<-done
 	}
 	if st, err := os.Stat(c.path); err != nil || st.Size() == 0 {
-		return fmt.Errorf("capture %s is empty: %s", c.path, strings.TrimSpace(c.stderr.String()))
+		return fmt.Errorf("capture %s is empty: %s", c.path, strings.TrimSpace(c.stderrText()))
 	}
 	return nil
+}
+
+func (c *capture) stderrText() string {
+	s, _ := c.stderr.result()
+	return s
 }

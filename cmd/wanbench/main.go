@@ -18,6 +18,7 @@ Commands:
   check      build the direct lab, measure its RTT and rate against the setting
   baseline   the published experiment with plain kernel TCP (iperf 2)
   cisco      the published experiment, plain TCP against wanopt side by side
+  f5         the F5 file-mix lab: many files over keep-alive HTTP, plain against wanopt
   hub        how one wanopt hub shares a link among several branches
   link       run the WAN link emulator between two TUN devices
   sack       the bypass device that injected SACKs: plain TCP against wanopt through it
@@ -43,6 +44,8 @@ func main() {
 		err = runBaseline(ctx, log, args)
 	case "cisco":
 		err = runCisco(ctx, log, args)
+	case "f5":
+		err = runF5(ctx, log, args)
 	case "hub":
 		err = runHub(ctx, log, args)
 	case "link":
