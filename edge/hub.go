@@ -136,11 +136,11 @@ func (e *Edge) shareLoop(ctx context.Context) {
 	tick := time.NewTicker(share.Interval)
 	defer tick.Stop()
 	var (
-		live  []*branch
-		use   []share.Tunnel
-		caps  []uint64
-		order []int
-		last  = time.Now()
+		link share.Link
+		live []*branch
+		use  []share.Tunnel
+		caps []uint64
+		last = time.Now()
 	)
 	for {
 		select {
@@ -180,8 +180,7 @@ func (e *Edge) shareLoop(ctx context.Context) {
 			live, use = append(live, b), append(use, u)
 		}
 		caps = slices.Grow(caps[:0], len(live))[:len(live)]
-		order = slices.Grow(order[:0], len(live))
-		share.Allocate(share.Budget(rate), use, caps, order)
+		link.Caps(rate, use, caps)
 		for i, b := range live {
 			if caps[i] == b.shareCap {
 				continue

@@ -163,6 +163,7 @@ func hubShare(sim *netsim.Sim, bulks []*bulk, linkBps uint64) {
 	use := make([]share.Tunnel, len(bulks))
 	caps := make([]uint64, len(bulks))
 	sent := make([]uint64, len(bulks))
+	var link share.Link
 	var tick func()
 	tick = func() {
 		for k, b := range bulks {
@@ -170,7 +171,7 @@ func hubShare(sim *netsim.Sim, bulks []*bulk, linkBps uint64) {
 			use[k] = share.Tunnel{SentBps: (s - sent[k]) * 8 * uint64(time.Second) / uint64(share.Interval), CapBps: caps[k]}
 			sent[k] = s
 		}
-		share.Allocate(share.Budget(linkBps), use, caps, nil)
+		link.Caps(linkBps, use, caps)
 		for k, b := range bulks {
 			b.cli.SetRateCap(sim.Now(), caps[k])
 		}

@@ -87,3 +87,42 @@ func TestAllocateAllocs(t *testing.T) {
 		t.Errorf("Allocate allocates %.0f times per call, want 0", n)
 	}
 }
+
+// TestLinkScale: tunnels that send only part of their caps (late
+// wake-ups) get caps raised until what they send adds up to the budget;
+// tunnels that send their caps keep caps summing to the budget.
+func TestLinkScale(t *testing.T) {
+	const total = 250 * mbit
+	budget := Budget(total)
+	for _, tc := range []struct {
+		name     string
+		keep     float64 // fraction of its cap each tunnel sends
+		wantSent float64 // what they send in the end, of the budget
+	}{
+		{"precise pacing", 1.0, 1.0},
+		{"8 % lost", 0.92, 1.0},
+		{"more lost than MaxScale makes up", 0.88, 0.88 * MaxScale},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var l Link
+			tunnels := make([]Tunnel, 3)
+			caps := make([]uint64, 3)
+			for range 50 {
+				l.Caps(total, tunnels, caps)
+				for i := range tunnels {
+					tunnels[i] = Tunnel{SentBps: uint64(float64(caps[i]) * tc.keep), CapBps: caps[i]}
+				}
+			}
+			var sent uint64
+			for _, u := range tunnels {
+				sent += u.SentBps
+			}
+			if got := float64(sent) / float64(budget); got < tc.wantSent-0.01 || got > tc.wantSent+0.01 {
+				t.Errorf("the tunnels send %.3f of the budget with caps %v (scale %.3f), want %.3f", got, caps, l.Scale(), tc.wantSent)
+			}
+			if caps[0] != caps[1] || caps[1] != caps[2] {
+				t.Errorf("caps %v: want equal shares", caps)
+			}
+		})
+	}
+}
