@@ -216,16 +216,11 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	if o.QueueDelay > 0 {
 		res.QueueDelayMs = ms(o.QueueDelay)
 	}
-	restore, err := allowCongestionControl(o.CC)
+	l, closeLab, err := buildEdgesLab(ctx, o.CC, o.LinkCommand, o.Logger)
 	if err != nil {
 		return res, err
 	}
-	defer restore()
-	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger})
-	if err != nil {
-		return res, err
-	}
-	defer l.Close()
+	defer closeLab()
 	srv, err := startIperfServer(ctx, l, l.Server)
 	if err != nil {
 		return res, err

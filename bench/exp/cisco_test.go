@@ -69,24 +69,11 @@ func TestCiscoReport(t *testing.T) {
 // short setting: both figures must be plausible for a 100 Mbit/s link, and
 // wanopt must not fall below plain TCP by more than noise.
 func TestCiscoEndToEnd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: the lab creates network namespaces and needs root (run 'sudo make test')")
-	}
-	for _, tool := range []string{"ip", "iperf"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: %s is not installed (apt-get install iproute2 iperf)", tool)
-		}
-	}
+	needLab(t, "iproute2 iperf", "ip", "iperf")
 	if testing.Short() {
 		t.Skip("skipping the end-to-end lab test in -short mode")
 	}
-	dir := t.TempDir()
-	for _, pkg := range []string{"wanbench", "wanopt"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, pkg), "github.com/wanopt/wanopt/cmd/"+pkg).CombinedOutput()
-		if err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
+	dir := buildCommands(t, "wanbench", "wanopt")
 	outDir := filepath.Join(dir, "out")
 	cmd := exec.Command(filepath.Join(dir, "wanbench"), "cisco", "--rtt", "50ms", "--runs", "1", "--bytes", "5MB",
 		"--profile", "legacy", "--rate", "100mbit", "--out", outDir)

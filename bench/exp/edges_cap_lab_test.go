@@ -33,10 +33,7 @@ func TestEdgesCPUCapInLab(t *testing.T) {
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	wanopt := filepath.Join(t.TempDir(), "wanopt")
-	if out, err := exec.Command("go", "build", "-o", wanopt, "github.com/wanopt/wanopt/cmd/wanopt").CombinedOutput(); err != nil {
-		t.Fatalf("go build wanopt: %v\n%s", err, out)
-	}
+	wanopt := filepath.Join(buildCommands(t, "wanopt"), "wanopt")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	link := wanem.Config{Delay: 5 * time.Millisecond}

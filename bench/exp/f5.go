@@ -309,16 +309,11 @@ func F5(ctx context.Context, o F5Options) (F5Result, error) {
 	if capDir == "" {
 		capDir = filepath.Join(www, "captures")
 	}
-	restore, err := allowCongestionControl(o.CC)
+	l, closeLab, err := buildEdgesLab(ctx, o.CC, o.LinkCommand, o.Logger)
 	if err != nil {
 		return res, err
 	}
-	defer restore()
-	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger})
-	if err != nil {
-		return res, err
-	}
-	defer l.Close()
+	defer closeLab()
 	res.ZeroWindowPoint = fmt.Sprintf("segments to %s (the server) with window 0, RSTs aside, on %s's lan0 (the far edge's LAN side): the client's with plain TCP, the far edge's with wanopt", l.Server.Addr, l.EdgeB.Role)
 	srv, err := startNginx(ctx, l, www, root)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -323,21 +322,11 @@ func TestF5Report(t *testing.T) {
 // chain); here the figures must respect the link and the capture must have
 // seen the traffic toward the server.
 func TestF5Lab(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: the lab creates network namespaces and needs root (run 'sudo make test')")
-	}
-	for _, tool := range []string{"ip", "nginx", "curl", "tcpdump"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: %s is not installed (apt-get install iproute2 nginx curl tcpdump)", tool)
-		}
-	}
+	needLab(t, "iproute2 nginx curl tcpdump", "ip", "nginx", "curl", "tcpdump")
 	if testing.Short() {
 		t.Skip("skipping the lab test in -short mode")
 	}
-	wanopt := filepath.Join(t.TempDir(), "wanopt")
-	if out, err := exec.Command("go", "build", "-o", wanopt, "github.com/wanopt/wanopt/cmd/wanopt").CombinedOutput(); err != nil {
-		t.Fatalf("go build wanopt: %v\n%s", err, out)
-	}
+	wanopt := filepath.Join(buildCommands(t, "wanopt"), "wanopt")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	t.Setenv(linkHelperEnv, "1") // the link helper is this test binary (see TestMain)

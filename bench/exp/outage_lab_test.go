@@ -2,8 +2,6 @@ package exp
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -16,12 +14,7 @@ import (
 // records it, iperf's interval reports show the stall, and the run says
 // when (or that) throughput came back.
 func TestIperfOutageInLab(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: the lab creates network namespaces and needs root (run 'sudo make test')")
-	}
-	if _, err := exec.LookPath("iperf"); err != nil {
-		t.Skip("skipping: iperf is not installed (apt-get install iperf)")
-	}
+	needLab(t, "iperf", "iperf")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := wanem.Config{Delay: 10 * time.Millisecond, RateBps: 50e6, QueueBytes: 500_000}

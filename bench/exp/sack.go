@@ -253,16 +253,11 @@ func Sack(ctx context.Context, o SackOptions) (SackResult, error) {
 		defer os.RemoveAll(d)
 		capDir = d
 	}
-	restore, err := allowCongestionControl(o.CC)
+	l, closeLab, err := buildEdgesLab(ctx, o.CC, o.LinkCommand, o.Logger)
 	if err != nil {
 		return res, err
 	}
-	defer restore()
-	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger})
-	if err != nil {
-		return res, err
-	}
-	defer l.Close()
+	defer closeLab()
 	srv, err := startIperfServer(ctx, l, l.Server)
 	if err != nil {
 		return res, err

@@ -20,24 +20,11 @@ import (
 // times more, and every datagram the device tampered with must have been
 // refused by an edge.
 func TestSackEndToEnd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: the lab creates network namespaces and needs root (run 'sudo make test')")
-	}
-	for _, tool := range []string{"ip", "iperf", "tcpdump"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: %s is not installed (apt-get install iproute2 iperf tcpdump)", tool)
-		}
-	}
+	needLab(t, "iproute2 iperf tcpdump", "ip", "iperf", "tcpdump")
 	if testing.Short() {
 		t.Skip("skipping the end-to-end lab test in -short mode")
 	}
-	dir := t.TempDir()
-	for _, pkg := range []string{"wanbench", "wanopt"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, pkg), "github.com/wanopt/wanopt/cmd/"+pkg).CombinedOutput()
-		if err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
+	dir := buildCommands(t, "wanbench", "wanopt")
 	outDir := filepath.Join(dir, "out")
 	cmd := exec.Command(filepath.Join(dir, "wanbench"), "sack", "--plain-bytes", "2MB", "--wanopt-bytes", "24MB", "--tamper-udp", "1%", "--out", outDir)
 	var stderr bytes.Buffer

@@ -3,6 +3,7 @@ package exp
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -61,6 +62,22 @@ func applyTCP(ctx context.Context, l *lab.Lab, cc string, p Profile) error {
 }
 
 const allowedCCPath = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
+// buildEdgesLab allows the endpoints' congestion control cc on the host
+// and builds an edges lab (the link helper at real-time priority). close
+// removes the lab and restores the host's list.
+func buildEdgesLab(ctx context.Context, cc string, linkCommand []string, log *slog.Logger) (l *lab.Lab, close func(), err error) {
+	restore, err := allowCongestionControl(cc)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err = lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: linkCommand, Realtime: true, Logger: log})
+	if err != nil {
+		restore()
+		return nil, nil, err
+	}
+	return l, func() { l.Close(); restore() }, nil
+}
 
 // allowCongestionControl adds names to the host's allowed congestion
 // controls (a namespace may only select those) and returns a function that
