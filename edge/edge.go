@@ -21,8 +21,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/edge/bridge"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/edge/metrics"
@@ -72,6 +74,10 @@ type Edge struct {
 	branches []*branch
 	// capture, if set, records the TUN's packets (--capture).
 	capture *tun.Capture
+	// near carries the clients' UDP and pings (nil without a TUN); far
+	// sends the peer's on (set by Run). See datagram.go.
+	near *dgram.Near
+	far  atomic.Pointer[dgram.Far]
 }
 
 // New checks cfg and returns an edge ready to Run. It opens nothing yet.
@@ -90,6 +96,9 @@ func New(cfg Config) (*Edge, error) {
 			ups = append(ups, &upstream{Upstream: u, br: bridge.New(nil, cfg.Logger.With("sub", "bridge", "upstream", u.Name))})
 		}
 		e.router.ups.Store(&ups)
+	}
+	if cfg.TUN != "" && !cfg.Transparent && len(cfg.Branches) == 0 {
+		e.near = e.newNear()
 	}
 	return e, nil
 }
@@ -127,6 +136,8 @@ func (e *Edge) Run(ctx context.Context) error {
 	e.eg = eg
 	eg.SetPolicy(e.cfg.Policy) // a reload may have come since cfg was read
 	e.mu.Unlock()
+	stopFar := e.startFar(eg)
+	defer stopFar()
 	stopRates := e.sampleRates()
 	defer stopRates()
 	if err := e.serveControl(ctx, cfg); err != nil {
@@ -254,6 +265,9 @@ func (e *Edge) openIngress(ctx context.Context) error {
 		SendBuffer:    stack.BufferRange{Min: 4 << 10, Default: bp.SendFloor, Max: bp.SendGrown},
 		Budget:        e.budget,
 	}
+	if e.near != nil {
+		scfg.Divert = e.near.Divert
+	}
 	var capt *tun.Capture
 	if cfg.CaptureDir != "" {
 		if err := os.MkdirAll(cfg.CaptureDir, 0o750); err != nil {
@@ -361,6 +375,7 @@ func (e *Edge) serve(ctx context.Context, t *driver.Tunnel, eg *egress.Egress) {
 	egDone := make(chan error, 1)
 	go func() { egDone <- eg.Serve(sctx, t) }()
 	e.br.SetTunnel(t)
+	e.setDatagramTunnel(t)
 	select {
 	case <-t.Done():
 		e.log.Warn("tunnel down; reconnecting", "err", t.Err())
@@ -368,6 +383,7 @@ func (e *Edge) serve(ctx context.Context, t *driver.Tunnel, eg *egress.Egress) {
 		e.log.Info("stopping: closing flows and the tunnel")
 	}
 	e.br.SetTunnel(nil)
+	e.setDatagramTunnel(nil)
 	if st := e.stack(); ctx.Err() != nil && st != nil {
 		// Reset the intercepted flows while the tunnel still carries the
 		// far side's end of them.
@@ -385,8 +401,9 @@ func (e *Edge) serve(ctx context.Context, t *driver.Tunnel, eg *egress.Egress) {
 func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 	cfg := e.config()
 	dc := driver.Config{
-		Tunnel: e.tunnelConfig(cfg, cfg.PeerKey, cfg.buffers().TunnelBytes, e.log),
-		Logger: e.log.With("sub", "driver"),
+		Tunnel:     e.tunnelConfig(cfg, cfg.PeerKey, cfg.buffers().TunnelBytes, e.log),
+		Logger:     e.log.With("sub", "driver"),
+		OnDatagram: e.onDatagram,
 	}
 	if cfg.Bind != nil {
 		b, err := cfg.Bind()

@@ -45,6 +45,14 @@ func (e *Edge) Status() control.Status {
 		s := st.Stats()
 		r.Ingress = &s
 	}
+	if e.near != nil {
+		s := e.near.Stats()
+		r.DatagramIngress = &s
+	}
+	if far := e.far.Load(); far != nil {
+		s := far.Stats()
+		r.DatagramEgress = &s
+	}
 	return r
 }
 
@@ -108,6 +116,8 @@ func tunnelStatus(t *driver.Tunnel) *control.Tunnel {
 		HandshakeReplays: s.Tunnel.HandshakeReplays, HandshakesRefused: s.Tunnel.HandshakesRejected + s.InitiationsRefused,
 		ResumesDeclined: s.ResumesDeclined, ClientRestarts: s.ClientRestarts, RejectsSent: s.RejectsSent, Rekeys: s.Tunnel.Rekeys,
 		HandshakesBadMAC: s.Gate.BadMAC, CookiesSent: s.Gate.CookiesSent, HandshakesRateLimited: s.Gate.RateLimited,
+		DatagramsSent: s.Tunnel.DatagramsSent, DatagramsReceived: s.Tunnel.DatagramsReceived,
+		DatagramsDropped: s.Tunnel.DatagramsDropped + s.DatagramQueueDrops + s.DatagramsUnclaimed,
 	}
 	if s.Tunnel.Congestion == "bbr" {
 		r.BBRMode, r.ProbeRTTs = s.Tunnel.BBR.Mode.String(), s.Tunnel.BBR.ProbeRTTCount

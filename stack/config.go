@@ -70,6 +70,11 @@ type Config struct {
 	// written to the TUN by the queue's own goroutine, not the TCP one.
 	// Default 4096.
 	QueueLen int
+	// Divert, if set, is offered every IPv4 and IPv6 packet from the
+	// link that is not TCP before the netstack sees it, and may take it
+	// (see DivertFunc); Stack.WritePacket sends the replies. Without it
+	// the netstack gets them, as it gets TCP. Off by default.
+	Divert DivertFunc
 	// Tap, if set, sees every packet crossing the NIC. Off by default.
 	Tap PacketTap
 	// Logger receives the stack's logs. Default slog.Default().

@@ -34,6 +34,7 @@ type Stack struct {
 	s      *gstack.Stack
 	link   string // "offload", "fdbased" or "custom", for logs and tests
 	nicEP  gstack.LinkEndpoint
+	divert *divertEndpoint // nil without Config.Divert
 
 	ctx    context.Context // cancelled by Close; parent of every Dial
 	cancel context.CancelFunc
@@ -99,6 +100,11 @@ func newStack(ctx context.Context, ep gstack.LinkEndpoint, link string, d flow.D
 	var nicEP gstack.LinkEndpoint = ep
 	if cfg.Tap != nil {
 		nicEP = newTapEndpoint(ep, cfg.Tap, st.log)
+	}
+	if cfg.Divert != nil {
+		// Outermost, so that the tap also sees what is diverted.
+		st.divert = newDivertEndpoint(nicEP, cfg.Divert)
+		nicEP = st.divert
 	}
 	qdisc := fifo.New(nicEP, 1, cfg.QueueLen)
 	if terr := s.CreateNICWithOptions(nicID, nicEP, gstack.NICOptions{Name: "tun", QDisc: qdisc}); terr != nil {
@@ -166,6 +172,9 @@ type Stats struct {
 	// TUNDrops counts packets it could not use: not TCP (nothing else is
 	// intercepted), malformed, or no room to send.
 	TUNPacketsIn, TUNPacketsOut, TUNDrops uint64
+	// Diverted counts packets Config.Divert took (never seen by the
+	// netstack, nor counted in TUNPacketsIn).
+	Diverted uint64
 	// ActiveFlows is the number of flows in the table.
 	ActiveFlows int
 	// TCPEndpoints is the number of TCP endpoints gVisor holds, including
@@ -191,7 +200,12 @@ func (st *Stack) Stats() Stats {
 		drops = n.MalformedL4RcvdPackets.Value() + n.TxPacketsDroppedNoBufferSpace.Value() +
 			sumCounts(n.UnknownL3ProtocolRcvdPacketCounts) + sumCounts(n.UnknownL4ProtocolRcvdPacketCounts)
 	}
+	var diverted uint64
+	if st.divert != nil {
+		diverted = st.divert.diverted.Load()
+	}
 	return Stats{
+		Diverted:        diverted,
 		TUNPacketsIn:    in,
 		TUNPacketsOut:   out,
 		TUNDrops:        drops,

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/edge"
 	"github.com/wanopt/wanopt/edge/control"
 )
@@ -237,6 +238,18 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	g := r.Egress
 	fmt.Fprintf(stdout, "egress: %d flows, %d streams, connected %d, not allowed %d, denied %d, refused %d, unreachable %d, timed out %d, overloaded %d, over budget %d, failed %d, idle timeouts %d, %d B up, %d B down\n",
 		g.Active, g.Streams, g.Connected, g.NotAllowed, g.Denied, g.Refused, g.Unreachable, g.TimedOut, g.Overloaded, g.OverBudget, g.Failed, g.IdleTimeouts, g.BytesUp, g.BytesDown)
+	for _, d := range []struct {
+		name string
+		s    *dgram.Stats
+	}{{"datagrams in", r.DatagramIngress}, {"datagrams out", r.DatagramEgress}} {
+		if d.s == nil {
+			continue
+		}
+		s, x := d.s, d.s.Drops
+		fmt.Fprintf(stdout, "%s: udp %d pkts/%d B up, %d pkts/%d B down; ping %d up, %d down; %d flows (%d opened, %d expired); dropped: %d not allowed, %d too big, %d queue full, %d malformed, %d unsupported, %d no tunnel, %d flow limit, %d socket errors\n",
+			d.name, s.UDP.PacketsUp, s.UDP.BytesUp, s.UDP.PacketsDown, s.UDP.BytesDown, s.ICMP.PacketsUp, s.ICMP.PacketsDown, s.Flows, s.FlowsOpened, s.FlowsExpired,
+			x.NotAllowed, x.TooBig, x.QueueFull, x.Malformed, x.Unsupported, x.NoTunnel, x.FlowLimit, x.SocketErrors)
+	}
 	m := r.Memory
 	fmt.Fprintf(stdout, "memory: %d of %d flows admitted (%d KiB floor each), %d refused; grants %.1f of %.1f MiB held, %d taken, %d refused\n",
 		m.Flows, m.MaxFlows, m.FloorBytes>>10, m.FlowsRefused, float64(m.GrantedBytes)/(1<<20), float64(m.GrantLimitBytes)/(1<<20), m.Grants, m.GrantsRefused)

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/edge/bridge"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/stack"
@@ -39,6 +40,12 @@ type Status struct {
 	// hub's socket could not deliver (initiations from unknown keys).
 	Peers []Peer           `json:"peers,omitempty"`
 	Hub   *driver.HubStats `json:"hub,omitempty"`
+	// DatagramIngress counts the clients' UDP and pings this edge
+	// intercepted and sent through the tunnel (nil without a TUN);
+	// DatagramEgress those it sent on to servers for its peer (nil for a
+	// hub, which does not carry them yet). Up is client to server.
+	DatagramIngress *dgram.Stats `json:"datagram_ingress,omitempty"`
+	DatagramEgress  *dgram.Stats `json:"datagram_egress,omitempty"`
 }
 
 // Peer is one branch of a hub.
@@ -117,6 +124,12 @@ type Tunnel struct {
 	HandshakesBadMAC      uint64 `json:"handshakes_bad_mac"`
 	CookiesSent           uint64 `json:"cookies_sent"`
 	HandshakesRateLimited uint64 `json:"handshakes_rate_limited"`
+	// Unreliable datagrams (UDP and ping, package dgram) sent and
+	// received, and those the tunnel dropped: its queues were full (the
+	// datagrams came faster than the tunnel's pace) or none claimed them.
+	DatagramsSent     uint64 `json:"datagrams_sent"`
+	DatagramsReceived uint64 `json:"datagrams_received"`
+	DatagramsDropped  uint64 `json:"datagrams_dropped"`
 }
 
 // Flow is one line of the answer to "flows".

@@ -77,6 +77,17 @@ type Config struct {
 	// comparison and for platforms where that thread is unwanted.
 	TimerOnly bool
 
+	// OnDatagram, if set, receives every datagram the peer sent with
+	// SendDatagram, on the driver goroutine: p is valid only during the
+	// call, so the callee copies what it keeps, and it must not block
+	// (every stream of the tunnel waits meanwhile); hand the work to a
+	// goroutine of your own through a bounded queue. Without it the
+	// peer's datagrams are counted (Stats.DatagramsUnclaimed) and dropped.
+	OnDatagram func(p []byte)
+	// DatagramQueue bounds the datagrams SendDatagram queues for the
+	// driver goroutine; more are refused (DefaultDatagramQueue if 0).
+	DatagramQueue int
+
 	// NoGate (server) skips the driver's handshake gate: the socket is a
 	// Hub's, which gates initiations before they reach the tunnel.
 	NoGate bool
@@ -111,6 +122,9 @@ func (c Config) resolve(client bool) (Config, error) {
 	}
 	if c.RxBatches <= 0 {
 		c.RxBatches = DefaultRxBatches
+	}
+	if c.DatagramQueue <= 0 {
+		c.DatagramQueue = DefaultDatagramQueue
 	}
 	if c.RxHold == 0 {
 		c.RxHold = DefaultRxHold

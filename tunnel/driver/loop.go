@@ -44,6 +44,8 @@ func (t *Tunnel) run() {
 			d.handleRx(b)
 		case r := <-t.reqs:
 			d.handleReq(r)
+		case b := <-t.dgq:
+			d.sendDatagram(b)
 		case <-d.timer.C:
 			d.armed = 0
 			d.ctr.timerWakeups++
@@ -64,6 +66,8 @@ func (t *Tunnel) run() {
 				d.handleRx(b)
 			case r := <-t.reqs:
 				d.handleReq(r)
+			case b := <-t.dgq:
+				d.sendDatagram(b)
 			default:
 				break drain
 			}
@@ -328,7 +332,7 @@ func (d *driverState) pollEvents() {
 				signal(s.writable)
 			}
 		case tunnel.EventDatagram:
-			// Unreliable datagrams have no API here yet; dropped.
+			d.deliverDatagram(ev.Data)
 		case tunnel.EventRejected:
 			d.startRehandshake(monotime.Now())
 		}

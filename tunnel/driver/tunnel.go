@@ -38,8 +38,17 @@ type Tunnel struct {
 	sleeperDone chan struct{}        // closed when the sleeper goroutine returns (or never started)
 	done        chan struct{}        // closed when the driver goroutine returns
 
-	rxDropped atomic.Uint64 // datagrams the reader dropped (driver behind)
-	rxHolds   atomic.Uint64 // reads held back for more datagrams (Config.RxHold)
+	dgq    chan []byte // SendDatagram → driver: datagrams to send (Config.DatagramQueue)
+	dgFree chan []byte // driver → SendDatagram: their buffers, for reuse
+	// maxDatagram is the Conn's MaxDatagramBytes (fixed by its Config).
+	maxDatagram int
+
+	rxDropped    atomic.Uint64 // datagrams the reader dropped (driver behind)
+	dgQueueDrops atomic.Uint64 // SendDatagram found dgq full
+	// Datagrams the Conn refused, and the peer's nobody claimed (the
+	// driver goroutine counts them).
+	dgNotSent, dgUnclaimed atomic.Uint64
+	rxHolds                atomic.Uint64 // reads held back for more datagrams (Config.RxHold)
 
 	// Set by the driver goroutine before it closes done; read after done.
 	err        error // why the tunnel closed (wraps ErrTunnelClosed)
@@ -153,6 +162,9 @@ func newTunnel(cfg Config, bc bind.Conn, conn *tunnel.Conn, client bool) *Tunnel
 		readerDone:  make(chan struct{}),
 		sleeperDone: make(chan struct{}),
 		done:        make(chan struct{}),
+		dgq:         make(chan []byte, cfg.DatagramQueue),
+		dgFree:      make(chan []byte, cfg.DatagramQueue),
+		maxDatagram: conn.MaxDatagramBytes(),
 	}
 	bufLen := cfg.Tunnel.MaxUDPPayloadBytes
 	for range cfg.RxBatches {
@@ -275,6 +287,13 @@ type Stats struct {
 	RxHolds uint64
 	// TxErrors counts WriteBatch calls that failed (datagrams lost).
 	TxErrors uint64
+	// DatagramQueueDrops counts datagrams SendDatagram refused because
+	// Config.DatagramQueue were waiting; DatagramsNotSent those it queued
+	// that the Conn then refused (its own queue full, or not usable);
+	// DatagramsUnclaimed the peer's datagrams dropped for want of a
+	// Config.OnDatagram. (Stats.Tunnel counts the datagrams sent and
+	// received, and those the Conn dropped.)
+	DatagramQueueDrops, DatagramsNotSent, DatagramsUnclaimed uint64
 	// AcceptOverflow counts peer streams refused because AcceptBacklog
 	// streams already waited.
 	AcceptOverflow uint64

@@ -1,0 +1,415 @@
+package dgram
+
+import (
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/icmp"
+)
+
+// Defaults for FarConfig.
+const (
+	// DefaultIdleTimeout ends a flow after a minute without a packet
+	// either way: longer than any request/response exchange (DNS, NTP)
+	// and than the keepalive interval of long-lived UDP (QUIC sends
+	// PINGs well within its usual 30 s idle timeout; SIP and VPN NAT
+	// keepalives come every 15-30 s), and twice Linux conntrack's 30 s
+	// for UDP without an answer. A flow that ends early only costs its
+	// next packet a new socket, and the server a new source port.
+	DefaultIdleTimeout = 60 * time.Second
+	// DefaultMaxFlows bounds the NAT table: each flow holds a socket, a
+	// goroutine and a readBufBytes buffer (about 12 KiB in all), so 4096
+	// flows are about 48 MiB at most; a branch resolving names with
+	// random source ports opens one flow per query, so this allows about
+	// 68 new flows a second for a minute.
+	DefaultMaxFlows = 4096
+	// DefaultQueueLen is how many datagrams wait for the worker; more are
+	// dropped (QueueFull). The worker only parses and writes to sockets,
+	// so it falls behind only when the sockets do.
+	DefaultQueueLen = 1024
+	// readBufBytes is a flow reader's buffer: the kind byte, IP and
+	// transport headers and a payload. A datagram of the default tunnel
+	// size holds at most about 1,430 bytes, so any answer that fits one
+	// fits here, and one that fills the buffer is too big (TooBig).
+	readBufBytes = 2048
+)
+
+// FarConfig configures a Far.
+type FarConfig struct {
+	// Check returns why the egress policy refuses dst, or "" if it allows
+	// it (egress.Egress.Check); ICMP is checked with port 0. Required.
+	Check func(dst netip.AddrPort) string
+	// MaxFlows, IdleTimeout, QueueLen: see the defaults (used when 0).
+	MaxFlows    int
+	IdleTimeout time.Duration
+	QueueLen    int
+	// Logger receives events; nil discards them.
+	Logger *slog.Logger
+
+	// now is the clock; nil: time.Now (tests move it).
+	now func() time.Time
+}
+
+// Far is a far edge's end: it takes the clients' packets from the tunnel
+// (Deliver), sends them to the servers from kernel sockets, one per flow,
+// and sends the answers back through the tunnel of the moment
+// (SetTunnel). One worker goroutine handles the packets and expires idle
+// flows; each flow has a reader goroutine. Close stops them all.
+type Far struct {
+	cfg    FarConfig
+	log    *slog.Logger
+	ctr    Counters
+	start  time.Time
+	sender atomic.Pointer[senderBox]
+
+	in   chan []byte // Deliver → worker
+	free chan []byte // worker → Deliver: buffers for reuse
+	stop chan struct{}
+	done chan struct{} // closed when the worker returned
+	once sync.Once
+	wg   sync.WaitGroup // flow readers
+
+	nflows     atomic.Int64
+	warnedPing atomic.Bool
+	warnedSock atomic.Bool
+
+	// The worker's own.
+	udp  map[udpKey]*farFlow
+	icmp map[icmpKey]*farFlow
+}
+
+type senderBox struct{ s Sender }
+
+type udpKey struct{ client, server netip.AddrPort }
+
+type icmpKey struct {
+	client, server netip.Addr
+	id             uint16
+}
+
+// farFlow is one entry of the NAT table.
+type farFlow struct {
+	client, server netip.AddrPort // ICMP: ports 0
+	proto          uint8
+	id             uint16       // ICMP: the client's echo identifier
+	udp            *net.UDPConn // UDP: connected to server
+	ping           *icmp.PacketConn
+	pingDst        net.Addr     // ICMP: server, as WriteTo wants it
+	last           atomic.Int64 // time of the last packet either way (Far.clock)
+	closed         atomic.Bool
+}
+
+// NewFar starts a Far: its worker runs until Close.
+func NewFar(cfg FarConfig) *Far {
+	if cfg.MaxFlows <= 0 {
+		cfg.MaxFlows = DefaultMaxFlows
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.QueueLen <= 0 {
+		cfg.QueueLen = DefaultQueueLen
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	f := &Far{cfg: cfg, log: cfg.Logger, start: cfg.now(),
+		in: make(chan []byte, cfg.QueueLen), free: make(chan []byte, cfg.QueueLen),
+		stop: make(chan struct{}), done: make(chan struct{}),
+		udp: make(map[udpKey]*farFlow), icmp: make(map[icmpKey]*farFlow)}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	go f.run()
+	return f
+}
+
+// SetTunnel sets the tunnel answers go through; nil while none is up
+// (answers are then dropped, counted as NoTunnel).
+func (f *Far) SetTunnel(s Sender) {
+	if s == nil {
+		f.sender.Store(nil)
+		return
+	}
+	f.sender.Store(&senderBox{s})
+}
+
+// Stats returns the far side's counters and the size of its table.
+func (f *Far) Stats() Stats {
+	s := f.ctr.Stats()
+	s.Flows = int(f.nflows.Load())
+	return s
+}
+
+// Deliver queues a KindUp datagram's packet (the kind byte removed) for
+// the worker; p is copied. It never blocks: it is called on the tunnel's
+// driver goroutine.
+func (f *Far) Deliver(p []byte) {
+	var b []byte
+	select {
+	case b = <-f.free:
+	default:
+		b = make([]byte, 0, readBufBytes)
+	}
+	b = append(b[:0], p...)
+	select {
+	case f.in <- b:
+	default:
+		f.ctr.queueFull.Add(1)
+		f.recycle(b)
+	}
+}
+
+func (f *Far) recycle(b []byte) {
+	select {
+	case f.free <- b[:0]:
+	default:
+	}
+}
+
+// Close stops the worker, closes every flow's socket and waits for the
+// readers. Idempotent.
+func (f *Far) Close() {
+	f.once.Do(func() { close(f.stop) })
+	<-f.done
+	f.wg.Wait()
+}
+
+// clock is the time since start, as flows record it.
+func (f *Far) clock() int64 { return int64(f.cfg.now().Sub(f.start)) }
+
+// run is the worker goroutine.
+func (f *Far) run() {
+	defer close(f.done)
+	tick := time.NewTicker(f.cfg.IdleTimeout / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case b := <-f.in:
+			f.handle(b)
+			f.recycle(b)
+		case <-tick.C:
+			f.expire()
+		case <-f.stop:
+			for k, fl := range f.udp {
+				f.closeFlow(fl)
+				delete(f.udp, k)
+			}
+			for k, fl := range f.icmp {
+				f.closeFlow(fl)
+				delete(f.icmp, k)
+			}
+			return
+		}
+	}
+}
+
+// handle sends one client packet on (worker).
+func (f *Far) handle(b []byte) {
+	p, err := Parse(b)
+	if err != nil {
+		f.ctr.parseError(err)
+		return
+	}
+	now := f.clock()
+	switch {
+	case p.IsUDP():
+		k := udpKey{p.SrcAddrPort(), p.DstAddrPort()}
+		fl := f.udp[k]
+		if fl == nil {
+			if fl = f.open(&p); fl == nil {
+				return
+			}
+			f.udp[k] = fl
+		}
+		if _, err := fl.udp.Write(p.Payload); err != nil {
+			f.ctr.socketErrors.Add(1)
+			f.log.Debug("UDP send failed", "client", fl.client, "server", fl.server, "err", err)
+			return
+		}
+		fl.last.Store(now)
+	case p.IsEchoRequest():
+		k := icmpKey{p.Src, p.Dst, p.ID}
+		fl := f.icmp[k]
+		if fl == nil {
+			if fl = f.open(&p); fl == nil {
+				return
+			}
+			f.icmp[k] = fl
+		}
+		// The kernel sets the identifier (the socket's) and the checksum.
+		if _, err := fl.ping.WriteTo(p.L4, fl.pingDst); err != nil {
+			f.ctr.socketErrors.Add(1)
+			f.log.Debug("ICMP echo send failed", "client", p.Src, "server", p.Dst, "err", err)
+			return
+		}
+		fl.last.Store(now)
+	default:
+		f.ctr.unsupported.Add(1)
+		return
+	}
+	f.ctr.up(p.Proto, p.Len)
+}
+
+// open makes a flow for p's client and server if the policy allows the
+// server and the table has room, and starts its reader; nil if not (the
+// drop is counted).
+func (f *Far) open(p *Packet) *farFlow {
+	dst := netip.AddrPortFrom(p.Dst.Unmap(), p.DstPort)
+	if why := f.cfg.Check(dst); why != "" {
+		f.ctr.notAllowed.Add(1)
+		f.log.Debug("datagram destination refused", "src", p.SrcAddrPort(), "dst", dst, "proto", p.Proto, "why", why)
+		return nil
+	}
+	if f.nflows.Load() >= int64(f.cfg.MaxFlows) {
+		f.ctr.flowLimit.Add(1)
+		return nil
+	}
+	fl := &farFlow{client: p.SrcAddrPort(), server: dst, proto: p.Proto, id: p.ID}
+	var err error
+	if p.IsUDP() {
+		fl.udp, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
+		if err != nil {
+			f.ctr.socketErrors.Add(1)
+			if f.warnedSock.CompareAndSwap(false, true) {
+				f.log.Warn("cannot open a UDP socket to a server; further failures are only counted", "dst", dst, "err", err)
+			}
+			return nil
+		}
+	} else {
+		network, laddr := "udp4", "0.0.0.0"
+		if dst.Addr().Is6() {
+			network, laddr = "udp6", "::"
+		}
+		fl.ping, err = icmp.ListenPacket(network, laddr)
+		if err != nil {
+			f.ctr.socketErrors.Add(1)
+			if f.warnedPing.CompareAndSwap(false, true) {
+				f.log.Warn("cannot open a ping socket, so pings through the tunnel are dropped: allow this process's group in the sysctl net.ipv4.ping_group_range (e.g. 'sysctl -w net.ipv4.ping_group_range=\"0 2147483647\"')",
+					"err", err)
+			}
+			return nil
+		}
+		fl.pingDst = &net.UDPAddr{IP: dst.Addr().AsSlice()}
+	}
+	fl.last.Store(f.clock())
+	f.nflows.Add(1)
+	f.ctr.flowsOpened.Add(1)
+	f.wg.Add(1)
+	go f.read(fl)
+	f.log.Debug("datagram flow opened", "client", fl.client, "server", fl.server, "proto", fl.proto)
+	return fl
+}
+
+// closeFlow closes fl's socket, which ends its reader (worker).
+func (f *Far) closeFlow(fl *farFlow) {
+	fl.closed.Store(true)
+	if fl.udp != nil {
+		fl.udp.Close()
+	} else {
+		fl.ping.Close()
+	}
+	f.nflows.Add(-1)
+}
+
+// expire closes the flows idle for IdleTimeout (worker).
+func (f *Far) expire() {
+	limit := f.clock() - int64(f.cfg.IdleTimeout)
+	for k, fl := range f.udp {
+		if fl.last.Load() < limit {
+			f.closeFlow(fl)
+			delete(f.udp, k)
+			f.ctr.flowsExpire.Add(1)
+		}
+	}
+	for k, fl := range f.icmp {
+		if fl.last.Load() < limit {
+			f.closeFlow(fl)
+			delete(f.icmp, k)
+			f.ctr.flowsExpire.Add(1)
+		}
+	}
+}
+
+// read is a flow's reader goroutine: it turns each answer from the server
+// into an IP packet to the client and sends it through the tunnel.
+func (f *Far) read(fl *farFlow) {
+	defer f.wg.Done()
+	buf := make([]byte, readBufBytes)
+	hl := HeaderLen(fl.server.Addr())
+	off := 1 + hl // the payload's place: after the kind byte and headers
+	buf[0] = KindDown
+	for {
+		var (
+			n   int
+			err error
+		)
+		if fl.udp != nil {
+			n, err = fl.udp.Read(buf[off:])
+		} else {
+			// A ping socket reads the ICMP message, header first: it
+			// lands where PutEcho writes the ICMP header.
+			n, _, err = fl.ping.ReadFrom(buf[off-l4HeaderLen:])
+			n -= l4HeaderLen
+		}
+		if err != nil {
+			if fl.closed.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// A connected UDP socket reports an ICMP error from the
+			// server's side (ECONNREFUSED) on its next read, once.
+			f.ctr.socketErrors.Add(1)
+			continue
+		}
+		if n < 0 {
+			f.ctr.malformed.Add(1)
+			continue
+		}
+		fl.last.Store(f.clock())
+		if off+n >= len(buf) {
+			f.ctr.tooBig.Add(1) // it may have been cut short
+			continue
+		}
+		pkt := buf[1 : off+n]
+		if fl.udp != nil {
+			err = PutUDP(pkt, fl.server, fl.client)
+		} else {
+			icmpHdr := buf[off-l4HeaderLen : off]
+			typ := icmpHdr[0]
+			if typ != ICMPEchoReply && typ != ICMPv6EchoReply {
+				continue // not an answer to the echo (none is expected)
+			}
+			seq := binary.BigEndian.Uint16(icmpHdr[6:])
+			err = PutEcho(pkt, fl.server.Addr(), fl.client.Addr(), typ, fl.id, seq)
+		}
+		if err != nil {
+			f.ctr.malformed.Add(1)
+			continue
+		}
+		f.send(fl.proto, buf[:off+n])
+	}
+}
+
+// send sends one KindDown datagram through the tunnel of the moment.
+func (f *Far) send(proto uint8, b []byte) {
+	box := f.sender.Load()
+	if box == nil {
+		f.ctr.noTunnel.Add(1)
+		return
+	}
+	if len(b) > box.s.MaxDatagramBytes() {
+		f.ctr.tooBig.Add(1)
+		return
+	}
+	if err := box.s.SendDatagram(b); err != nil {
+		countSendError(&f.ctr, err)
+		return
+	}
+	f.ctr.down(proto, len(b)-1)
+}

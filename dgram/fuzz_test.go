@@ -1,0 +1,62 @@
+package dgram
+
+import (
+	"net/netip"
+	"testing"
+)
+
+// The seed corpora are in testdata/fuzz: valid UDP and echo packets of
+// both families, and broken ones.
+
+// FuzzParse: Parse never panics, and what it accepts is consistent.
+func FuzzParse(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := Parse(b)
+		if err != nil {
+			return
+		}
+		if p.Len > len(b) || len(p.L4) < l4HeaderLen || len(p.Payload) > len(p.L4) {
+			t.Fatalf("inconsistent packet from % x: %+v", b, p)
+		}
+		if !p.IsUDP() && !p.IsEchoRequest() && !p.IsEchoReply() {
+			t.Fatalf("accepted protocol %d type %d", p.Proto, p.Type)
+		}
+		if p.Src.Is4() != p.Dst.Is4() {
+			t.Fatalf("mixed families %v %v", p.Src, p.Dst)
+		}
+	})
+}
+
+// FuzzNear: the near edge's Divert, Deliver and Demux take any bytes; what
+// Divert sends is one kind byte and a packet Parse accepts.
+func FuzzNear(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := &fakeSender{max: 1400}
+		n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return s }, Write: func([]byte) error { return nil }})
+		n.Divert(b)
+		n.Deliver(b)
+		Demux(b, n, nil)
+		for _, d := range s.sent {
+			if d[0] != KindUp {
+				t.Fatalf("sent kind %d", d[0])
+			}
+			if _, err := Parse(d[1:]); err != nil {
+				t.Fatalf("sent a packet Parse refuses: %v", err)
+			}
+		}
+	})
+}
+
+// FuzzFar: the far edge's worker takes any bytes (its policy refuses
+// everything here, so no socket is opened).
+func FuzzFar(f *testing.F) {
+	far := NewFar(FarConfig{Check: func(netip.AddrPort) string { return "refused" }})
+	far.Close() // the test calls handle itself, as the worker would
+	f.Fuzz(func(t *testing.T, b []byte) {
+		far.handle(b)
+		Demux(b, nil, far)
+		if far.nflows.Load() != 0 {
+			t.Fatal("a refused destination opened a flow")
+		}
+	})
+}

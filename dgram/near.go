@@ -1,0 +1,202 @@
+package dgram
+
+import (
+	"errors"
+	"log/slog"
+	"net/netip"
+	"sync"
+
+	"github.com/wanopt/wanopt/tunnel"
+)
+
+// Sender is a tunnel that carries datagrams (a *driver.Tunnel).
+type Sender interface {
+	SendDatagram(p []byte) error
+	MaxDatagramBytes() int
+}
+
+// NearConfig configures a Near.
+type NearConfig struct {
+	// Route returns the tunnel that carries packets toward dst, or nil
+	// when none is up. Required.
+	Route func(dst netip.Addr) Sender
+	// Write writes one IP packet to the TUN, toward the client; pkt is
+	// only valid during the call. Required.
+	Write func(pkt []byte) error
+	// Logger receives events; nil discards them.
+	Logger *slog.Logger
+}
+
+// Near is a near edge's end: it sends the clients' UDP and ping packets
+// that its stack diverts (Divert) through the tunnel, and writes the far
+// edge's answers (Deliver) to the TUN. Its methods are safe for
+// concurrent use.
+type Near struct {
+	cfg  NearConfig
+	log  *slog.Logger
+	ctr  Counters
+	bufs sync.Pool // *[]byte: the datagrams being built
+}
+
+// NewNear returns a Near.
+func NewNear(cfg NearConfig) *Near {
+	n := &Near{cfg: cfg, log: cfg.Logger}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	n.bufs.New = func() any { b := make([]byte, 0, readBufBytes); return &b }
+	return n
+}
+
+// Stats returns the near side's counters.
+func (n *Near) Stats() Stats { return n.ctr.Stats() }
+
+// Divert is the stack's Config.Divert: it is called with each IPv4 and
+// IPv6 packet from the TUN that is not TCP, and takes (returns true for)
+// UDP, ICMP and ICMPv6 echo requests, and fragments of ICMP, which the
+// netstack would otherwise reassemble and answer; it leaves the rest
+// (other ICMP, neighbour discovery, other protocols) to the netstack. A
+// packet it takes is sent through the tunnel or dropped and counted.
+func (n *Near) Divert(pkt []byte) bool {
+	if !divertable(pkt) {
+		return false
+	}
+	p, err := Parse(pkt)
+	if err != nil {
+		n.ctr.parseError(err)
+		return true
+	}
+	if !p.IsUDP() && !p.IsEchoRequest() {
+		n.ctr.unsupported.Add(1)
+		return true
+	}
+	if d := p.Dst; d.IsMulticast() || d.IsLinkLocalUnicast() || d.IsUnspecified() || d == limitedBroadcast {
+		// This LAN's business, never the far edge's. (Loopback and the
+		// rest are the far edge's policy to refuse.)
+		n.ctr.notAllowed.Add(1)
+		return true
+	}
+	s := n.cfg.Route(p.Dst)
+	if s == nil {
+		n.ctr.noTunnel.Add(1)
+		return true
+	}
+	if 1+p.Len > s.MaxDatagramBytes() {
+		n.ctr.tooBig.Add(1)
+		return true
+	}
+	bp := n.bufs.Get().(*[]byte)
+	b := append(append((*bp)[:0], KindUp), pkt[:p.Len]...)
+	err = s.SendDatagram(b)
+	*bp = b
+	n.bufs.Put(bp)
+	if err != nil {
+		countSendError(&n.ctr, err)
+		return true
+	}
+	n.ctr.up(p.Proto, p.Len)
+	return true
+}
+
+// divertable reports whether Divert takes pkt: UDP, an ICMP or ICMPv6
+// echo request, or a fragment that may be one of those (IPv4 fragments
+// after the first, IPv6 fragment headers). Malformed packets of those
+// protocols are taken too (and dropped); anything else is the netstack's.
+func divertable(pkt []byte) bool {
+	proto, ok := Protocol(pkt)
+	if !ok {
+		return false
+	}
+	switch proto {
+	case ProtoUDP:
+		return true
+	case ProtoICMP:
+		if pkt[0]>>4 != 4 {
+			return false
+		}
+		ihl := int(pkt[0]&0x0f) * 4
+		if len(pkt) > 7 && (pkt[6]&0x1f != 0 || pkt[7] != 0) {
+			return true // a fragment after the first: its type is unknown
+		}
+		return len(pkt) <= ihl || pkt[ihl] == ICMPEchoRequest
+	case ProtoICMPv6:
+		return len(pkt) <= ipv6HeaderLen || pkt[ipv6HeaderLen] == ICMPv6EchoRequest
+	case ipv6FragmentHeader:
+		return pkt[0]>>4 == 6
+	}
+	return false
+}
+
+// limitedBroadcast is 255.255.255.255.
+var limitedBroadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
+
+// ipv6FragmentHeader is the next-header value of IPv6's fragment header.
+const ipv6FragmentHeader = 44
+
+// Deliver takes a KindDown datagram's packet (the kind byte removed) and
+// writes it to the TUN. Only UDP and echo replies are written.
+func (n *Near) Deliver(pkt []byte) {
+	p, err := Parse(pkt)
+	if err != nil {
+		n.ctr.parseError(err)
+		return
+	}
+	if !p.IsUDP() && !p.IsEchoReply() {
+		n.ctr.unsupported.Add(1)
+		return
+	}
+	if err := n.cfg.Write(pkt[:p.Len]); err != nil {
+		n.ctr.socketErrors.Add(1)
+		return
+	}
+	n.ctr.down(p.Proto, p.Len)
+}
+
+// countSendError counts a datagram the tunnel refused.
+func countSendError(c *Counters, err error) {
+	switch {
+	case errors.Is(err, tunnel.ErrDatagramQueueFull):
+		c.queueFull.Add(1)
+	case errors.Is(err, tunnel.ErrDatagramTooLarge):
+		c.tooBig.Add(1)
+	default:
+		c.noTunnel.Add(1) // closed under us
+	}
+}
+
+// Demux hands a datagram from the tunnel (a driver.Config.OnDatagram) to
+// near (KindDown) or far (KindUp), without the kind byte. Either may be
+// nil when the edge has no ingress or no egress; what it cannot take is
+// counted by the other as unsupported, a datagram of an unknown kind as
+// malformed.
+func Demux(p []byte, near *Near, far *Far) {
+	var ctr *Counters
+	switch {
+	case far != nil:
+		ctr = &far.ctr
+	case near != nil:
+		ctr = &near.ctr
+	default:
+		return
+	}
+	if len(p) == 0 {
+		ctr.malformed.Add(1)
+		return
+	}
+	switch p[0] {
+	case KindUp:
+		if far != nil {
+			far.Deliver(p[1:])
+			return
+		}
+		ctr.unsupported.Add(1)
+	case KindDown:
+		if near != nil {
+			near.Deliver(p[1:])
+			return
+		}
+		ctr.unsupported.Add(1)
+	default:
+		ctr.malformed.Add(1)
+	}
+}

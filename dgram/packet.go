@@ -1,0 +1,302 @@
+package dgram
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+)
+
+// Datagram kinds: the first byte of every datagram (see the package doc).
+const (
+	KindUp   byte = 1 // a client's packet, for the far edge to send on
+	KindDown byte = 2 // a packet for the near edge's client
+)
+
+// IP protocol numbers and ICMP types this package handles.
+const (
+	ProtoICMP   = 1
+	ProtoTCP    = 6
+	ProtoUDP    = 17
+	ProtoICMPv6 = 58
+
+	ICMPEchoReply     = 0
+	ICMPEchoRequest   = 8
+	ICMPv6EchoRequest = 128
+	ICMPv6EchoReply   = 129
+)
+
+const (
+	ipv4HeaderLen = 20
+	ipv6HeaderLen = 40
+	l4HeaderLen   = 8 // UDP, and ICMP echo
+	// defaultHopLimit is the TTL of the packets this package builds: they
+	// come from the far edge's socket, whose own hops are the kernel's.
+	defaultHopLimit = 64
+)
+
+var (
+	// ErrMalformed: the bytes are not a well-formed IP packet (lengths,
+	// IPv4 header checksum, version).
+	ErrMalformed = errors.New("dgram: malformed IP packet")
+	// ErrUnsupported: a well-formed packet this package does not carry: a
+	// fragment, an IPv6 extension header, a protocol other than UDP and
+	// ICMP, an ICMP message other than echo.
+	ErrUnsupported = errors.New("dgram: IP packet of a kind not carried")
+)
+
+// Packet is a parsed IPv4 or IPv6 packet carrying UDP or an ICMP echo.
+// Its slices point into the parsed bytes.
+type Packet struct {
+	Src, Dst netip.Addr
+	// Proto is ProtoUDP, ProtoICMP or ProtoICMPv6.
+	Proto    uint8
+	HopLimit uint8
+	// SrcPort and DstPort are UDP's.
+	SrcPort, DstPort uint16
+	// Type (ICMP echo request or reply), ID and Seq are an echo's.
+	Type    uint8
+	ID, Seq uint16
+	// L4 is the UDP datagram or ICMP message, header included; Payload
+	// the UDP payload or the echo's data.
+	L4, Payload []byte
+	// Len is the IP packet's length (bytes after it were ignored).
+	Len int
+}
+
+// IsUDP reports whether p carries UDP.
+func (p *Packet) IsUDP() bool { return p.Proto == ProtoUDP }
+
+// IsEchoRequest reports whether p is an ICMP or ICMPv6 echo request.
+func (p *Packet) IsEchoRequest() bool {
+	return (p.Proto == ProtoICMP && p.Type == ICMPEchoRequest) || (p.Proto == ProtoICMPv6 && p.Type == ICMPv6EchoRequest)
+}
+
+// IsEchoReply reports whether p is an ICMP or ICMPv6 echo reply.
+func (p *Packet) IsEchoReply() bool {
+	return (p.Proto == ProtoICMP && p.Type == ICMPEchoReply) || (p.Proto == ProtoICMPv6 && p.Type == ICMPv6EchoReply)
+}
+
+// SrcAddrPort and DstAddrPort are the UDP endpoints (port 0 for ICMP).
+func (p *Packet) SrcAddrPort() netip.AddrPort { return netip.AddrPortFrom(p.Src, p.SrcPort) }
+func (p *Packet) DstAddrPort() netip.AddrPort { return netip.AddrPortFrom(p.Dst, p.DstPort) }
+
+// Protocol returns the transport protocol number of an IPv4 or IPv6
+// packet (the IPv6 next header, which may be an extension header), or
+// false if b is too short or not IP. It reads one byte of the header:
+// cheap enough for every packet.
+func Protocol(b []byte) (uint8, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	switch b[0] >> 4 {
+	case 4:
+		if len(b) < ipv4HeaderLen {
+			return 0, false
+		}
+		return b[9], true
+	case 6:
+		if len(b) < ipv6HeaderLen {
+			return 0, false
+		}
+		return b[6], true
+	}
+	return 0, false
+}
+
+// Parse reads an IPv4 or IPv6 packet carrying UDP or an ICMP (ICMPv6)
+// echo request or reply. Errors wrap ErrMalformed or ErrUnsupported. It
+// never panics, whatever b holds. The transport checksum is not verified:
+// the far edge's kernel computes a new one, and the near edge's client
+// verifies the replies'.
+func Parse(b []byte) (Packet, error) {
+	var p Packet
+	if len(b) == 0 {
+		return p, fmt.Errorf("%w: empty", ErrMalformed)
+	}
+	var l4 []byte
+	switch b[0] >> 4 {
+	case 4:
+		if len(b) < ipv4HeaderLen {
+			return p, fmt.Errorf("%w: %d bytes, shorter than an IPv4 header", ErrMalformed, len(b))
+		}
+		ihl := int(b[0]&0x0f) * 4
+		total := int(binary.BigEndian.Uint16(b[2:]))
+		if ihl < ipv4HeaderLen || total < ihl || total > len(b) {
+			return p, fmt.Errorf("%w: IPv4 header length %d, total length %d, %d bytes", ErrMalformed, ihl, total, len(b))
+		}
+		if checksum.Checksum(b[:ihl], 0) != 0xffff {
+			return p, fmt.Errorf("%w: IPv4 header checksum", ErrMalformed)
+		}
+		if frag := binary.BigEndian.Uint16(b[6:]); frag&0x3fff != 0 {
+			return p, fmt.Errorf("%w: IPv4 fragment", ErrUnsupported)
+		}
+		p.Proto, p.HopLimit = b[9], b[8]
+		p.Src = netip.AddrFrom4([4]byte(b[12:16]))
+		p.Dst = netip.AddrFrom4([4]byte(b[16:20]))
+		p.Len = total
+		l4 = b[ihl:total]
+		if p.Proto != ProtoUDP && p.Proto != ProtoICMP {
+			return p, fmt.Errorf("%w: IPv4 protocol %d", ErrUnsupported, p.Proto)
+		}
+	case 6:
+		if len(b) < ipv6HeaderLen {
+			return p, fmt.Errorf("%w: %d bytes, shorter than an IPv6 header", ErrMalformed, len(b))
+		}
+		pl := int(binary.BigEndian.Uint16(b[4:]))
+		if ipv6HeaderLen+pl > len(b) {
+			return p, fmt.Errorf("%w: IPv6 payload length %d, %d bytes", ErrMalformed, pl, len(b))
+		}
+		p.Proto, p.HopLimit = b[6], b[7]
+		p.Src = netip.AddrFrom16([16]byte(b[8:24]))
+		p.Dst = netip.AddrFrom16([16]byte(b[24:40]))
+		p.Len = ipv6HeaderLen + pl
+		l4 = b[ipv6HeaderLen:p.Len]
+		if p.Proto != ProtoUDP && p.Proto != ProtoICMPv6 {
+			return p, fmt.Errorf("%w: IPv6 next header %d", ErrUnsupported, p.Proto)
+		}
+	default:
+		return p, fmt.Errorf("%w: IP version %d", ErrMalformed, b[0]>>4)
+	}
+	if len(l4) < l4HeaderLen {
+		return p, fmt.Errorf("%w: %d bytes of transport header", ErrMalformed, len(l4))
+	}
+	p.L4 = l4
+	if p.Proto == ProtoUDP {
+		ul := int(binary.BigEndian.Uint16(l4[4:]))
+		if ul < l4HeaderLen || ul > len(l4) {
+			return p, fmt.Errorf("%w: UDP length %d in %d bytes", ErrMalformed, ul, len(l4))
+		}
+		p.SrcPort = binary.BigEndian.Uint16(l4[0:])
+		p.DstPort = binary.BigEndian.Uint16(l4[2:])
+		p.L4, p.Payload = l4[:ul], l4[l4HeaderLen:ul]
+		return p, nil
+	}
+	p.Type = l4[0]
+	if !p.IsEchoRequest() && !p.IsEchoReply() {
+		return p, fmt.Errorf("%w: ICMP type %d", ErrUnsupported, p.Type)
+	}
+	if l4[1] != 0 {
+		return p, fmt.Errorf("%w: ICMP echo with code %d", ErrMalformed, l4[1])
+	}
+	p.ID = binary.BigEndian.Uint16(l4[4:])
+	p.Seq = binary.BigEndian.Uint16(l4[6:])
+	p.Payload = l4[l4HeaderLen:]
+	return p, nil
+}
+
+// HeaderLen is the length of the IP and UDP (or ICMP echo) headers of a
+// packet between addresses of a's family: 28 for IPv4, 48 for IPv6.
+func HeaderLen(a netip.Addr) int {
+	if a.Is4() {
+		return ipv4HeaderLen + l4HeaderLen
+	}
+	return ipv6HeaderLen + l4HeaderLen
+}
+
+// PutUDP makes pkt a UDP packet from src to dst whose payload is
+// pkt[HeaderLen(src.Addr()):]: it writes the IP and UDP headers in front,
+// checksums included. src and dst must be of one family (IPv4-mapped
+// addresses count as IPv4).
+func PutUDP(pkt []byte, src, dst netip.AddrPort) error {
+	s, d := src.Addr().Unmap(), dst.Addr().Unmap()
+	l4, err := putIP(pkt, s, d, ProtoUDP)
+	if err != nil {
+		return err
+	}
+	binary.BigEndian.PutUint16(l4[0:], src.Port())
+	binary.BigEndian.PutUint16(l4[2:], dst.Port())
+	binary.BigEndian.PutUint16(l4[4:], uint16(len(l4)))
+	binary.BigEndian.PutUint16(l4[6:], 0)
+	sum := ^checksum.Checksum(l4, pseudoHeaderSum(s, d, ProtoUDP, len(l4)))
+	if sum == 0 {
+		sum = 0xffff // UDP: 0 means "no checksum"
+	}
+	binary.BigEndian.PutUint16(l4[6:], sum)
+	return nil
+}
+
+// PutEcho makes pkt an ICMP (IPv4) or ICMPv6 (IPv6) echo message of type
+// typ from src to dst whose data is pkt[HeaderLen(src):]: it writes the IP
+// and ICMP headers in front, checksums included.
+func PutEcho(pkt []byte, src, dst netip.Addr, typ uint8, id, seq uint16) error {
+	s, d := src.Unmap(), dst.Unmap()
+	proto := uint8(ProtoICMP)
+	if s.Is6() {
+		proto = ProtoICMPv6
+	}
+	l4, err := putIP(pkt, s, d, proto)
+	if err != nil {
+		return err
+	}
+	l4[0], l4[1] = typ, 0
+	binary.BigEndian.PutUint16(l4[2:], 0)
+	binary.BigEndian.PutUint16(l4[4:], id)
+	binary.BigEndian.PutUint16(l4[6:], seq)
+	var initial uint16
+	if proto == ProtoICMPv6 {
+		initial = pseudoHeaderSum(s, d, proto, len(l4))
+	}
+	binary.BigEndian.PutUint16(l4[2:], ^checksum.Checksum(l4, initial))
+	return nil
+}
+
+// putIP writes the IP header of a packet of len(pkt) bytes and returns
+// the transport part.
+func putIP(pkt []byte, src, dst netip.Addr, proto uint8) ([]byte, error) {
+	switch {
+	case !src.IsValid() || !dst.IsValid() || src.Is4() != dst.Is4():
+		return nil, fmt.Errorf("dgram: addresses %v and %v: want two of one family", src, dst)
+	case len(pkt) < HeaderLen(src):
+		return nil, fmt.Errorf("dgram: %d bytes cannot hold the %d bytes of headers", len(pkt), HeaderLen(src))
+	}
+	if src.Is4() {
+		if len(pkt) > 0xffff {
+			return nil, fmt.Errorf("dgram: an IPv4 packet of %d bytes is too long", len(pkt))
+		}
+		h := pkt[:ipv4HeaderLen]
+		h[0], h[1] = 0x45, 0
+		binary.BigEndian.PutUint16(h[2:], uint16(len(pkt)))
+		binary.BigEndian.PutUint16(h[4:], 0)      // identification: unused with DF
+		binary.BigEndian.PutUint16(h[6:], 0x4000) // don't fragment
+		h[8], h[9] = defaultHopLimit, proto
+		binary.BigEndian.PutUint16(h[10:], 0)
+		s4, d4 := src.As4(), dst.As4()
+		copy(h[12:], s4[:])
+		copy(h[16:], d4[:])
+		binary.BigEndian.PutUint16(h[10:], ^checksum.Checksum(h, 0))
+		return pkt[ipv4HeaderLen:], nil
+	}
+	if len(pkt)-ipv6HeaderLen > 0xffff {
+		return nil, fmt.Errorf("dgram: an IPv6 payload of %d bytes is too long", len(pkt)-ipv6HeaderLen)
+	}
+	h := pkt[:ipv6HeaderLen]
+	binary.BigEndian.PutUint32(h[0:], 6<<28)
+	binary.BigEndian.PutUint16(h[4:], uint16(len(pkt)-ipv6HeaderLen))
+	h[6], h[7] = proto, defaultHopLimit
+	s16, d16 := src.As16(), dst.As16()
+	copy(h[8:], s16[:])
+	copy(h[24:], d16[:])
+	return pkt[ipv6HeaderLen:], nil
+}
+
+// pseudoHeaderSum is the checksum of the transport pseudo-header.
+func pseudoHeaderSum(src, dst netip.Addr, proto uint8, length int) uint16 {
+	var b [40]byte
+	if src.Is4() {
+		s, d := src.As4(), dst.As4()
+		copy(b[0:], s[:])
+		copy(b[4:], d[:])
+		b[9] = proto
+		binary.BigEndian.PutUint16(b[10:], uint16(length))
+		return checksum.Checksum(b[:12], 0)
+	}
+	s, d := src.As16(), dst.As16()
+	copy(b[0:], s[:])
+	copy(b[16:], d[:])
+	binary.BigEndian.PutUint32(b[32:], uint32(length))
+	b[39] = proto
+	return checksum.Checksum(b[:40], 0)
+}

@@ -1,0 +1,110 @@
+package dgram
+
+import (
+	"errors"
+	"sync/atomic"
+)
+
+// Stats counts one edge side's datagram traffic: the packets its clients
+// sent toward servers (up) and the answers (down), per protocol, in IP
+// packet bytes, and the packets dropped, by reason.
+type Stats struct {
+	UDP ProtoStats `json:"udp"`
+	// ICMP counts echo requests (up) and replies (down), IPv4 and IPv6.
+	ICMP ProtoStats `json:"icmp"`
+	// Flows is the far edge's NAT table now; FlowsOpened and FlowsExpired
+	// count its entries since start (expired: idle for IdleTimeout).
+	Flows        int    `json:"flows"`
+	FlowsOpened  uint64 `json:"flows_opened"`
+	FlowsExpired uint64 `json:"flows_expired"`
+	Drops        Drops  `json:"drops"`
+}
+
+// ProtoStats counts one protocol's packets and bytes each way.
+type ProtoStats struct {
+	PacketsUp   uint64 `json:"packets_up"`
+	BytesUp     uint64 `json:"bytes_up"`
+	PacketsDown uint64 `json:"packets_down"`
+	BytesDown   uint64 `json:"bytes_down"`
+}
+
+// Drops counts packets dropped, by reason.
+type Drops struct {
+	// NotAllowed: the far edge's policy refuses the destination (ICMP is
+	// checked as port 0), or the near edge does not carry it (multicast,
+	// broadcast, link-local or unspecified destinations).
+	NotAllowed uint64 `json:"not_allowed"`
+	// TooBig: longer than one tunnel datagram carries.
+	TooBig uint64 `json:"too_big"`
+	// QueueFull: a queue on the way was full (the tunnel's, or the far
+	// edge's worker's).
+	QueueFull uint64 `json:"queue_full"`
+	// Malformed: not a well-formed IP packet, or a datagram of an
+	// unknown kind. Unsupported: well-formed but not carried (fragments,
+	// IPv6 extension headers, other protocols, a reply at an edge with no
+	// ingress).
+	Malformed   uint64 `json:"malformed"`
+	Unsupported uint64 `json:"unsupported"`
+	// NoTunnel: no tunnel was up to carry it.
+	NoTunnel uint64 `json:"no_tunnel"`
+	// FlowLimit: the far edge's NAT table was full.
+	FlowLimit uint64 `json:"flow_limit"`
+	// SocketErrors: the far edge's socket could not be opened or failed
+	// to send or receive (e.g. ping sockets not allowed: see
+	// net.ipv4.ping_group_range), or the near edge's TUN queue refused
+	// the packet.
+	SocketErrors uint64 `json:"socket_errors"`
+}
+
+// Total is the sum of the drops.
+func (d Drops) Total() uint64 {
+	return d.NotAllowed + d.TooBig + d.QueueFull + d.Malformed + d.Unsupported + d.NoTunnel + d.FlowLimit + d.SocketErrors
+}
+
+// Counters are the live counters behind Stats, safe for concurrent use.
+type Counters struct {
+	udp, icmp                protoCounters
+	flowsOpened, flowsExpire atomic.Uint64
+
+	notAllowed, tooBig, queueFull, malformed, unsupported, noTunnel, flowLimit, socketErrors atomic.Uint64
+}
+
+type protoCounters struct{ pktUp, bytesUp, pktDown, bytesDown atomic.Uint64 }
+
+func (c *Counters) proto(p uint8) *protoCounters {
+	if p == ProtoUDP {
+		return &c.udp
+	}
+	return &c.icmp
+}
+
+func (c *Counters) up(proto uint8, n int) {
+	pc := c.proto(proto)
+	pc.pktUp.Add(1)
+	pc.bytesUp.Add(uint64(n))
+}
+
+func (c *Counters) down(proto uint8, n int) {
+	pc := c.proto(proto)
+	pc.pktDown.Add(1)
+	pc.bytesDown.Add(uint64(n))
+}
+
+// parseError counts a Parse error.
+func (c *Counters) parseError(err error) {
+	if errors.Is(err, ErrUnsupported) {
+		c.unsupported.Add(1)
+	} else {
+		c.malformed.Add(1)
+	}
+}
+
+// Stats returns a snapshot (Flows is the caller's to fill in).
+func (c *Counters) Stats() Stats {
+	ps := func(p *protoCounters) ProtoStats {
+		return ProtoStats{PacketsUp: p.pktUp.Load(), BytesUp: p.bytesUp.Load(), PacketsDown: p.pktDown.Load(), BytesDown: p.bytesDown.Load()}
+	}
+	return Stats{UDP: ps(&c.udp), ICMP: ps(&c.icmp), FlowsOpened: c.flowsOpened.Load(), FlowsExpired: c.flowsExpire.Load(),
+		Drops: Drops{NotAllowed: c.notAllowed.Load(), TooBig: c.tooBig.Load(), QueueFull: c.queueFull.Load(), Malformed: c.malformed.Load(),
+			Unsupported: c.unsupported.Load(), NoTunnel: c.noTunnel.Load(), FlowLimit: c.flowLimit.Load(), SocketErrors: c.socketErrors.Load()}}
+}

@@ -1,0 +1,140 @@
+package driver
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
+)
+
+// TestDatagrams sends datagrams both ways between a tunnel pair: every one
+// arrives intact (the in-memory bind loses nothing), through OnDatagram on
+// the driver goroutine, and the counters agree.
+func TestDatagrams(t *testing.T) {
+	const n = 200
+	got := [2]chan []byte{make(chan []byte, n), make(chan []byte, n)}
+	cli, srv := memPair(t, 41, func(c, s *Config) {
+		c.OnDatagram = func(p []byte) { got[0] <- bytes.Clone(p) }
+		s.OnDatagram = func(p []byte) { got[1] <- bytes.Clone(p) }
+	})
+	if cli.MaxDatagramBytes() < 1200 || cli.MaxDatagramBytes() > tunnel.DefaultMaxUDPPayloadBytes {
+		t.Fatalf("MaxDatagramBytes %d: want room for a 1,200-byte packet within one UDP payload", cli.MaxDatagramBytes())
+	}
+	payload := func(i int) []byte {
+		b := bytes.Repeat([]byte{byte(i)}, 1+i*7%cli.MaxDatagramBytes())
+		copy(b, fmt.Sprint(i))
+		return b
+	}
+	for side, pair := range [][2]*Tunnel{{cli, srv}, {srv, cli}} {
+		from := pair[0]
+		buf := make([]byte, cli.MaxDatagramBytes())
+		for i := range n {
+			p := append(buf[:0], payload(i)...)
+			// Pace the sender a little: the Conn's own queue holds 128.
+			for {
+				err := from.SendDatagram(p)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, tunnel.ErrDatagramQueueFull) {
+					t.Fatalf("side %d: SendDatagram %d: %v", side, i, err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			clear(p) // SendDatagram copied it
+			if i%32 == 31 {
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+		recv := got[1-side]
+		seen := map[string]bool{}
+		for i := range n {
+			select {
+			case p := <-recv:
+				seen[string(p)] = true
+			case <-time.After(5 * time.Second):
+				t.Fatalf("side %d: %d of %d datagrams arrived", side, i, n)
+			}
+		}
+		for i := range n {
+			if !seen[string(payload(i))] {
+				t.Fatalf("side %d: datagram %d did not arrive intact", side, i)
+			}
+		}
+	}
+	cs, ss := cli.Stats(), srv.Stats()
+	if cs.Tunnel.DatagramsReceived != n || ss.Tunnel.DatagramsReceived != n {
+		t.Errorf("datagrams received: client %d, server %d; want %d each", cs.Tunnel.DatagramsReceived, ss.Tunnel.DatagramsReceived, n)
+	}
+	if cs.Tunnel.DatagramsSent < n || ss.Tunnel.DatagramsSent < n {
+		t.Errorf("datagrams sent: client %d, server %d; want at least %d", cs.Tunnel.DatagramsSent, ss.Tunnel.DatagramsSent, n)
+	}
+
+	big := make([]byte, cli.MaxDatagramBytes()+1)
+	if err := cli.SendDatagram(big); !errors.Is(err, tunnel.ErrDatagramTooLarge) {
+		t.Errorf("SendDatagram of %d bytes: %v, want ErrDatagramTooLarge", len(big), err)
+	}
+	cli.Close()
+	if err := cli.SendDatagram([]byte("x")); !errors.Is(err, ErrTunnelClosed) {
+		t.Errorf("SendDatagram after Close: %v, want ErrTunnelClosed", err)
+	}
+}
+
+// TestDatagramsUnclaimed: without OnDatagram the peer's datagrams are
+// counted and dropped.
+func TestDatagramsUnclaimed(t *testing.T) {
+	cli, srv := memPair(t, 42, nil)
+	for range 5 {
+		if err := cli.SendDatagram([]byte("nobody listens")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.Stats().DatagramsUnclaimed < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("unclaimed datagrams: %+v", srv.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestDatagramQueueFull: SendDatagram never blocks; with the driver not
+// taking datagrams (it is not running here), the queue fills at
+// Config.DatagramQueue and the rest are refused and counted.
+func TestDatagramQueueFull(t *testing.T) {
+	ccfg, _ := pairConfigs(t, 43)
+	a, b := bindtest.NewPair(bindtest.Config{})
+	defer b.Close()
+	ccfg.Bind, ccfg.RemoteAddr, ccfg.DatagramQueue = a, b.LocalAddr(), 4
+	cfg, err := ccfg.resolve(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tunnel.NewClientConn(cfg.Tunnel, monotime.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := newTunnel(cfg, a, conn, true)
+	defer a.Close()
+	for i := range 4 {
+		if err := tn.SendDatagram([]byte{byte(i)}); err != nil {
+			t.Fatalf("datagram %d of a queue of 4: %v", i, err)
+		}
+	}
+	start := time.Now()
+	err = tn.SendDatagram([]byte{4})
+	if !errors.Is(err, tunnel.ErrDatagramQueueFull) {
+		t.Fatalf("fifth datagram: %v, want ErrDatagramQueueFull", err)
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Errorf("a refused SendDatagram took %v", d)
+	}
+	if got := tn.dgQueueDrops.Load(); got != 1 {
+		t.Errorf("queue drops %d, want 1", got)
+	}
+}
