@@ -34,8 +34,14 @@
 // --allow) tell a request from a reply, which the IP header alone cannot;
 // unknown kinds are counted as malformed and dropped, so later kinds can
 // be added. A packet longer than the tunnel's MaxDatagramBytes minus the
-// kind byte is dropped and counted (TooBig); path MTU discovery is not
-// done yet. Every parser of bytes from the network here returns an error,
+// kind byte is dropped and counted (TooBig), and its client told so as a
+// router tells it (AppendTooBig): ICMP "fragmentation needed" with that
+// MTU for an IPv4 packet with DF set (one without DF is only dropped: the
+// tunnel carries no fragments), ICMPv6 "packet too big" for IPv6, from the
+// packet's destination, at most TooBigPerSecond a second (TooBigAnswered,
+// TooBigLimited). So the client's path MTU discovery (RFC 1191, 8201)
+// finds the tunnel's; an answer too big for the tunnel on its way back
+// from the far edge is only dropped. Every parser of bytes from the network here returns an error,
 // never panics (FuzzParse, FuzzFar, FuzzNear).
 //
 // # Flows at the far edge

@@ -107,8 +107,9 @@ func TestFarUDP(t *testing.T) {
 			}
 		}
 	}
-	// The worker counts a packet after sending it: the answer may be first.
-	waitFor(t, "the last packet's count", func() bool { return f.Stats().UDP.PacketsUp == 4 })
+	// The worker counts a packet after sending it, and a flow's reader an
+	// answer after sending it: the answer may come before either count.
+	waitFor(t, "the last packets' counts", func() bool { st := f.Stats(); return st.UDP.PacketsUp == 4 && st.UDP.PacketsDown == 4 })
 	st := f.Stats()
 	if st.Flows != 2 || st.FlowsOpened != 2 || st.UDP.PacketsUp != 4 || st.UDP.PacketsDown != 4 {
 		t.Fatalf("after two rounds from two clients: %+v", st)

@@ -1,8 +1,11 @@
 package dgram
 
 import (
+	"bytes"
 	"net/netip"
 	"testing"
+
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 )
 
 // The seed corpora are in testdata/fuzz: valid UDP and echo packets of
@@ -36,6 +39,22 @@ func FuzzNear(f *testing.F) {
 		n.Divert(b)
 		n.Deliver(b)
 		Demux(b, n, nil)
+		// A tunnel too small for most packets: what Divert writes back is
+		// an ICMP error no longer than IPv6's minimum MTU, with a valid
+		// IPv4 header checksum.
+		small := &fakeSender{max: 69}
+		var answers [][]byte
+		n2 := NewNear(NearConfig{Route: func(netip.Addr) Sender { return small },
+			Write: func(p []byte) error { answers = append(answers, bytes.Clone(p)); return nil }})
+		n2.Divert(b)
+		for _, a := range answers {
+			if len(a) > maxErrorV6 || len(a) < ipv4HeaderLen+l4HeaderLen {
+				t.Fatalf("answer of %d bytes", len(a))
+			}
+			if a[0] == 0x45 && (checksum.Checksum(a[:ipv4HeaderLen], 0) != 0xffff || a[9] != ProtoICMP || a[ipv4HeaderLen] != ICMPDestUnreachable) {
+				t.Fatalf("bad IPv4 answer % x", a)
+			}
+		}
 		for _, d := range s.sent {
 			if d[0] != KindUp {
 				t.Fatalf("sent kind %d", d[0])

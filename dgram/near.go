@@ -1,10 +1,12 @@
 package dgram
 
 import (
+	"encoding/binary"
 	"errors"
 	"log/slog"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/wanopt/wanopt/tunnel"
 )
@@ -25,7 +27,22 @@ type NearConfig struct {
 	Write func(pkt []byte) error
 	// Logger receives events; nil discards them.
 	Logger *slog.Logger
+
+	// now is the clock of the too-big answers' rate limit; nil: time.Now
+	// (tests move it).
+	now func() time.Time
 }
+
+// The rate of the "packet too big" answers (Near.Divert): at most
+// TooBigPerSecond a second on average, in bursts of at most TooBigBurst.
+// A client that keeps sending packets too big learns from the first
+// answer of each flow; the limit keeps a flood of them (or of forged
+// ones) from turning into as many packets toward the LAN, as routers'
+// ICMP rate limits do (Linux: icmp_ratelimit, 1 s / burst).
+const (
+	TooBigPerSecond = 100
+	TooBigBurst     = 10
+)
 
 // Near is a near edge's end: it sends the clients' UDP and ping packets
 // that its stack diverts (Divert) through the tunnel, and writes the far
@@ -36,11 +53,19 @@ type Near struct {
 	log  *slog.Logger
 	ctr  Counters
 	bufs sync.Pool // *[]byte: the datagrams being built
+
+	// The too-big answers' token bucket (allowTooBig).
+	tbMu     sync.Mutex
+	tbTokens float64
+	tbLast   time.Time
 }
 
 // NewNear returns a Near.
 func NewNear(cfg NearConfig) *Near {
-	n := &Near{cfg: cfg, log: cfg.Logger}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	n := &Near{cfg: cfg, log: cfg.Logger, tbTokens: TooBigBurst, tbLast: cfg.now()}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -56,7 +81,9 @@ func (n *Near) Stats() Stats { return n.ctr.Stats() }
 // UDP, ICMP and ICMPv6 echo requests, and fragments of ICMP, which the
 // netstack would otherwise reassemble and answer; it leaves the rest
 // (other ICMP, neighbour discovery, other protocols) to the netstack. A
-// packet it takes is sent through the tunnel or dropped and counted.
+// packet it takes is sent through the tunnel or dropped and counted. A
+// packet longer than the tunnel's datagram carries is answered as a
+// router would (answerTooBig).
 func (n *Near) Divert(pkt []byte) bool {
 	if !divertable(pkt) {
 		return false
@@ -81,8 +108,9 @@ func (n *Near) Divert(pkt []byte) bool {
 		n.ctr.noTunnel.Add(1)
 		return true
 	}
-	if 1+p.Len > s.MaxDatagramBytes() {
+	if limit := s.MaxDatagramBytes(); 1+p.Len > limit {
 		n.ctr.tooBig.Add(1)
+		n.answerTooBig(pkt, &p, limit-1)
 		return true
 	}
 	bp := n.bufs.Get().(*[]byte)
@@ -95,6 +123,55 @@ func (n *Near) Divert(pkt []byte) bool {
 		return true
 	}
 	n.ctr.up(p.Proto, p.Len)
+	return true
+}
+
+// answerTooBig tells the client of pkt (parsed as p), which the tunnel
+// cannot carry, the largest IP packet it can (mtu): ICMP fragmentation
+// needed for IPv4 with DF set, ICMPv6 packet too big, at the rate the
+// token bucket allows. An IPv4 packet without DF is only dropped (a
+// router would fragment it; the tunnel carries no fragments), and so is
+// one from a source no answer can go to.
+func (n *Near) answerTooBig(pkt []byte, p *Packet, mtu int) {
+	if p.Src.Is4() && binary.BigEndian.Uint16(pkt[6:])&0x4000 == 0 {
+		return
+	}
+	if s := p.Src; s.IsUnspecified() || s.IsMulticast() || s == limitedBroadcast {
+		return
+	}
+	if !n.allowTooBig() {
+		n.ctr.tooBigLimited.Add(1)
+		return
+	}
+	bp := n.bufs.Get().(*[]byte)
+	defer n.bufs.Put(bp)
+	b, err := AppendTooBig((*bp)[:0], pkt, p, mtu)
+	*bp = b
+	if err != nil {
+		n.log.Debug("cannot build a packet-too-big answer", "src", p.Src, "dst", p.Dst, "mtu", mtu, "err", err)
+		return
+	}
+	if err := n.cfg.Write(b); err != nil {
+		n.ctr.socketErrors.Add(1)
+		return
+	}
+	n.ctr.tooBigAnswered.Add(1)
+}
+
+// allowTooBig takes a token from the too-big answers' bucket, if one is
+// there.
+func (n *Near) allowTooBig() bool {
+	n.tbMu.Lock()
+	defer n.tbMu.Unlock()
+	now := n.cfg.now()
+	if el := now.Sub(n.tbLast); el > 0 {
+		n.tbTokens = min(TooBigBurst, n.tbTokens+el.Seconds()*TooBigPerSecond)
+		n.tbLast = now
+	}
+	if n.tbTokens < 1 {
+		return false
+	}
+	n.tbTokens--
 	return true
 }
 

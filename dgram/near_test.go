@@ -98,6 +98,11 @@ func TestNearDivert(t *testing.T) {
 	route = nil
 	drop("no tunnel", udp, func(d Drops) uint64 { return d.NoTunnel })
 
+	if len(written) != 1 || written[0][9] != ProtoICMP || n.Stats().TooBigAnswered != 1 {
+		t.Errorf("the packet too big: %d packets written, stats %+v; want one ICMP answer", len(written), n.Stats())
+	}
+	written = nil
+
 	// The way back: replies are written, anything else is not.
 	reply := echo4(t, "198.18.2.2", "198.18.1.2", ICMPEchoReply, "abcdefgh")
 	n.Deliver(reply)

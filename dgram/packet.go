@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 )
@@ -299,4 +300,66 @@ func pseudoHeaderSum(src, dst netip.Addr, proto uint8, length int) uint16 {
 	binary.BigEndian.PutUint32(b[32:], uint32(length))
 	b[39] = proto
 	return checksum.Checksum(b[:40], 0)
+}
+
+// The "packet too big" answers (RFC 792 and 1191; RFC 4443).
+const (
+	ICMPDestUnreachable = 3 // ICMPv4 destination unreachable,
+	ICMPFragNeeded      = 4 // ... code: fragmentation needed and DF set
+	ICMPv6PacketTooBig  = 2
+
+	// maxErrorV4 bounds an ICMPv4 error: it quotes as much of the packet
+	// as fits in 576 bytes (RFC 1812 4.3.2.3); maxErrorV6 an ICMPv6 error,
+	// in the minimum IPv6 MTU (RFC 4443 2.4 (c)).
+	maxErrorV4 = 576
+	maxErrorV6 = 1280
+	// minMTUv4 is the smallest MTU an IPv4 link may have (RFC 791).
+	minMTUv4 = 68
+)
+
+// AppendTooBig appends to b the ICMP error a router sends back for orig,
+// the IP packet Parse read as p, when orig is longer than the next link's
+// mtu: for IPv4, destination unreachable, fragmentation needed (type 3
+// code 4) with the next-hop MTU (RFC 1191), which is only right when orig
+// has DF set; for IPv6, packet too big (type 2) with the MTU. The error
+// goes from p.Dst to p.Src (the edge has no address of its own on the
+// client's path: it answers for the destination, as the tunnel's mouth),
+// and quotes as much of orig as the ICMP rules allow; checksums included.
+// It allocates only when b lacks the room (at most 1,280 bytes).
+func AppendTooBig(b, orig []byte, p *Packet, mtu int) ([]byte, error) {
+	src, dst := p.Dst, p.Src
+	proto, hl, limit := uint8(ProtoICMP), ipv4HeaderLen, maxErrorV4
+	if src.Is6() {
+		proto, hl, limit = ProtoICMPv6, ipv6HeaderLen, maxErrorV6
+	}
+	switch {
+	case p.Len <= 0 || p.Len > len(orig):
+		return b, fmt.Errorf("dgram: a packet of %d bytes to quote from %d", p.Len, len(orig))
+	case proto == ProtoICMP && (mtu < minMTUv4 || mtu > 0xffff):
+		return b, fmt.Errorf("dgram: next-hop MTU %d is not an IPv4 link's", mtu)
+	case mtu <= 0:
+		return b, fmt.Errorf("dgram: MTU %d", mtu)
+	}
+	quote := orig[:min(p.Len, limit-hl-l4HeaderLen)]
+	n := hl + l4HeaderLen + len(quote)
+	start := len(b)
+	b = slices.Grow(b, n)[:start+n]
+	pkt := b[start:]
+	copy(pkt[hl+l4HeaderLen:], quote)
+	l4, err := putIP(pkt, src, dst, proto)
+	if err != nil {
+		return b[:start], err
+	}
+	clear(l4[:l4HeaderLen])
+	var initial uint16
+	if proto == ProtoICMP {
+		l4[0], l4[1] = ICMPDestUnreachable, ICMPFragNeeded
+		binary.BigEndian.PutUint16(l4[6:], uint16(mtu))
+	} else {
+		l4[0] = ICMPv6PacketTooBig
+		binary.BigEndian.PutUint32(l4[4:], uint32(mtu))
+		initial = pseudoHeaderSum(src, dst, proto, len(l4))
+	}
+	binary.BigEndian.PutUint16(l4[2:], ^checksum.Checksum(l4, initial))
+	return b, nil
 }

@@ -18,6 +18,27 @@ type Stats struct {
 	FlowsOpened  uint64 `json:"flows_opened"`
 	FlowsExpired uint64 `json:"flows_expired"`
 	Drops        Drops  `json:"drops"`
+	// TooBigAnswered counts the packets too big for the tunnel (in
+	// Drops.TooBig) that the near edge answered with ICMP "fragmentation
+	// needed" or ICMPv6 "packet too big"; TooBigLimited those the rate
+	// limit left unanswered (TooBigPerSecond).
+	TooBigAnswered uint64 `json:"too_big_answered"`
+	TooBigLimited  uint64 `json:"too_big_limited"`
+}
+
+// Add returns the sum of s and o (a hub's branches).
+func (s Stats) Add(o Stats) Stats {
+	ap := func(a, b ProtoStats) ProtoStats {
+		return ProtoStats{PacketsUp: a.PacketsUp + b.PacketsUp, BytesUp: a.BytesUp + b.BytesUp,
+			PacketsDown: a.PacketsDown + b.PacketsDown, BytesDown: a.BytesDown + b.BytesDown}
+	}
+	d, x := s.Drops, o.Drops
+	return Stats{UDP: ap(s.UDP, o.UDP), ICMP: ap(s.ICMP, o.ICMP), Flows: s.Flows + o.Flows,
+		FlowsOpened: s.FlowsOpened + o.FlowsOpened, FlowsExpired: s.FlowsExpired + o.FlowsExpired,
+		Drops: Drops{NotAllowed: d.NotAllowed + x.NotAllowed, TooBig: d.TooBig + x.TooBig, QueueFull: d.QueueFull + x.QueueFull,
+			Malformed: d.Malformed + x.Malformed, Unsupported: d.Unsupported + x.Unsupported, NoTunnel: d.NoTunnel + x.NoTunnel,
+			FlowLimit: d.FlowLimit + x.FlowLimit, SocketErrors: d.SocketErrors + x.SocketErrors},
+		TooBigAnswered: s.TooBigAnswered + o.TooBigAnswered, TooBigLimited: s.TooBigLimited + o.TooBigLimited}
 }
 
 // ProtoStats counts one protocol's packets and bytes each way.
@@ -45,7 +66,8 @@ type Drops struct {
 	// ingress).
 	Malformed   uint64 `json:"malformed"`
 	Unsupported uint64 `json:"unsupported"`
-	// NoTunnel: no tunnel was up to carry it.
+	// NoTunnel: no tunnel was up to carry it (with several upstreams: or
+	// no upstream's route holds the destination).
 	NoTunnel uint64 `json:"no_tunnel"`
 	// FlowLimit: the far edge's NAT table was full.
 	FlowLimit uint64 `json:"flow_limit"`
@@ -65,6 +87,8 @@ func (d Drops) Total() uint64 {
 type Counters struct {
 	udp, icmp                protoCounters
 	flowsOpened, flowsExpire atomic.Uint64
+	tooBigAnswered           atomic.Uint64
+	tooBigLimited            atomic.Uint64
 
 	notAllowed, tooBig, queueFull, malformed, unsupported, noTunnel, flowLimit, socketErrors atomic.Uint64
 }
@@ -106,5 +130,6 @@ func (c *Counters) Stats() Stats {
 	}
 	return Stats{UDP: ps(&c.udp), ICMP: ps(&c.icmp), FlowsOpened: c.flowsOpened.Load(), FlowsExpired: c.flowsExpire.Load(),
 		Drops: Drops{NotAllowed: c.notAllowed.Load(), TooBig: c.tooBig.Load(), QueueFull: c.queueFull.Load(), Malformed: c.malformed.Load(),
-			Unsupported: c.unsupported.Load(), NoTunnel: c.noTunnel.Load(), FlowLimit: c.flowLimit.Load(), SocketErrors: c.socketErrors.Load()}}
+			Unsupported: c.unsupported.Load(), NoTunnel: c.noTunnel.Load(), FlowLimit: c.flowLimit.Load(), SocketErrors: c.socketErrors.Load()},
+		TooBigAnswered: c.tooBigAnswered.Load(), TooBigLimited: c.tooBigLimited.Load()}
 }

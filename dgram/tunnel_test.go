@@ -50,7 +50,10 @@ func TestThroughTunnel(t *testing.T) {
 			t.Fatalf("answer %d: none within 5 s; near %+v, far %+v", i, near.Stats(), far.Stats())
 		}
 	}
-	waitFor(t, "the far side's count of the last packet", func() bool { return far.Stats().UDP.PacketsUp == 10 })
+	// The near side counts an answer after writing it: wait for both.
+	waitFor(t, "both sides' count of the last packet", func() bool {
+		return far.Stats().UDP.PacketsUp == 10 && near.Stats().UDP.PacketsDown == 10
+	})
 	ns, fs := near.Stats(), far.Stats()
 	if ns.UDP.PacketsUp != 10 || ns.UDP.PacketsDown != 10 || fs.UDP.PacketsUp != 10 || fs.UDP.PacketsDown != 10 || fs.Flows != 1 {
 		t.Errorf("near %+v, far %+v", ns, fs)

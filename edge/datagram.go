@@ -12,10 +12,12 @@ import (
 // Non-TCP traffic (package dgram): a near edge's stack diverts its
 // clients' UDP and pings to e.near, which sends them through the tunnel
 // as datagrams; a far edge's e.far sends them on from kernel sockets,
-// under the egress policy, and sends the answers back. This slice covers
-// the single peer (--peer or --listen): with --upstream the near side
-// drops them (counted as no tunnel), and a hub's branches (--branch) do
-// not carry them yet.
+// under the egress policy, and sends the answers back. With several
+// upstreams (--upstream) each datagram goes to the upstream whose route
+// holds its destination, as a TCP flow does; a hub (--branch) keeps a Far
+// per branch (hub.go). A near edge with upstreams takes only answers from
+// them (onUpstreamDatagram): its e.far, which has no one tunnel to answer
+// through, sends nothing on for them.
 
 // errNoIngress: an answer came while the stack was not running.
 var errNoIngress = errors.New("edge: no ingress to write the packet to")
@@ -36,13 +38,19 @@ func (e *Edge) newNear() *dgram.Near {
 }
 
 // datagramRoute is the tunnel carrying datagrams toward dst: the single
-// peer's, nil while it is down or with upstreams (not carried yet: their
-// tunnels have no datagram receiver for the answers).
-func (e *Edge) datagramRoute(netip.Addr) dgram.Sender {
+// peer's, or with upstreams that of the upstream whose route holds dst
+// (the longest prefix, as for TCP flows); nil while it is down or when no
+// route holds dst.
+func (e *Edge) datagramRoute(dst netip.Addr) dgram.Sender {
+	br := e.br
 	if e.router != nil {
-		return nil
+		u := e.router.route(dst.Unmap())
+		if u == nil {
+			return nil
+		}
+		br = u.br
 	}
-	if t := e.br.Tunnel(); t != nil {
+	if t := br.Tunnel(); t != nil {
 		return t
 	}
 	return nil
@@ -59,6 +67,10 @@ func (e *Edge) startFar(eg *egress.Egress) (stop func()) {
 // onDatagram is the tunnels' driver.Config.OnDatagram: requests go to the
 // far side, answers to the near side.
 func (e *Edge) onDatagram(p []byte) { dgram.Demux(p, e.near, e.far.Load()) }
+
+// onUpstreamDatagram is an upstream tunnel's driver.Config.OnDatagram:
+// answers go to the near side; requests are counted there as unsupported.
+func (e *Edge) onUpstreamDatagram(p []byte) { dgram.Demux(p, e.near, nil) }
 
 // setDatagramTunnel tells the far side which tunnel answers go through
 // (nil: none is up).

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
@@ -71,10 +72,15 @@ func (c Config) branchPolicy(b Branch) egress.Policy {
 	return egress.Policy{Rules: append(append([]egress.Rule(nil), c.Policy.Rules...), b.Allow...), Deny: c.Policy.Deny}
 }
 
-// branch is a running branch: its egress and its tunnel of the moment.
+// branch is a running branch: its egress, its datagram table and its
+// tunnel of the moment.
 type branch struct {
 	Branch
-	eg     *egress.Egress
+	eg *egress.Egress
+	// far sends the branch's UDP and pings on, under eg's policy, and its
+	// answers back through the branch's tunnel; closed when the branch's
+	// loop returns (the branch removed, or the hub stopping).
+	far    *dgram.Far
 	cancel context.CancelFunc // stops its loop
 	done   chan struct{}      // closed when its loop has returned
 	mu     sync.Mutex
@@ -210,11 +216,15 @@ func (e *Edge) startBranch(cfg Config, b Branch) {
 		eg: egress.New(cfg.branchPolicy(b), h.dialer, egress.Options{
 			DialTimeout: cfg.DialTimeout, MaxFlows: cfg.MaxFlows, IdleTimeout: max(0, cfg.FlowIdleTimeout),
 			Budget: e.budget, Logger: e.log.With("sub", "egress", "branch", b.Name)})}
+	// Check reads the policy in force: a reload's SetPolicy holds for the
+	// next new datagram flow (flows open stay, as TCP flows do).
+	br.far = dgram.NewFar(dgram.FarConfig{Check: br.eg.Check, Logger: e.log.With("sub", "dgram", "branch", b.Name)})
 	e.branches = append(e.branches, br)
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
 		defer close(br.done)
+		defer br.far.Close()
 		e.branchLoop(ctx, cfg, h.hub, br)
 	}()
 }
@@ -254,7 +264,8 @@ func (e *Edge) branchLoop(ctx context.Context, cfg Config, hub *driver.Hub, b *b
 		// reload's new count applies to the tunnels that start after it).
 		budget := cfg.buffers().TunnelBytes / uint64(max(1, len(e.config().Branches)))
 		t, err := driver.Listen(ctx, driver.Config{Bind: bc, NoGate: true, Logger: log.With("sub", "driver"),
-			Tunnel: e.tunnelConfig(cfg, b.Key, budget, log)})
+			Tunnel:     e.tunnelConfig(cfg, b.Key, budget, log),
+			OnDatagram: func(p []byte) { dgram.Demux(p, nil, b.far) }})
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn("waiting for the branch failed; retrying", "err", err)
@@ -269,7 +280,9 @@ func (e *Edge) branchLoop(ctx context.Context, cfg Config, hub *driver.Hub, b *b
 		b.mu.Lock()
 		b.t = t
 		b.mu.Unlock()
+		b.far.SetTunnel(t)
 		err = b.eg.Serve(ctx, t)
+		b.far.SetTunnel(nil)
 		b.mu.Lock()
 		b.t = nil
 		b.mu.Unlock()
@@ -294,7 +307,8 @@ func (e *Edge) hubBranches() []*branch {
 func (e *Edge) peerStatus() []control.Peer {
 	var out []control.Peer
 	for _, b := range e.hubBranches() {
-		p := control.Peer{Name: b.Name, Key: b.Key.Base64(), Policy: b.eg.Policy().String(), Egress: b.eg.Stats()}
+		ds := b.far.Stats()
+		p := control.Peer{Name: b.Name, Key: b.Key.Base64(), Policy: b.eg.Policy().String(), Egress: b.eg.Stats(), Datagrams: &ds}
 		if t := b.tunnel(); t != nil {
 			p.Tunnel = tunnelStatus(t)
 		}

@@ -3,6 +3,7 @@ package edge
 import (
 	"time"
 
+	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/tunnel/driver"
@@ -33,9 +34,14 @@ func (e *Edge) Status() control.Status {
 	}
 	if peers := e.peerStatus(); peers != nil {
 		r.Peers = peers
+		var ds dgram.Stats
 		for _, p := range peers {
 			r.Egress = r.Egress.Add(p.Egress)
+			if p.Datagrams != nil {
+				ds = ds.Add(*p.Datagrams)
+			}
 		}
+		r.DatagramEgress = &ds
 		if h := e.hubOf(); h != nil {
 			hs := h.Stats()
 			r.Hub = &hs

@@ -128,7 +128,8 @@ func (e *Edge) upstreamLoop(ctx context.Context, cfg Config, u *upstream, serveE
 	open := func(ctx context.Context) (*driver.Tunnel, error) {
 		// The upstreams share the stream memory evenly.
 		dc := driver.Config{RemoteAddr: u.Addr, Logger: log.With("sub", "driver"),
-			Tunnel: e.tunnelConfig(cfg, u.Key, cfg.buffers().TunnelBytes/uint64(len(cfg.Upstreams)), log)}
+			Tunnel:     e.tunnelConfig(cfg, u.Key, cfg.buffers().TunnelBytes/uint64(len(cfg.Upstreams)), log),
+			OnDatagram: e.onUpstreamDatagram}
 		if u.Addr.Addr().Is4() {
 			dc.Network = "udp4"
 		}

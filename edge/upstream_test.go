@@ -23,7 +23,8 @@ import (
 // TestEdgeUpstreams: a near edge with two upstreams (far edges on
 // loopback) sends each flow to the one whose routes hold its destination,
 // the most specific prefix winning; a destination no route holds is
-// unreachable.
+// unreachable. UDP goes the same way (datagramRoute), and the answers
+// come back through the upstream's tunnel.
 func TestEdgeUpstreams(t *testing.T) {
 	leaktest.Check(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -35,6 +36,7 @@ func TestEdgeUpstreams(t *testing.T) {
 	}
 	tcptest.Serve(t, ln, tcptest.Echo)
 	two := netip.MustParseAddrPort(ln.Addr().String()) // 127.0.0.2: upstream dc2 (127.0.0.0/8)
+	udpOne, udpTwo := udpEcho(t, "127.0.0.1:0"), udpEcho(t, "127.0.0.2:0")
 
 	run, wait := edgeRunner(t, ctx)
 	defer wait()
@@ -72,6 +74,7 @@ func TestEdgeUpstreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	answers := attachNear(near)
 	run(near)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		st := near.Status()
@@ -110,6 +113,30 @@ func TestEdgeUpstreams(t *testing.T) {
 			t.Errorf("dial %d (%v): dc1 saw %d flows, dc2 %d; want %d and %d", i, tc.dst, a, b, tc.dc1, tc.dc2)
 		}
 	}
+	// UDP: to 127.0.0.1 through dc1, to 127.0.0.2 through dc2; to what no
+	// route holds, nowhere (counted as no tunnel).
+	client := netip.MustParseAddrPort("198.18.1.2:40001")
+	udpVia := func(dst netip.AddrPort, dc1, dc2 uint64) {
+		t.Helper()
+		if got, err := udpExchange(t, near, answers, client, dst, "ping "+dst.String(), 5*time.Second); err != nil || got != "ping "+dst.String() {
+			t.Errorf("UDP to %v: %q, %v", dst, got, err)
+		}
+		var n [2]uint64
+		for i, f := range fars {
+			if s := f.Status().DatagramEgress; s != nil {
+				n[i] = s.UDP.PacketsUp
+			}
+		}
+		if n[0] != dc1 || n[1] != dc2 {
+			t.Errorf("UDP to %v: dc1 sent on %d packets, dc2 %d; want %d and %d", dst, n[0], n[1], dc1, dc2)
+		}
+	}
+	udpVia(udpOne, 1, 0)
+	udpVia(udpTwo, 1, 1)
+	near.near.Divert(udpPacket(t, client, netip.MustParseAddrPort("192.0.2.9:53"), "x"))
+	if s := near.Status().DatagramIngress; s == nil || s.Drops.NoTunnel != 1 || s.UDP.PacketsUp != 2 || s.UDP.PacketsDown != 2 {
+		t.Errorf("near edge's datagram ingress: %+v; want 2 up, 2 down, 1 without a route", s)
+	}
 	// A reload removes dc1: 127.0.0.1 now goes to dc2's /8. Another
 	// brings dc1 back, and its /32 wins again.
 	echoVia := func(dst netip.AddrPort) {
@@ -130,6 +157,7 @@ func TestEdgeUpstreams(t *testing.T) {
 	if n := fars[1].Status().Egress.Streams; n != 2 {
 		t.Errorf("after dc1 was removed, %v went to dc2 %d times; want 2 flows there in all", one, n)
 	}
+	udpVia(udpOne, 1, 2)
 	mu.Lock()
 	next.Upstreams = ups
 	mu.Unlock()

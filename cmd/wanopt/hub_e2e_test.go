@@ -28,7 +28,10 @@ import (
 // once, and a's download goes on without a reset or a stall over 1 s; a
 // broken file on the next SIGHUP is refused and the branches stay. Then
 // the three branches move 20 MB each way at once, hash-checked, and
-// branch b is refused a destination branch a may reach.
+// branch b is refused a destination branch a may reach. Last, UDP: branch
+// a's client gets its answer through the hub (its --branch-allow holds
+// the port), branch b's request is dropped and counted as not allowed in
+// b's datagram counters.
 func TestEdgeHubLab(t *testing.T) {
 	needLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -38,13 +41,15 @@ func TestEdgeHubLab(t *testing.T) {
 	serveIn(t, l.Server.NS, echoPort, tcptest.Echo)
 	serveIn(t, l.Server.NS, forbiddenPort, tcptest.Echo) // branch a's only
 	serveIn(t, l.Server.NS, sourcePort, handleSource)
+	serveUDPEcho(t, l.Server.NS, udpEchoPort) // branch a's only
 	dir := t.TempDir()
 	wanopt := filepath.Join(dir, "wanopt")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", wanopt, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build wanopt: %v\n%s", err, out)
 	}
 	hub, err := exp.StartHub(ctx, l, exp.HubOptions{Wanopt: wanopt, Dir: dir, Branches: 3, Listed: 2,
-		Lines: []string{fmt.Sprintf("allow = 198.18.2.2/32:%d,%d", echoPort, sourcePort), fmt.Sprintf("branch-allow = a:198.18.2.2/32:%d", forbiddenPort)}})
+		Lines: []string{fmt.Sprintf("allow = 198.18.2.2/32:%d,%d", echoPort, sourcePort), fmt.Sprintf("branch-allow = a:198.18.2.2/32:%d", forbiddenPort),
+			fmt.Sprintf("branch-allow = a:198.18.2.2/32:%d", udpEchoPort)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,5 +183,45 @@ func TestEdgeHubLab(t *testing.T) {
 		if p.Name != names[i] || p.Tunnel == nil || p.Egress.Connected == 0 {
 			t.Errorf("hub's branch %d: %s, up %v, connected %d", i, p.Name, p.Tunnel != nil, p.Egress.Connected)
 		}
+	}
+
+	// UDP through the hub: a's request is answered, b's dropped.
+	query := []byte("branch a asks")
+	ca := dialUDPIn(t, clientNS[0], udpEchoPort)
+	start := time.Now()
+	ca.Write(query)
+	ca.SetReadDeadline(time.Now().Add(3 * time.Second))
+	buf := make([]byte, 2048)
+	if n, err := ca.Read(buf); err != nil || !bytes.Equal(buf[:n], query) {
+		t.Errorf("branch a's UDP request through the hub: %q, %v; want it echoed", buf[:n], err)
+	} else {
+		el := time.Since(start)
+		t.Logf("branch a's UDP answer through the hub after %v", el.Round(100*time.Microsecond))
+		if el < 2*link.Delay {
+			t.Errorf("the answer came after %v, under the link's %v round trip: it did not cross the link", el, 2*link.Delay)
+		}
+	}
+	cb := dialUDPIn(t, clientNS[1], udpEchoPort)
+	cb.Write([]byte("branch b asks"))
+	cb.SetReadDeadline(time.Now().Add(time.Second))
+	if n, err := cb.Read(buf); err == nil {
+		t.Errorf("branch b reached a UDP port only a may: %q", buf[:n])
+	}
+	if hs, err = hub.Status("hub"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range hs.Peers {
+		d := p.Datagrams
+		switch {
+		case d == nil:
+			t.Errorf("hub's branch %s: no datagram counters", p.Name)
+		case p.Name == "a" && (d.UDP.PacketsUp < 1 || d.UDP.PacketsDown < 1 || d.Flows < 1):
+			t.Errorf("hub's branch a after a UDP exchange: %+v", *d)
+		case p.Name == "b" && (d.UDP.PacketsUp != 0 || d.Drops.NotAllowed < 1):
+			t.Errorf("hub's branch b after a refused UDP request: %+v", *d)
+		}
+	}
+	if code, out, _ := run("status", "--control", hub.Socket("hub")); code != 0 || !bytes.Contains([]byte(out), []byte("datagrams: udp 1 up, 1 down")) {
+		t.Errorf("wanopt status of the hub (code %d) shows no branch datagrams:\n%s", code, out)
 	}
 }

@@ -215,16 +215,21 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "tunnel: down")
 	}
 	for _, p := range r.Peers {
+		dg := ""
+		if s := p.Datagrams; s != nil {
+			dg = fmt.Sprintf("; datagrams: udp %d up, %d down; ping %d up, %d down; %d flows; dropped %d (%d not allowed)",
+				s.UDP.PacketsUp, s.UDP.PacketsDown, s.ICMP.PacketsUp, s.ICMP.PacketsDown, s.Flows, s.Drops.Total(), s.Drops.NotAllowed)
+		}
 		if t := p.Tunnel; t != nil {
 			capped := ""
 			if t.RateCapBps != 0 {
 				capped = fmt.Sprintf(", share cap %.1f Mbit/s", float64(t.RateCapBps)/1e6)
 			}
-			fmt.Fprintf(stdout, "branch %s: up, peer %s, srtt %v, bandwidth %.1f Mbit/s, pacing %.1f Mbit/s%s, sent %d B, received %d B, %d streams open; egress %d flows, connected %d, not allowed %d; policy %s\n",
+			fmt.Fprintf(stdout, "branch %s: up, peer %s, srtt %v, bandwidth %.1f Mbit/s, pacing %.1f Mbit/s%s, sent %d B, received %d B, %d streams open; egress %d flows, connected %d, not allowed %d%s; policy %s\n",
 				p.Name, t.Peer, t.SmoothedRTT.Round(100*time.Microsecond), float64(t.BandwidthBps)/1e6, float64(t.PacingRateBps)/1e6, capped, t.BytesSent, t.BytesReceived, t.StreamsOpen,
-				p.Egress.Active, p.Egress.Connected, p.Egress.NotAllowed, p.Policy)
+				p.Egress.Active, p.Egress.Connected, p.Egress.NotAllowed, dg, p.Policy)
 		} else {
-			fmt.Fprintf(stdout, "branch %s: down (key %s); egress connected %d; policy %s\n", p.Name, p.Key, p.Egress.Connected, p.Policy)
+			fmt.Fprintf(stdout, "branch %s: down (key %s); egress connected %d%s; policy %s\n", p.Name, p.Key, p.Egress.Connected, dg, p.Policy)
 		}
 	}
 	if h := r.Hub; h != nil {
@@ -246,9 +251,9 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		s, x := d.s, d.s.Drops
-		fmt.Fprintf(stdout, "%s: udp %d pkts/%d B up, %d pkts/%d B down; ping %d up, %d down; %d flows (%d opened, %d expired); dropped: %d not allowed, %d too big, %d queue full, %d malformed, %d unsupported, %d no tunnel, %d flow limit, %d socket errors\n",
+		fmt.Fprintf(stdout, "%s: udp %d pkts/%d B up, %d pkts/%d B down; ping %d up, %d down; %d flows (%d opened, %d expired); dropped: %d not allowed, %d too big (%d answered, %d over the answers' rate), %d queue full, %d malformed, %d unsupported, %d no tunnel, %d flow limit, %d socket errors\n",
 			d.name, s.UDP.PacketsUp, s.UDP.BytesUp, s.UDP.PacketsDown, s.UDP.BytesDown, s.ICMP.PacketsUp, s.ICMP.PacketsDown, s.Flows, s.FlowsOpened, s.FlowsExpired,
-			x.NotAllowed, x.TooBig, x.QueueFull, x.Malformed, x.Unsupported, x.NoTunnel, x.FlowLimit, x.SocketErrors)
+			x.NotAllowed, x.TooBig, s.TooBigAnswered, s.TooBigLimited, x.QueueFull, x.Malformed, x.Unsupported, x.NoTunnel, x.FlowLimit, x.SocketErrors)
 	}
 	m := r.Memory
 	fmt.Fprintf(stdout, "memory: %d of %d flows admitted (%d KiB floor each), %d refused; grants %.1f of %.1f MiB held, %d taken, %d refused\n",

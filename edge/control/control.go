@@ -41,14 +41,14 @@ type Status struct {
 	Peers []Peer           `json:"peers,omitempty"`
 	Hub   *driver.HubStats `json:"hub,omitempty"`
 	// DatagramIngress counts the clients' UDP and pings this edge
-	// intercepted and sent through the tunnel (nil without a TUN);
-	// DatagramEgress those it sent on to servers for its peer (nil for a
-	// hub, which does not carry them yet). Up is client to server.
+	// intercepted and sent through the tunnels (nil without a TUN);
+	// DatagramEgress those it sent on to servers for its peers (for a hub
+	// the sum of its branches' Peer.Datagrams). Up is client to server.
 	DatagramIngress *dgram.Stats `json:"datagram_ingress,omitempty"`
 	DatagramEgress  *dgram.Stats `json:"datagram_egress,omitempty"`
 }
 
-// Peer is one branch of a hub.
+// Peer is one branch of a hub, or one upstream of a near edge.
 type Peer struct {
 	Name   string       `json:"name"`
 	Key    string       `json:"public_key"`
@@ -56,6 +56,10 @@ type Peer struct {
 	Routes []string     `json:"routes,omitempty"` // a near edge's upstream: the destinations it carries
 	Tunnel *Tunnel      `json:"tunnel,omitempty"`
 	Egress egress.Stats `json:"egress"`
+	// Datagrams counts a hub's branch's UDP and pings, sent on to the
+	// servers under the branch's policy (up) and answered (down); nil for
+	// an upstream, whose datagrams the edge's DatagramIngress counts.
+	Datagrams *dgram.Stats `json:"datagrams,omitempty"`
 }
 
 // Memory is the flows' share of the memory budget (--memory-mib): the

@@ -6,7 +6,10 @@
 // Names follow the Prometheus conventions: the wanopt_ prefix, base units
 // (seconds, bytes), _total for counters. Per-peer series carry a peer
 // label (the peer's public key); flows are counted per edge, never per
-// flow, so the number of series stays bounded. The tunnel's counters
+// flow, so the number of series stays bounded. The datagrams (UDP and
+// ping) are counted per peer where a peer owns them (the one peer; a
+// hub's branch: wanopt_peer_datagram_*), else per edge (a near edge's
+// upstreams share its ingress: wanopt_datagram_*). The tunnel's counters
 // restart at zero when a new tunnel replaces the old one (Prometheus reads
 // that as a counter reset).
 package metrics
@@ -24,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/wanopt/wanopt/cc"
+	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/edge/control"
 )
 
@@ -118,6 +122,60 @@ var (
 	memGrantsFewer = desc("memory_grants_refused_total", "Times a streaming flow asked for large buffers and was held to its floor.")
 )
 
+// dgramDescs are the datagram series (UDP and ping, package dgram), per
+// peer or per edge.
+type dgramDescs struct{ packets, bytes, dropped, flows, tooBig *prometheus.Desc }
+
+// newDgramDescs makes the datagram series, named prefix+"datagram_...",
+// with labels first.
+func newDgramDescs(prefix string, labels ...string) dgramDescs {
+	l := func(more ...string) []string { return append(append([]string(nil), labels...), more...) }
+	return dgramDescs{
+		packets: desc(prefix+"datagram_packets_total", "UDP and ICMP echo packets carried as tunnel datagrams, by side (ingress: the clients' here; egress: sent on to the servers from here), protocol (udp, icmp) and direction (up: toward the servers; down: the answers).", l("side", "protocol", "direction")...),
+		bytes:   desc(prefix+"datagram_bytes_total", "IP packet bytes of the datagram packets, by side, protocol and direction.", l("side", "protocol", "direction")...),
+		dropped: desc(prefix+"datagram_dropped_packets_total", "Datagram packets dropped, by side and reason: not_allowed, too_big, queue_full, malformed, unsupported, no_tunnel, flow_limit, socket_error.", l("side", "reason")...),
+		flows:   desc(prefix+"datagram_flows", "Datagram flows (UDP or ping sockets) the egress holds open now.", labels...),
+		tooBig:  desc(prefix+"datagram_too_big_answers_total", "Packets too big for a tunnel datagram, by whether the client was sent an ICMP packet-too-big answer (sent) or the answers' rate limit held it back (rate_limited).", l("result")...),
+	}
+}
+
+var (
+	peerDgram = newDgramDescs("peer_", "peer")
+	edgeDgram = newDgramDescs("")
+)
+
+// collectDatagrams emits d's series for the datagram stats s (nil: none)
+// of one side, after the labels (the peer's, or none).
+func collectDatagrams(gauge func(*prometheus.Desc, float64, ...string), counter func(*prometheus.Desc, uint64, ...string), d dgramDescs, side string, s *dgram.Stats, labels ...string) {
+	if s == nil {
+		return
+	}
+	l := func(more ...string) []string { return append(append([]string(nil), labels...), more...) }
+	for _, p := range []struct {
+		name string
+		s    dgram.ProtoStats
+	}{{"udp", s.UDP}, {"icmp", s.ICMP}} {
+		counter(d.packets, p.s.PacketsUp, l(side, p.name, "up")...)
+		counter(d.packets, p.s.PacketsDown, l(side, p.name, "down")...)
+		counter(d.bytes, p.s.BytesUp, l(side, p.name, "up")...)
+		counter(d.bytes, p.s.BytesDown, l(side, p.name, "down")...)
+	}
+	x := s.Drops
+	for _, r := range []struct {
+		reason string
+		n      uint64
+	}{{"not_allowed", x.NotAllowed}, {"too_big", x.TooBig}, {"queue_full", x.QueueFull}, {"malformed", x.Malformed},
+		{"unsupported", x.Unsupported}, {"no_tunnel", x.NoTunnel}, {"flow_limit", x.FlowLimit}, {"socket_error", x.SocketErrors}} {
+		counter(d.dropped, r.n, l(side, r.reason)...)
+	}
+	if side == "egress" {
+		gauge(d.flows, float64(s.Flows), labels...)
+	} else {
+		counter(d.tooBig, s.TooBigAnswered, l("sent")...)
+		counter(d.tooBig, s.TooBigLimited, l("rate_limited")...)
+	}
+}
+
 // Describe sends nothing: the collector is unchecked, as its per-peer
 // series come and go with the tunnel.
 func (c *collector) Describe(chan<- *prometheus.Desc) {}
@@ -130,12 +188,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	if len(s.Peers) > 0 { // a hub: one series per branch, by name
+	if len(s.Peers) > 0 { // a hub or upstreams: one series per peer, by name
+		perPeer := false
 		for _, p := range s.Peers {
 			collectPeer(gauge, counter, p.Name, p.Tunnel)
+			// A hub's branch has its own datagram egress.
+			collectDatagrams(gauge, counter, peerDgram, "egress", p.Datagrams, p.Name)
+			perPeer = perPeer || p.Datagrams != nil
+		}
+		if !perPeer {
+			// Upstreams share the edge's datagram ingress: per edge.
+			collectDatagrams(gauge, counter, edgeDgram, "ingress", s.DatagramIngress)
+			collectDatagrams(gauge, counter, edgeDgram, "egress", s.DatagramEgress)
 		}
 	} else {
 		collectPeer(gauge, counter, c.peer, s.Tunnel)
+		collectDatagrams(gauge, counter, peerDgram, "ingress", s.DatagramIngress, c.peer)
+		collectDatagrams(gauge, counter, peerDgram, "egress", s.DatagramEgress, c.peer)
 	}
 	c.collectEdge(s, gauge, counter)
 }

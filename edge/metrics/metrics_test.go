@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
+	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/internal/tcptest"
 	"github.com/wanopt/wanopt/stack"
@@ -32,6 +33,11 @@ func sample() control.Status {
 			ResumesDeclined: 17, CookiesSent: 18, ClientRestarts: 19, RejectsSent: 20},
 		Ingress: &stack.Stats{ActiveFlows: 3, Dialed: 30, Refused: 1, OverBudget: 2, TUNPacketsIn: 100, TUNPacketsOut: 90, TUNDrops: 4},
 		Memory:  control.Memory{Flows: 3, MaxFlows: 1293, FloorBytes: 152 << 10, GrantedBytes: 7 << 20, GrantLimitBytes: 96 << 20, Grants: 9, GrantsRefused: 1},
+		DatagramIngress: &dgram.Stats{UDP: dgram.ProtoStats{PacketsUp: 31, BytesUp: 3100, PacketsDown: 32, BytesDown: 3200},
+			ICMP:  dgram.ProtoStats{PacketsUp: 33, BytesUp: 3300, PacketsDown: 34, BytesDown: 3400},
+			Drops: dgram.Drops{TooBig: 35, NoTunnel: 36}, TooBigAnswered: 30, TooBigLimited: 5},
+		DatagramEgress: &dgram.Stats{UDP: dgram.ProtoStats{PacketsUp: 41, BytesUp: 4100, PacketsDown: 42, BytesDown: 4200},
+			Flows: 43, Drops: dgram.Drops{NotAllowed: 44, FlowLimit: 45, SocketErrors: 46}},
 	}
 }
 
@@ -50,6 +56,13 @@ func TestCollect(t *testing.T) {
 		{"wanopt_flows_refused_total", `wanopt_flows_refused_total{reason="over_budget",side="ingress"} 2`},
 		{"wanopt_tun_dropped_packets_total", `wanopt_tun_dropped_packets_total 4`},
 		{"wanopt_memory_granted_bytes", `wanopt_memory_granted_bytes 7.340032e+06`},
+		{"wanopt_peer_datagram_packets_total", `wanopt_peer_datagram_packets_total{direction="down",peer="PEERKEY",protocol="icmp",side="ingress"} 34`},
+		{"wanopt_peer_datagram_packets_total", `wanopt_peer_datagram_packets_total{direction="up",peer="PEERKEY",protocol="udp",side="egress"} 41`},
+		{"wanopt_peer_datagram_bytes_total", `wanopt_peer_datagram_bytes_total{direction="down",peer="PEERKEY",protocol="udp",side="egress"} 4200`},
+		{"wanopt_peer_datagram_dropped_packets_total", `wanopt_peer_datagram_dropped_packets_total{peer="PEERKEY",reason="no_tunnel",side="ingress"} 36`},
+		{"wanopt_peer_datagram_dropped_packets_total", `wanopt_peer_datagram_dropped_packets_total{peer="PEERKEY",reason="socket_error",side="egress"} 46`},
+		{"wanopt_peer_datagram_flows", `wanopt_peer_datagram_flows{peer="PEERKEY"} 43`},
+		{"wanopt_peer_datagram_too_big_answers_total", `wanopt_peer_datagram_too_big_answers_total{peer="PEERKEY",result="rate_limited"} 5`},
 	} {
 		text := gatherText(t, reg, tc.name)
 		if !strings.Contains(text, tc.want+"\n") {
@@ -62,6 +75,22 @@ func TestCollect(t *testing.T) {
 	hreg := Registry(func() control.Status { return hub }, "")
 	if text := gatherText(t, hreg, "wanopt_peer_up"); !strings.Contains(text, `wanopt_peer_up{peer="paris"} 1`) || !strings.Contains(text, `wanopt_peer_up{peer="lyon"} 0`) {
 		t.Errorf("hub:\n%s", text)
+	}
+	// A hub: datagrams per branch, never the edge's sum besides.
+	hub.DatagramIngress = nil
+	hub.Peers[1].Datagrams = &dgram.Stats{ICMP: dgram.ProtoStats{PacketsUp: 7}, Flows: 2}
+	names := []string{"wanopt_peer_datagram_packets_total", "wanopt_peer_datagram_flows", "wanopt_datagram_packets_total", "wanopt_datagram_flows"}
+	if text := gatherText(t, hreg, names...); !strings.Contains(text, `wanopt_peer_datagram_packets_total{direction="up",peer="lyon",protocol="icmp",side="egress"} 7`+"\n") ||
+		!strings.Contains(text, `wanopt_peer_datagram_flows{peer="lyon"} 2`+"\n") || strings.Contains(text, `peer="paris"`) || strings.Contains(text, "wanopt_datagram_") {
+		t.Errorf("hub datagrams:\n%s", text)
+	}
+	// Upstreams: the datagrams are the edge's, without a peer label.
+	ups := st
+	ups.Peers = []control.Peer{{Name: "dc1", Tunnel: st.Tunnel}, {Name: "dc2"}}
+	ureg := Registry(func() control.Status { return ups }, "")
+	if text := gatherText(t, ureg, names...); !strings.Contains(text, `wanopt_datagram_packets_total{direction="up",protocol="udp",side="ingress"} 31`+"\n") ||
+		!strings.Contains(text, "wanopt_datagram_flows 43\n") || strings.Contains(text, "wanopt_peer_datagram") {
+		t.Errorf("upstream datagrams:\n%s", text)
 	}
 	// With the tunnel down the peer is down and its other series are gone.
 	st.Tunnel = nil
@@ -94,12 +123,18 @@ func gatherText(t *testing.T, reg *prometheus.Registry, names ...string) string 
 func TestLint(t *testing.T) {
 	st := sample()
 	reg := Registry(func() control.Status { return st }, "PEERKEY")
-	problems, err := testutil.GatherAndLint(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	// A hub's and an upstream edge's series are linted too.
+	hub, ups := sample(), sample()
+	hub.Peers = []control.Peer{{Name: "paris", Tunnel: st.Tunnel, Datagrams: st.DatagramEgress}, {Name: "lyon", Datagrams: &dgram.Stats{}}}
+	ups.Peers = []control.Peer{{Name: "dc1", Tunnel: st.Tunnel}}
+	for _, s := range []control.Status{st, hub, ups} {
+		problems, err := testutil.GatherAndLint(Registry(func() control.Status { return s }, "PEERKEY"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("lint: %s: %s", p.Metric, p.Text)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
