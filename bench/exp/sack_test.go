@@ -73,10 +73,14 @@ func TestSackEndToEnd(t *testing.T) {
 		t.Errorf("plain run: the device forged %d SACKs, clamped %d windows, tampered with %d UDP datagrams; want some, some, none",
 			pd.SACKForged, pd.WindowsClamped, pd.UDPTampered)
 	}
+	// The analyser's bound divides the window by the RTT it measured at
+	// the sender, which a busy host (CI runs packages side by side under
+	// -race) stretches beyond the link's 40 ms: the window must be the
+	// clamp's exactly, the bound at most the clamp's and not absurdly low.
 	a := r.Plain.Analysis
 	if a.Verdict != "window-limited" || a.WindowBytes != int64(r.WindowClamp) ||
-		a.WindowBoundMbps < 0.9*r.ClampBoundMbps || a.WindowBoundMbps > 1.05*r.ClampBoundMbps {
-		t.Errorf("analysis: %s, window %d B, bound %.2f Mbit/s; want window-limited at the clamp, %d B and about %.2f Mbit/s (%s)",
+		a.WindowBoundMbps < 0.6*r.ClampBoundMbps || a.WindowBoundMbps > 1.05*r.ClampBoundMbps {
+		t.Errorf("analysis: %s, window %d B, bound %.2f Mbit/s; want window-limited at the clamp, %d B, and a bound of 0.6 to 1.05 of %.2f Mbit/s (%s)",
 			a.Verdict, a.WindowBytes, a.WindowBoundMbps, r.WindowClamp, r.ClampBoundMbps, a.VerdictSummary)
 	}
 	// Nearly every forged ACK reaches the capture at the server (the few
