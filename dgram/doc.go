@@ -1,6 +1,8 @@
-// Package dgram carries the traffic a near edge does not terminate — UDP
-// and ICMP echo (ping) — through the tunnel's unreliable datagrams, one IP
-// packet per datagram, and sends it on from the far edge.
+// Package dgram carries the traffic a near edge does not terminate — UDP,
+// ICMP echo (ping), and the TCP flows its rules pass — through the
+// tunnel's unreliable datagrams, one IP packet per datagram, and sends it
+// on from the far edge. It also holds the near edge's rules (NearRules),
+// which decide what each flow gets.
 //
 // # Path
 //
@@ -27,8 +29,9 @@
 //	            the far edge to send on; 2 (KindDown) a packet for the
 //	            near edge to deliver to its client (a reply)
 //	bytes 1...  one IPv4 or IPv6 packet, headers and checksums as on the
-//	            wire: UDP, or an ICMP (ICMPv6) echo request (up) or reply
-//	            (down); no fragments, no IPv6 extension headers
+//	            wire: UDP, an ICMP (ICMPv6) echo request (up) or reply
+//	            (down), or a passed flow's TCP segment; no fragments, no
+//	            IPv6 extension headers
 //
 // The kind byte lets an edge that both intercepts and egresses (TUN and
 // --allow) tell a request from a reply, which the IP header alone cannot;
@@ -43,6 +46,39 @@
 // finds the tunnel's; an answer too big for the tunnel on its way back
 // from the far edge is only dropped. Every parser of bytes from the network here returns an error,
 // never panics (FuzzParse, FuzzFar, FuzzNear).
+//
+// # Near rules
+//
+// A near edge's NearRules (--near-rule ACTION:PROTO:CIDR[:PORTS], ordered,
+// the first match winning) decide what a flow gets from its first packet:
+// Optimise (TCP only: the stack terminates it), Pass (its IP packets cross
+// whole, as datagrams) or Drop (counted as Drops.Policy); with no match TCP
+// is optimised and the rest passed. UDP and ping keep no state at the near
+// edge, so each of their packets is matched, which gives the first
+// packet's answer while the rules stay. The matcher reads parsed headers
+// (protocol, destination, port), never bytes.
+//
+// # Passed TCP
+//
+// The stack also offers every TCP packet to Near.DivertTCP
+// (stack.Config.DivertTCP), which returns at once unless a rule passes or
+// drops TCP or a passed flow is open. A SYN a pass rule matches opens an
+// entry in a table of flows keyed by (client, server) (DefaultMaxPassFlows;
+// forgotten after DefaultPassIdleTimeout idle, or PassClosingTimeout after a
+// FIN or RST); that flow's packets are then sent as KindUp datagrams and
+// the answers (KindDown) written to the TUN, and gVisor never sees them, so
+// the client's handshake, window scale, SACK and timestamps reach the
+// server. The SYN's MSS (and the SYN-ACK's, at the far edge) is clamped so
+// that a full segment fits one datagram, as routers clamp it for a tunnel;
+// an aggregate from the TUN's offload (GRO, up to 64 KiB) is cut into
+// segments that fit (segmentTCP). The far edge can send such packets on
+// only from its own TUN (--egress transparent, FarConfig.WriteTCP): it
+// checks the flow's server against the egress policy, learns the flow from
+// its packets up, writes them out of the TUN (its kernel routes them to the
+// server from the client's address), and its stack hands the server's
+// answers for learnt flows to Far.DivertTCP instead of gVisor, which would
+// reset them. A far edge without a TUN counts passed TCP as Unsupported
+// and warns once; the near edge cannot know, and warns at start.
 //
 // # Flows at the far edge
 //

@@ -45,7 +45,16 @@ type FarConfig struct {
 	// Check returns why the egress policy refuses dst, or "" if it allows
 	// it (egress.Egress.Check); ICMP is checked with port 0. Required.
 	Check func(dst netip.AddrPort) string
+	// WriteTCP, if set, writes a passed TCP packet from a near edge's
+	// client (NearRule Pass) out of this edge's TUN, whose kernel routes
+	// it to the server from the client's own address (transparent
+	// egress); the server's answers come back through DivertTCP. Nil: no
+	// TUN, and passed TCP is dropped (Drops.Unsupported), with one
+	// warning. pkt is only valid during the call.
+	WriteTCP func(pkt []byte) error
 	// MaxFlows, IdleTimeout, QueueLen: see the defaults (used when 0).
+	// MaxFlows and the table of passed TCP flows' bound are separate
+	// (DefaultMaxPassFlows, DefaultPassIdleTimeout).
 	MaxFlows    int
 	IdleTimeout time.Duration
 	QueueLen    int
@@ -78,6 +87,9 @@ type Far struct {
 	nflows     atomic.Int64
 	warnedPing atomic.Bool
 	warnedSock atomic.Bool
+	warnedTCP  atomic.Bool
+	pass       *tcpTable // passed TCP flows, learnt from their packets up
+	bufs       sync.Pool // *[]byte: DivertTCP's datagrams
 
 	// The worker's own.
 	udp  map[udpKey]*farFlow
@@ -126,6 +138,8 @@ func NewFar(cfg FarConfig) *Far {
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
 	}
+	f.pass = newTCPTable(cfg.now, 0, 0)
+	f.bufs.New = func() any { b := make([]byte, 0, readBufBytes); return &b }
 	go f.run()
 	return f
 }
@@ -144,8 +158,13 @@ func (f *Far) SetTunnel(s Sender) {
 func (f *Far) Stats() Stats {
 	s := f.ctr.Stats()
 	s.Flows = int(f.nflows.Load())
+	s.TCPFlows = int(f.pass.n.Load())
 	return s
 }
+
+// PassedFlows lists the passed TCP flows this far side sends on (learnt
+// from their packets), not yet forgotten, in no particular order.
+func (f *Far) PassedFlows() []PassedFlow { return f.pass.snapshot() }
 
 // Deliver queues a KindUp datagram's packet (the kind byte removed) for
 // the worker; p is copied. It never blocks: it is called on the tunnel's
@@ -196,6 +215,7 @@ func (f *Far) run() {
 			f.recycle(b)
 		case <-tick.C:
 			f.expire()
+			f.pass.sweep()
 		case <-f.stop:
 			for k, fl := range f.udp {
 				f.closeFlow(fl)
@@ -212,6 +232,10 @@ func (f *Far) run() {
 
 // handle sends one client packet on (worker).
 func (f *Far) handle(b []byte) {
+	if proto, ok := Protocol(b); ok && proto == ProtoTCP {
+		f.handleTCP(b)
+		return
+	}
 	p, err := Parse(b)
 	if err != nil {
 		f.ctr.parseError(err)
@@ -412,4 +436,104 @@ func (f *Far) send(proto uint8, b []byte) {
 		return
 	}
 	f.ctr.down(proto, len(b)-1)
+}
+
+// handleTCP writes a passed TCP packet out of the TUN (worker). A flow
+// is learnt from its first packet (any but a RST, so that a flow outlives
+// a restart of this edge), if the policy allows its server.
+func (f *Far) handleTCP(b []byte) {
+	if f.cfg.WriteTCP == nil {
+		f.ctr.unsupported.Add(1)
+		if f.warnedTCP.CompareAndSwap(false, true) {
+			f.log.Warn("the near edge passes TCP unterminated (--near-rule pass:tcp:...), which this edge can only send on with --egress transparent (its own TUN); dropping those packets, further ones only counted")
+		}
+		return
+	}
+	p, err := parseTCP(b)
+	if err != nil {
+		f.ctr.parseError(err)
+		return
+	}
+	k := tcpKey{p.src, p.dst}
+	e := f.pass.get(k)
+	if e == nil || (p.isSYN() && e.closing.Load()) {
+		if p.flags&tcpRST != 0 {
+			f.ctr.notAllowed.Add(1)
+			return
+		}
+		if why := f.cfg.Check(netip.AddrPortFrom(p.dst.Addr().Unmap(), p.dst.Port())); why != "" {
+			f.ctr.notAllowed.Add(1)
+			f.log.Debug("passed TCP destination refused", "src", p.src, "dst", p.dst, "why", why)
+			return
+		}
+		if e = f.pass.add(k); e == nil {
+			f.ctr.flowLimit.Add(1)
+			return
+		}
+	}
+	f.pass.seen(e, &p, true)
+	if err := f.cfg.WriteTCP(b[:p.len]); err != nil {
+		f.ctr.socketErrors.Add(1)
+		return
+	}
+	f.ctr.up(ProtoTCP, p.len)
+}
+
+// DivertTCP is the far edge's stack's Config.DivertTCP: it takes the TCP
+// packets from servers that answer a passed flow (learnt by the packets
+// up), sending each whole to the near edge, a SYN-ACK's MSS clamped to
+// what a datagram holds; it leaves the rest to the stack. It does not
+// block, and returns at once while no flow is passed.
+func (f *Far) DivertTCP(pkt []byte) bool {
+	if f.pass.n.Load() == 0 {
+		return false
+	}
+	p, err := parseTCP(pkt)
+	if err != nil {
+		return false
+	}
+	e := f.pass.get(tcpKey{p.dst, p.src})
+	if e == nil {
+		return false
+	}
+	f.pass.seen(e, &p, false)
+	box := f.sender.Load()
+	if box == nil {
+		f.ctr.noTunnel.Add(1)
+		return true
+	}
+	limit := box.s.MaxDatagramBytes()
+	bp := f.bufs.Get().(*[]byte)
+	if 1+p.len > limit {
+		// An aggregate of the server's segments (the TUN's offload): sent
+		// as the segments that fit.
+		b, ok := segmentTCP((*bp)[:0], pkt, &p, KindDown, limit-1, func(d []byte) {
+			if err := box.s.SendDatagram(d); err != nil {
+				countSendError(&f.ctr, err)
+				return
+			}
+			f.ctr.down(ProtoTCP, len(d)-1)
+		})
+		*bp = b
+		f.bufs.Put(bp)
+		if !ok {
+			f.ctr.tooBig.Add(1)
+		}
+		return true
+	}
+	b := append(append((*bp)[:0], KindDown), pkt[:p.len]...)
+	if p.flags&tcpSYN != 0 {
+		if mss := mssFor(p.src.Addr(), limit); mss > 0 {
+			clampMSS(b[1+p.hdrLen:], mss)
+		}
+	}
+	err = box.s.SendDatagram(b)
+	*bp = b
+	f.bufs.Put(bp)
+	if err != nil {
+		countSendError(&f.ctr, err)
+		return true
+	}
+	f.ctr.down(ProtoTCP, p.len)
+	return true
 }

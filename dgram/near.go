@@ -5,7 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wanopt/wanopt/tunnel"
@@ -27,9 +29,17 @@ type NearConfig struct {
 	Write func(pkt []byte) error
 	// Logger receives events; nil discards them.
 	Logger *slog.Logger
+	// Rules are the near edge's policy (--near-rule; SetRules changes
+	// them): the first matching rule decides what a flow gets; without
+	// one TCP is optimised (left to the stack) and the rest passed.
+	Rules NearRules
+	// PassIdleTimeout and MaxPassFlows bound the table of passed TCP
+	// flows (DefaultPassIdleTimeout, DefaultMaxPassFlows when 0).
+	PassIdleTimeout time.Duration
+	MaxPassFlows    int
 
-	// now is the clock of the too-big answers' rate limit; nil: time.Now
-	// (tests move it).
+	// now is the clock of the too-big answers' rate limit and of the
+	// passed flows' table; nil: time.Now (tests move it).
 	now func() time.Time
 }
 
@@ -54,6 +64,11 @@ type Near struct {
 	ctr  Counters
 	bufs sync.Pool // *[]byte: the datagrams being built
 
+	rules atomic.Pointer[NearRules]
+	// tcpRules: a rule may pass or drop TCP, so TCP packets are parsed.
+	tcpRules atomic.Bool
+	pass     *tcpTable // the passed TCP flows
+
 	// The too-big answers' token bucket (allowTooBig).
 	tbMu     sync.Mutex
 	tbTokens float64
@@ -70,11 +85,39 @@ func NewNear(cfg NearConfig) *Near {
 		n.log = slog.New(slog.DiscardHandler)
 	}
 	n.bufs.New = func() any { b := make([]byte, 0, readBufBytes); return &b }
+	n.pass = newTCPTable(cfg.now, cfg.PassIdleTimeout, cfg.MaxPassFlows)
+	n.SetRules(cfg.Rules)
 	return n
 }
 
+// SetRules replaces the rules, for the flows that start from now on:
+// passed TCP flows already in the table stay passed, and flows already
+// terminated stay with the stack.
+func (n *Near) SetRules(rs NearRules) {
+	rs = slices.Clone(rs)
+	tcp := false
+	for _, r := range rs {
+		if r.Action != Optimise && (r.Proto == ProtoTCP || r.Proto == ProtoAny) {
+			tcp = true
+		}
+	}
+	n.rules.Store(&rs)
+	n.tcpRules.Store(tcp)
+}
+
+// Rules returns the rules in force.
+func (n *Near) Rules() NearRules { return *n.rules.Load() }
+
+// PassedFlows lists the TCP flows a pass rule sent as datagrams, not yet
+// forgotten (idle), in no particular order.
+func (n *Near) PassedFlows() []PassedFlow { return n.pass.snapshot() }
+
 // Stats returns the near side's counters.
-func (n *Near) Stats() Stats { return n.ctr.Stats() }
+func (n *Near) Stats() Stats {
+	s := n.ctr.Stats()
+	s.TCPFlows = int(n.pass.n.Load())
+	return s
+}
 
 // Divert is the stack's Config.Divert: it is called with each IPv4 and
 // IPv6 packet from the TUN that is not TCP, and takes (returns true for)
@@ -101,6 +144,12 @@ func (n *Near) Divert(pkt []byte) bool {
 		// This LAN's business, never the far edge's. (Loopback and the
 		// rest are the far edge's policy to refuse.)
 		n.ctr.notAllowed.Add(1)
+		return true
+	}
+	// Datagram flows keep no state here: each packet is matched, which
+	// is the first packet's answer as long as the rules stay.
+	if (*n.rules.Load()).Match(p.Proto, p.DstAddrPort()) == Drop {
+		n.ctr.policy.Add(1)
 		return true
 	}
 	s := n.cfg.Route(p.Dst)
@@ -211,8 +260,13 @@ var limitedBroadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 const ipv6FragmentHeader = 44
 
 // Deliver takes a KindDown datagram's packet (the kind byte removed) and
-// writes it to the TUN. Only UDP and echo replies are written.
+// writes it to the TUN. Only UDP, echo replies and the packets of passed
+// TCP flows are written.
 func (n *Near) Deliver(pkt []byte) {
+	if proto, ok := Protocol(pkt); ok && proto == ProtoTCP {
+		n.deliverTCP(pkt)
+		return
+	}
 	p, err := Parse(pkt)
 	if err != nil {
 		n.ctr.parseError(err)
@@ -275,5 +329,111 @@ func Demux(p []byte, near *Near, far *Far) {
 		ctr.unsupported.Add(1)
 	default:
 		ctr.malformed.Add(1)
+	}
+}
+
+// DivertTCP is the stack's Config.DivertTCP: it is called with each IPv4
+// and IPv6 TCP packet from the TUN. It takes (returns true for) the
+// packets of flows a pass rule matched on their SYN, which it sends
+// whole through the tunnel (the SYN's MSS clamped to what a datagram
+// holds), and the SYNs a drop rule matches, which it drops; it leaves
+// the rest, the optimised flows, to the stack. Without a rule that
+// passes or drops TCP and with no passed flow left, it returns at once.
+func (n *Near) DivertTCP(pkt []byte) bool {
+	if !n.tcpRules.Load() && n.pass.n.Load() == 0 {
+		return false
+	}
+	p, err := parseTCP(pkt)
+	if err != nil {
+		return false // the stack's to count and drop
+	}
+	k := tcpKey{p.src, p.dst}
+	e := n.pass.get(k)
+	if p.isSYN() {
+		switch (*n.rules.Load()).Match(ProtoTCP, p.dst) {
+		case Drop:
+			n.ctr.policy.Add(1)
+			return true
+		case Optimise:
+			if e != nil {
+				n.pass.remove(k) // the tuple's old passed flow is over
+			}
+			return false
+		}
+		if e = n.pass.add(k); e == nil {
+			n.ctr.flowLimit.Add(1)
+			return true
+		}
+	}
+	if e == nil {
+		return false
+	}
+	n.pass.seen(e, &p, true)
+	s := n.cfg.Route(p.dst.Addr())
+	if s == nil {
+		n.ctr.noTunnel.Add(1)
+		return true
+	}
+	limit := s.MaxDatagramBytes()
+	if 1+p.len > limit {
+		n.sendSegments(s, pkt, &p, limit)
+		return true
+	}
+	bp := n.bufs.Get().(*[]byte)
+	b := append(append((*bp)[:0], KindUp), pkt[:p.len]...)
+	if p.flags&tcpSYN != 0 {
+		if mss := mssFor(p.dst.Addr(), limit); mss > 0 {
+			clampMSS(b[1+p.hdrLen:], mss)
+		}
+	}
+	err = s.SendDatagram(b)
+	*bp = b
+	n.bufs.Put(bp)
+	if err != nil {
+		countSendError(&n.ctr, err)
+		return true
+	}
+	n.ctr.up(ProtoTCP, p.len)
+	return true
+}
+
+// deliverTCP writes a passed flow's packet from the far edge to the TUN;
+// a packet of a flow not passed here is dropped (NotAllowed).
+func (n *Near) deliverTCP(pkt []byte) {
+	p, err := parseTCP(pkt)
+	if err != nil {
+		n.ctr.parseError(err)
+		return
+	}
+	e := n.pass.get(tcpKey{p.dst, p.src})
+	if e == nil {
+		n.ctr.notAllowed.Add(1)
+		return
+	}
+	n.pass.seen(e, &p, false)
+	if err := n.cfg.Write(pkt[:p.len]); err != nil {
+		n.ctr.socketErrors.Add(1)
+		return
+	}
+	n.ctr.down(ProtoTCP, p.len)
+}
+
+// sendSegments sends a passed TCP packet too long for a datagram (an
+// aggregate of segments from the TUN's offload) as segments that fit; one
+// whose headers alone do not fit is answered as a router would.
+func (n *Near) sendSegments(s Sender, pkt []byte, p *tcpPacket, limit int) {
+	bp := n.bufs.Get().(*[]byte)
+	defer n.bufs.Put(bp)
+	b, ok := segmentTCP((*bp)[:0], pkt, p, KindUp, limit-1, func(d []byte) {
+		if err := s.SendDatagram(d); err != nil {
+			countSendError(&n.ctr, err)
+			return
+		}
+		n.ctr.up(ProtoTCP, len(d)-1)
+	})
+	*bp = b
+	if !ok {
+		n.ctr.tooBig.Add(1)
+		n.answerTooBig(pkt, &Packet{Src: p.src.Addr(), Dst: p.dst.Addr(), Len: p.len}, limit-1)
 	}
 }

@@ -12,6 +12,11 @@ type Stats struct {
 	UDP ProtoStats `json:"udp"`
 	// ICMP counts echo requests (up) and replies (down), IPv4 and IPv6.
 	ICMP ProtoStats `json:"icmp"`
+	// TCP counts the packets of TCP flows a near edge's rule passes
+	// (--near-rule pass:tcp:...), carried whole instead of terminated;
+	// TCPFlows is the passed flows' table now (either edge's).
+	TCP      ProtoStats `json:"tcp"`
+	TCPFlows int        `json:"tcp_flows"`
 	// Flows is the far edge's NAT table now; FlowsOpened and FlowsExpired
 	// count its entries since start (expired: idle for IdleTimeout).
 	Flows        int    `json:"flows"`
@@ -33,11 +38,11 @@ func (s Stats) Add(o Stats) Stats {
 			PacketsDown: a.PacketsDown + b.PacketsDown, BytesDown: a.BytesDown + b.BytesDown}
 	}
 	d, x := s.Drops, o.Drops
-	return Stats{UDP: ap(s.UDP, o.UDP), ICMP: ap(s.ICMP, o.ICMP), Flows: s.Flows + o.Flows,
+	return Stats{UDP: ap(s.UDP, o.UDP), ICMP: ap(s.ICMP, o.ICMP), TCP: ap(s.TCP, o.TCP), TCPFlows: s.TCPFlows + o.TCPFlows, Flows: s.Flows + o.Flows,
 		FlowsOpened: s.FlowsOpened + o.FlowsOpened, FlowsExpired: s.FlowsExpired + o.FlowsExpired,
 		Drops: Drops{NotAllowed: d.NotAllowed + x.NotAllowed, TooBig: d.TooBig + x.TooBig, QueueFull: d.QueueFull + x.QueueFull,
 			Malformed: d.Malformed + x.Malformed, Unsupported: d.Unsupported + x.Unsupported, NoTunnel: d.NoTunnel + x.NoTunnel,
-			FlowLimit: d.FlowLimit + x.FlowLimit, SocketErrors: d.SocketErrors + x.SocketErrors},
+			FlowLimit: d.FlowLimit + x.FlowLimit, Policy: d.Policy + x.Policy, SocketErrors: d.SocketErrors + x.SocketErrors},
 		TooBigAnswered: s.TooBigAnswered + o.TooBigAnswered, TooBigLimited: s.TooBigLimited + o.TooBigLimited}
 }
 
@@ -71,6 +76,8 @@ type Drops struct {
 	NoTunnel uint64 `json:"no_tunnel"`
 	// FlowLimit: the far edge's NAT table was full.
 	FlowLimit uint64 `json:"flow_limit"`
+	// Policy: a near edge's rule (--near-rule) says drop.
+	Policy uint64 `json:"policy"`
 	// SocketErrors: the far edge's socket could not be opened or failed
 	// to send or receive (e.g. ping sockets not allowed: see
 	// net.ipv4.ping_group_range), or the near edge's TUN queue refused
@@ -80,24 +87,27 @@ type Drops struct {
 
 // Total is the sum of the drops.
 func (d Drops) Total() uint64 {
-	return d.NotAllowed + d.TooBig + d.QueueFull + d.Malformed + d.Unsupported + d.NoTunnel + d.FlowLimit + d.SocketErrors
+	return d.NotAllowed + d.TooBig + d.QueueFull + d.Malformed + d.Unsupported + d.NoTunnel + d.FlowLimit + d.Policy + d.SocketErrors
 }
 
 // Counters are the live counters behind Stats, safe for concurrent use.
 type Counters struct {
-	udp, icmp                protoCounters
+	udp, icmp, tcp           protoCounters
 	flowsOpened, flowsExpire atomic.Uint64
 	tooBigAnswered           atomic.Uint64
 	tooBigLimited            atomic.Uint64
 
-	notAllowed, tooBig, queueFull, malformed, unsupported, noTunnel, flowLimit, socketErrors atomic.Uint64
+	notAllowed, tooBig, queueFull, malformed, unsupported, noTunnel, flowLimit, policy, socketErrors atomic.Uint64
 }
 
 type protoCounters struct{ pktUp, bytesUp, pktDown, bytesDown atomic.Uint64 }
 
 func (c *Counters) proto(p uint8) *protoCounters {
-	if p == ProtoUDP {
+	switch p {
+	case ProtoUDP:
 		return &c.udp
+	case ProtoTCP:
+		return &c.tcp
 	}
 	return &c.icmp
 }
@@ -128,8 +138,8 @@ func (c *Counters) Stats() Stats {
 	ps := func(p *protoCounters) ProtoStats {
 		return ProtoStats{PacketsUp: p.pktUp.Load(), BytesUp: p.bytesUp.Load(), PacketsDown: p.pktDown.Load(), BytesDown: p.bytesDown.Load()}
 	}
-	return Stats{UDP: ps(&c.udp), ICMP: ps(&c.icmp), FlowsOpened: c.flowsOpened.Load(), FlowsExpired: c.flowsExpire.Load(),
+	return Stats{UDP: ps(&c.udp), ICMP: ps(&c.icmp), TCP: ps(&c.tcp), FlowsOpened: c.flowsOpened.Load(), FlowsExpired: c.flowsExpire.Load(),
 		Drops: Drops{NotAllowed: c.notAllowed.Load(), TooBig: c.tooBig.Load(), QueueFull: c.queueFull.Load(), Malformed: c.malformed.Load(),
-			Unsupported: c.unsupported.Load(), NoTunnel: c.noTunnel.Load(), FlowLimit: c.flowLimit.Load(), SocketErrors: c.socketErrors.Load()},
+			Unsupported: c.unsupported.Load(), NoTunnel: c.noTunnel.Load(), FlowLimit: c.flowLimit.Load(), Policy: c.policy.Load(), SocketErrors: c.socketErrors.Load()},
 		TooBigAnswered: c.tooBigAnswered.Load(), TooBigLimited: c.tooBigLimited.Load()}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/bind"
@@ -68,6 +69,13 @@ type Config struct {
 	// dials (--upstream), instead of Peer and PeerKey; a flow goes to the
 	// one whose routes hold its destination.
 	Upstreams []Upstream
+	// NearRules are the near edge's policy (--near-rule, in order, the
+	// first match winning): which intercepted flows are optimised
+	// (terminated, TCP only), passed unterminated as datagrams, or
+	// dropped. None: TCP optimised, the rest passed. Passing TCP needs a
+	// far edge with transparent egress (Transparent), which alone can
+	// send the client's own packets on.
+	NearRules dgram.NearRules
 	// Transparent connects flows from the client's address through the
 	// TUN's stack (--egress transparent) instead of a kernel socket.
 	Transparent bool
@@ -165,6 +173,8 @@ func (c Config) Validate() error {
 		return bad("--peer-key BASE64 is required: the peer's public key ('wanopt pubkey < peer.key')")
 	case c.PeerKey == c.PrivateKey.PublicKey():
 		return bad("--peer-key is this edge's own public key; give the other edge's")
+	case len(c.NearRules) > 0 && (c.TUN == "" || c.Transparent || len(c.Branches) > 0):
+		return bad("--near-rule decides what a near edge does with the flows it intercepts: it needs --tun NAME, without --egress transparent (whose TUN is the far edge's way out) and without --branch")
 	case c.Transparent && c.TUN == "":
 		return bad("--egress transparent connects servers through the TUN device's stack: it needs --tun NAME, with the clients' networks routed into the device (--route CIDR)")
 	case c.TUN == "" && len(c.Policy.Rules) == 0 && len(c.Branches) == 0:
@@ -241,6 +251,9 @@ func (c Config) Summary() string {
 	s += fmt.Sprintf(", cc %v, memory %d MiB (%d flows)", c.CC, c.MemoryMiB, c.FlowLimit())
 	if c.TUN != "" {
 		s += ", ingress on TUN " + c.TUN
+		if len(c.NearRules) > 0 {
+			s += " (near rules: " + c.NearRules.String() + ")"
+		}
 	}
 	if len(c.Policy.Rules) > 0 {
 		s += ", egress to " + c.Policy.String()

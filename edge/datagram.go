@@ -34,7 +34,44 @@ func (e *Edge) newNear() *dgram.Near {
 			return st.WritePacket(p)
 		},
 		Logger: e.log.With("sub", "dgram"),
+		Rules:  e.cfg.NearRules,
 	})
+}
+
+// PassTCPWarning is logged (and printed by --check) when a near rule passes TCP: only the far
+// edge knows whether it can send the passed packets on.
+const PassTCPWarning = "a --near-rule passes TCP unterminated: the far edge must run with --egress transparent (its own TUN, from which it sends the clients' packets on); a far edge with kernel egress drops them and counts them as unsupported datagrams ('wanopt status' there)"
+
+// farTCP returns the far side's FarConfig.WriteTCP: with transparent
+// egress, passed TCP packets go out of the TUN, whose kernel routes them
+// to the servers from the clients' addresses; nil without.
+func (e *Edge) farTCP() func([]byte) error {
+	if !e.cfg.Transparent {
+		return nil
+	}
+	return func(p []byte) error {
+		st := e.stack()
+		if st == nil {
+			return errNoIngress
+		}
+		return st.WritePacket(p)
+	}
+}
+
+// divertTCP is the stack's Config.DivertTCP: a near edge's passed flows
+// (e.near), or with transparent egress the servers' answers to the flows
+// its far side passes on (e.far); nil when the edge has neither.
+func (e *Edge) divertTCP() func([]byte) bool {
+	switch {
+	case e.near != nil:
+		return e.near.DivertTCP
+	case e.cfg.Transparent && len(e.cfg.Branches) == 0:
+		return func(p []byte) bool {
+			far := e.far.Load()
+			return far != nil && far.DivertTCP(p)
+		}
+	}
+	return nil
 }
 
 // datagramRoute is the tunnel carrying datagrams toward dst: the single
@@ -59,7 +96,7 @@ func (e *Edge) datagramRoute(dst netip.Addr) dgram.Sender {
 // startFar starts the far side for eg's policy (Run); the returned
 // function stops it.
 func (e *Edge) startFar(eg *egress.Egress) (stop func()) {
-	far := dgram.NewFar(dgram.FarConfig{Check: eg.Check, Logger: e.log.With("sub", "dgram")})
+	far := dgram.NewFar(dgram.FarConfig{Check: eg.Check, WriteTCP: e.farTCP(), Logger: e.log.With("sub", "dgram")})
 	e.far.Store(far)
 	return far.Close
 }

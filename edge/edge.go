@@ -145,6 +145,9 @@ func (e *Edge) Run(ctx context.Context) error {
 	}
 	defer e.stopControl()
 	e.log.Info("edge starting", "config", cfg.Summary())
+	if e.near != nil && cfg.NearRules.HasTCPPass() {
+		e.log.Warn(PassTCPWarning)
+	}
 	if e.router != nil {
 		e.runUpstreams(ctx, cfg, eg)
 	} else {
@@ -268,6 +271,7 @@ func (e *Edge) openIngress(ctx context.Context) error {
 	if e.near != nil {
 		scfg.Divert = e.near.Divert
 	}
+	scfg.DivertTCP = e.divertTCP()
 	var capt *tun.Capture
 	if cfg.CaptureDir != "" {
 		if err := os.MkdirAll(cfg.CaptureDir, 0o750); err != nil {

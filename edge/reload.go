@@ -19,11 +19,12 @@ var restartFlags = map[string]string{
 
 // reloadable are the Config fields a reload applies, and those it
 // ignores (not configuration: how the edge was built).
-var reloadable = map[string]bool{"Policy": true, "Branches": true, "Upstreams": true, "HubRateBps": true, "Bind": false, "Reload": false, "Logger": false}
+var reloadable = map[string]bool{"Policy": true, "NearRules": true, "Branches": true, "Upstreams": true, "HubRateBps": true, "Bind": false, "Reload": false, "Logger": false}
 
 // Reload reads the configuration again (Config.Reload) and applies it:
-// the egress policy (--allow, --deny) changes at once for the flows opened
-// from then on, and flows already open go on; a hub's branches, and its
+// the egress policy (--allow, --deny) and the near rules (--near-rule)
+// change at once for the flows opened from then on, and flows already
+// open go on (a passed TCP flow stays passed); a hub's branches, and its
 // --hub-rate, change too. A configuration that does
 // not validate, or that changes a setting only a restart can change (the
 // keys, the addresses, the TUN, the memory budget), is refused with the
@@ -70,6 +71,15 @@ func (e *Edge) Reload() (changed []string, err error) {
 		}
 		changed = append(changed, fmt.Sprintf("egress policy: %s", next.Policy))
 	}
+	if cur.NearRules.String() != next.NearRules.String() {
+		if e.near != nil {
+			e.near.SetRules(next.NearRules)
+		}
+		changed = append(changed, "near rules: "+next.NearRules.String())
+		if next.NearRules.HasTCPPass() && !cur.NearRules.HasTCPPass() {
+			e.log.Warn(PassTCPWarning)
+		}
+	}
 	if cur.HubRateBps != next.HubRateBps {
 		if next.HubRateBps == 0 {
 			changed = append(changed, "hub rate: none (the branches' caps are lifted)")
@@ -79,6 +89,7 @@ func (e *Edge) Reload() (changed []string, err error) {
 	}
 	e.mu.Lock()
 	e.cfg.Policy, e.cfg.Branches, e.cfg.Upstreams = next.Policy, next.Branches, next.Upstreams
+	e.cfg.NearRules = next.NearRules
 	e.cfg.HubRateBps = next.HubRateBps // the share loop reads it at its next interval
 	running := e.run != nil
 	e.mu.Unlock()

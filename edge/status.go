@@ -1,6 +1,8 @@
 package edge
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/wanopt/wanopt/dgram"
@@ -78,14 +80,37 @@ func (e *Edge) Flows() []control.Flow {
 					peer = u.Name
 				}
 			}
-			out = append(out, control.Flow{Side: "ingress", Peer: peer, Src: f.Src.String(), Dst: f.Dst.String(), State: f.State.String(),
+			out = append(out, control.Flow{Side: "ingress", Action: "optimise", Peer: peer, Src: f.Src.String(), Dst: f.Dst.String(), State: f.State.String(),
 				BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: f.Age,
 				Why: f.Why.Name("client", "far-edge")})
 		}
 	}
+	passed := func(side string, fl []dgram.PassedFlow) {
+		slices.SortFunc(fl, func(a, b dgram.PassedFlow) int { return cmp.Compare(b.Age, a.Age) }) // oldest first
+		for _, f := range fl {
+			state := "passing"
+			if f.Closing {
+				state = "closing"
+			}
+			var peer string
+			if e.router != nil {
+				if u := e.router.route(f.Server.Addr().Unmap()); u != nil {
+					peer = u.Name
+				}
+			}
+			out = append(out, control.Flow{Side: side, Action: "pass", Peer: peer, Src: f.Client.String(), Dst: f.Server.String(), State: state,
+				BytesUp: f.BytesUp, BytesDown: f.BytesDown, TunnelRTT: srtt, Age: f.Age})
+		}
+	}
+	if e.near != nil {
+		passed("ingress", e.near.PassedFlows())
+	}
+	if far := e.far.Load(); far != nil {
+		passed("egress", far.PassedFlows())
+	}
 	egressFlows := func(eg *egress.Egress, peer string, srtt time.Duration) {
 		for _, f := range eg.Flows() {
-			out = append(out, control.Flow{Side: "egress", Peer: peer, Src: f.Src.String(), Dst: f.Dst.String(), State: "relaying",
+			out = append(out, control.Flow{Side: "egress", Action: "optimise", Peer: peer, Src: f.Src.String(), Dst: f.Dst.String(), State: "relaying",
 				BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: time.Since(f.Started),
 				Why: f.Why.Name("server", "near-edge")})
 		}

@@ -75,6 +75,12 @@ type Config struct {
 	// (see DivertFunc); Stack.WritePacket sends the replies. Without it
 	// the netstack gets them, as it gets TCP. Off by default.
 	Divert DivertFunc
+	// DivertTCP, if set, is offered every TCP packet from the link
+	// before the netstack sees it, and may take it (see DivertFunc): the
+	// packets of flows carried unterminated. It runs for every TCP
+	// packet, so it must return quickly when it has nothing to take. Off
+	// by default.
+	DivertTCP DivertFunc
 	// Tap, if set, sees every packet crossing the NIC. Off by default.
 	Tap PacketTap
 	// Logger receives the stack's logs. Default slog.Default().

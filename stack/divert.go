@@ -13,7 +13,8 @@ import (
 )
 
 // DivertFunc is offered each IPv4 and IPv6 packet from the TUN that is not
-// TCP, before the netstack sees it (Config.Divert). pkt is the whole IP
+// TCP (Config.Divert), or that is (Config.DivertTCP), before the netstack
+// sees it. pkt is the whole IP
 // packet, valid only during the call; the function copies what it keeps
 // and must not block (it runs on the TUN's reader goroutine). It returns
 // true if it took the packet, which the netstack then never sees, and
@@ -21,31 +22,36 @@ import (
 type DivertFunc func(pkt []byte) bool
 
 // divertEndpoint wraps the NIC's link endpoint: inbound packets that are
-// not TCP go to a DivertFunc first, which may take them; TCP packets, and
-// those it leaves, go on to the netstack as before. Outbound packets pass
-// through untouched.
+// not TCP go to a DivertFunc first (Config.Divert), TCP packets to
+// another (Config.DivertTCP), which may take them; those they leave go on
+// to the netstack as before. Outbound packets pass through untouched.
 type divertEndpoint struct {
 	nested.Endpoint
-	divert   DivertFunc
-	diverted atomic.Uint64
+	divert, divertTCP DivertFunc // either may be nil
+	diverted          atomic.Uint64
 }
 
 var _ gstack.NetworkDispatcher = (*divertEndpoint)(nil)
 
-func newDivertEndpoint(lower gstack.LinkEndpoint, f DivertFunc) *divertEndpoint {
-	e := &divertEndpoint{divert: f}
+func newDivertEndpoint(lower gstack.LinkEndpoint, f, tcp DivertFunc) *divertEndpoint {
+	e := &divertEndpoint{divert: f, divertTCP: tcp}
 	e.Endpoint.Init(lower, e)
 	return e
 }
 
-// DeliverNetworkPacket offers a non-TCP packet to the DivertFunc, and
-// passes up what it does not take. Telling TCP apart reads one header
-// byte in place; only other packets are made contiguous (no copy when
-// they already are, as every packet from a TUN is).
+// DeliverNetworkPacket offers a packet to the DivertFunc for its kind,
+// and passes up what it does not take. Telling TCP apart reads one
+// header byte in place; only packets offered are made contiguous (no copy
+// when they already are, as every packet from a TUN is).
 func (e *divertEndpoint) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *gstack.PacketBuffer) {
 	d := pkt.Data()
-	if n := d.Size(); !isTCP(d, n) {
-		if b, ok := d.PullUp(n); ok && e.divert(b) {
+	n := d.Size()
+	f := e.divert
+	if isTCP(d, n) {
+		f = e.divertTCP
+	}
+	if f != nil {
+		if b, ok := d.PullUp(n); ok && f(b) {
 			e.diverted.Add(1)
 			return
 		}

@@ -162,3 +162,57 @@ func TestDivert(t *testing.T) {
 }
 
 func tcpipAddr(a [4]byte) tcpip.Address { return tcpip.AddrFrom4(a) }
+
+// TestDivertTCP: with Config.DivertTCP, TCP packets are offered to it
+// (and never to Divert); one it takes never reaches the netstack's
+// forwarder, one it leaves does.
+func TestDivertTCP(t *testing.T) {
+	var (
+		mu            sync.Mutex
+		tcpOffered    [][]byte
+		nonTCPOffered int
+	)
+	take := true
+	d := &countDialer{}
+	ch := channel.New(64, 1500, "")
+	st, err := NewWithEndpoint(context.Background(), ch, d, Config{MTU: 1500, Logger: quiet, KeepAliveIdle: -1,
+		Divert: func([]byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			nonTCPOffered++
+			return true
+		},
+		DivertTCP: func(pkt []byte) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			tcpOffered = append(tcpOffered, bytes.Clone(pkt))
+			return take
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	client, server := [4]byte{198, 18, 1, 2}, [4]byte{198, 18, 2, 2}
+	src, dst := netip.AddrPortFrom(netip.AddrFrom4(client), 40000), netip.AddrPortFrom(netip.AddrFrom4(server), 22)
+	inject(ch, echoRequest(client, server))
+	injectSYN(ch, src, dst)
+	mu.Lock()
+	if len(tcpOffered) != 1 || tcpOffered[0][9] != uint8(header.TCPProtocolNumber) || nonTCPOffered != 1 {
+		t.Errorf("offered %d TCP packets to DivertTCP and %d others to Divert, want 1 and 1", len(tcpOffered), nonTCPOffered)
+	}
+	take = false
+	mu.Unlock()
+	if got := st.Stats().Diverted; got != 2 {
+		t.Errorf("Stats.Diverted %d, want 2", got)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if d.count() != 0 {
+		t.Fatal("a SYN DivertTCP took reached the dialer")
+	}
+	injectSYN(ch, src, dst)
+	for deadline := time.Now().Add(5 * time.Second); d.count() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a SYN DivertTCP left never reached the dialer")
+		}
+	}
+}

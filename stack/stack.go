@@ -101,9 +101,9 @@ func newStack(ctx context.Context, ep gstack.LinkEndpoint, link string, d flow.D
 	if cfg.Tap != nil {
 		nicEP = newTapEndpoint(ep, cfg.Tap, st.log)
 	}
-	if cfg.Divert != nil {
+	if cfg.Divert != nil || cfg.DivertTCP != nil {
 		// Outermost, so that the tap also sees what is diverted.
-		st.divert = newDivertEndpoint(nicEP, cfg.Divert)
+		st.divert = newDivertEndpoint(nicEP, cfg.Divert, cfg.DivertTCP)
 		nicEP = st.divert
 	}
 	qdisc := fifo.New(nicEP, 1, cfg.QueueLen)
@@ -172,8 +172,8 @@ type Stats struct {
 	// TUNDrops counts packets it could not use: not TCP (nothing else is
 	// intercepted), malformed, or no room to send.
 	TUNPacketsIn, TUNPacketsOut, TUNDrops uint64
-	// Diverted counts packets Config.Divert took (never seen by the
-	// netstack, nor counted in TUNPacketsIn).
+	// Diverted counts packets Config.Divert and Config.DivertTCP took
+	// (never seen by the netstack, nor counted in TUNPacketsIn).
 	Diverted uint64
 	// ActiveFlows is the number of flows in the table.
 	ActiveFlows int

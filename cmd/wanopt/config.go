@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/edge"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/internal/units"
@@ -56,7 +57,7 @@ Flags:
 type runFlags struct {
 	config, tun, key, peerKey, listen, peer, cc, logLevel, logFormat, control, capture, egress, wanRate, hubRate, metrics string
 	tunSetup, check                                                                                                       bool
-	tunAddrs, routes, allow, deny, branches, branchAllow, upstreams, upstreamRoutes                                       []string
+	tunAddrs, routes, allow, deny, branches, branchAllow, upstreams, upstreamRoutes, nearRules                            []string
 	mtu, maxFlows, memoryMiB, procs                                                                                       int
 	dialTimeout, peerTimeout, flowIdle                                                                                    time.Duration
 }
@@ -85,6 +86,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.StringArrayVar(&f.upstreamRoutes, "upstream-route", nil, "send flows to CIDR through upstream NAME: `NAME:CIDR` (repeatable; a prefix belongs to one upstream)")
 	fs.StringArrayVar(&f.branchAllow, "branch-allow", nil, "egress: let branch NAME's flows also reach CIDR[:PORTS], beside what --allow gives every branch: `NAME:CIDR[:PORTS]` (repeatable)")
 	fs.StringArrayVar(&f.deny, "deny", nil, "egress: never connect `CIDR[:PORTS]`, whatever --allow says (repeatable). Loopback, unspecified, link-local (169.254.0.0/16, fe80::/10), multicast, broadcast, IPv4-mapped IPv6 and this host's own addresses are refused without it, unless an --allow rule names them explicitly (e.g. --allow 127.0.0.1/32:8080)")
+	fs.StringArrayVar(&f.nearRules, "near-rule", nil, "near edge: what to do with the flows the TUN brings, decided on a flow's first packet by the first rule that matches it: `ACTION:PROTO:CIDR[:PORTS]` (repeatable, in order). ACTION is optimise (terminate TCP and carry it as a tunnel stream), pass (carry the IP packets unterminated as tunnel datagrams, so TCP keeps its end-to-end handshake and options) or drop; PROTO is tcp, udp, icmp or any; CIDR[:PORTS] is the destination as --allow spells it. E.g. pass:tcp:198.18.2.2/32:22, drop:udp:0.0.0.0/0:137-139. Without a match TCP is optimised and the rest passed. Passing TCP needs the far edge to run --egress transparent; reloadable")
 	fs.StringVar(&f.egress, "egress", "kernel", "egress: how to connect servers: kernel (a socket from this host's address; no privileges) or transparent (from the client's own address through the TUN's stack, so servers see the real client; needs --tun and the clients' networks routed into the TUN)")
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "egress: give up connecting to a server after this long")
 	fs.DurationVar(&f.peerTimeout, "peer-timeout", tunnel.DefaultIdleTimeout, "end the tunnel and reset its flows after this long without a word from the peer; the default outlasts Linux TCP's own retransmission budget (about 15 minutes), so flows outlive any outage TCP would have survived")
@@ -211,6 +213,9 @@ func (f *runFlags) validate() (*runConfig, error) {
 	}
 	if c.Branches, err = parseBranches(f.branches, f.branchAllow); err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if c.NearRules, err = dgram.ParseNearRules(f.nearRules); err != nil {
+		return bad("--near-rule: %v", err)
 	}
 	if c.Upstreams, err = parseUpstreams(f.upstreams, f.upstreamRoutes); err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)

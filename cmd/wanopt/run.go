@@ -34,6 +34,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.Check {
 		fmt.Fprintf(stdout, "configuration OK: %s\n", cfg.Summary())
+		if cfg.TUN != "" && cfg.NearRules.HasTCPPass() {
+			fmt.Fprintf(stdout, "note: %s\n", edge.PassTCPWarning)
+		}
 		return nil
 	}
 	var h slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})
@@ -251,9 +254,10 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		s, x := d.s, d.s.Drops
-		fmt.Fprintf(stdout, "%s: udp %d pkts/%d B up, %d pkts/%d B down; ping %d up, %d down; %d flows (%d opened, %d expired); dropped: %d not allowed, %d too big (%d answered, %d over the answers' rate), %d queue full, %d malformed, %d unsupported, %d no tunnel, %d flow limit, %d socket errors\n",
-			d.name, s.UDP.PacketsUp, s.UDP.BytesUp, s.UDP.PacketsDown, s.UDP.BytesDown, s.ICMP.PacketsUp, s.ICMP.PacketsDown, s.Flows, s.FlowsOpened, s.FlowsExpired,
-			x.NotAllowed, x.TooBig, s.TooBigAnswered, s.TooBigLimited, x.QueueFull, x.Malformed, x.Unsupported, x.NoTunnel, x.FlowLimit, x.SocketErrors)
+		fmt.Fprintf(stdout, "%s: udp %d pkts/%d B up, %d pkts/%d B down; ping %d up, %d down; passed tcp %d pkts/%d B up, %d pkts/%d B down, %d flows; %d flows (%d opened, %d expired); dropped: %d by near rules, %d not allowed, %d too big (%d answered, %d over the answers' rate), %d queue full, %d malformed, %d unsupported, %d no tunnel, %d flow limit, %d socket errors\n",
+			d.name, s.UDP.PacketsUp, s.UDP.BytesUp, s.UDP.PacketsDown, s.UDP.BytesDown, s.ICMP.PacketsUp, s.ICMP.PacketsDown,
+			s.TCP.PacketsUp, s.TCP.BytesUp, s.TCP.PacketsDown, s.TCP.BytesDown, s.TCPFlows, s.Flows, s.FlowsOpened, s.FlowsExpired,
+			x.Policy, x.NotAllowed, x.TooBig, s.TooBigAnswered, s.TooBigLimited, x.QueueFull, x.Malformed, x.Unsupported, x.NoTunnel, x.FlowLimit, x.SocketErrors)
 	}
 	m := r.Memory
 	fmt.Fprintf(stdout, "memory: %d of %d flows admitted (%d KiB floor each), %d refused; grants %.1f of %.1f MiB held, %d taken, %d refused\n",
@@ -285,7 +289,7 @@ func runFlows(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	head := "SIDE\tSOURCE\tDESTINATION\tSTATE\tUP (B)\tDOWN (B)\tUP Mbit/s\tDOWN Mbit/s\tTUNNEL RTT\tAGE"
+	head := "SIDE\tACTION\tSOURCE\tDESTINATION\tSTATE\tUP (B)\tDOWN (B)\tUP Mbit/s\tDOWN Mbit/s\tTUNNEL RTT\tAGE"
 	if *why {
 		head += "\tWHY"
 	}
@@ -295,7 +299,7 @@ func runFlows(args []string, stdout, stderr io.Writer) error {
 		if f.Peer != "" {
 			side += "/" + f.Peer // a hub's branch
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%v\t%v", side, f.Src, f.Dst, f.State, f.BytesUp, f.BytesDown,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\t%v\t%v", side, f.Action, f.Src, f.Dst, f.State, f.BytesUp, f.BytesDown,
 			float64(f.RateUpBps)/1e6, float64(f.RateDownBps)/1e6, f.TunnelRTT.Round(100*time.Microsecond), f.Age.Round(time.Millisecond))
 		if *why {
 			fmt.Fprintf(tw, "\t%s", f.Why)

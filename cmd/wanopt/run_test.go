@@ -83,6 +83,11 @@ func TestRunConfigErrors(t *testing.T) {
 		{append(far[:6:6], "--allow", "10.0.0.0/8", "--procs", "-1"), "--procs"},
 		{append(far[:6:6], "--allow", "10.0.0.0/8", "stray"), "unexpected arguments"},
 		{append(far[:6:6], "--bogus"), "unknown flag"},
+		{append(far[:6:6], "--tun", "wo0", "--near-rule", "optimise:udp:10.0.0.0/8"), "optimise terminates TCP only"},
+		{append(far[:6:6], "--tun", "wo0", "--near-rule", "skip:tcp:10.0.0.0/8"), `action "skip"`},
+		{append(far[:6:6], "--tun", "wo0", "--near-rule", "pass:tcp:10.0.0.0/8:0"), "--near-rule"},
+		{append(far[:6:6], "--allow", "10.0.0.0/8", "--near-rule", "pass:tcp:10.0.0.0/8:22"), "it needs --tun NAME"},
+		{append(far[:6:6], "--allow", "10.0.0.0/8", "--tun", "wo0", "--egress", "transparent", "--near-rule", "pass:tcp:10.0.0.0/8:22"), "without --egress transparent"},
 		{append(far[:6:6], "--config", filepath.Join(dir, "none.conf")), "config file"},
 	} {
 		var errb bytes.Buffer
@@ -144,6 +149,13 @@ func TestRunCheck(t *testing.T) {
 	k, _ := os.ReadFile(key)
 	if strings.Contains(out+errs, strings.TrimSpace(string(k))) {
 		t.Error("--check printed the private key")
+	}
+	// Near rules: in the summary, in order, and a note when TCP is passed.
+	code, out, errs = run("run", "--check", "--key", key, "--peer-key", peer, "--peer", "198.18.0.2:4500", "--tun", "wo0",
+		"--near-rule", "drop:udp:0.0.0.0/0:137-139", "--near-rule", "pass:tcp:198.18.2.2/32:22")
+	if code != 0 || !strings.Contains(out, "near rules: drop:udp:0.0.0.0/0:137-139 pass:tcp:198.18.2.2/32:22") ||
+		!strings.Contains(out, "note: ") || !strings.Contains(out, "--egress transparent") {
+		t.Errorf("--check with near rules: code %d, out %q, err %q", code, out, errs)
 	}
 	code, out, errs = run("run", "--check", "--key", key, "--listen", ":4500", "--allow", "198.18.2.0/24:443",
 		"--branch", "paris:"+peer, "--branch-allow", "paris:198.18.3.0/24")

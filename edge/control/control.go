@@ -138,7 +138,12 @@ type Tunnel struct {
 
 // Flow is one line of the answer to "flows".
 type Flow struct {
-	Side      string `json:"side"`           // ingress (intercepted here) or egress (connected here)
+	Side string `json:"side"` // ingress (intercepted here) or egress (connected here)
+	// Action is what the near edge's rules (--near-rule) gave the flow:
+	// "optimise" (terminated, carried as a tunnel stream) or "pass" (its
+	// packets carried whole as datagrams; State is then "passing" or
+	// "closing", the bytes are IP packets' and Why is empty).
+	Action    string `json:"action"`
 	Peer      string `json:"peer,omitempty"` // the branch carrying it (a hub)
 	Src       string `json:"src"`
 	Dst       string `json:"dst"`

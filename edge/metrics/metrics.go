@@ -131,9 +131,9 @@ type dgramDescs struct{ packets, bytes, dropped, flows, tooBig *prometheus.Desc 
 func newDgramDescs(prefix string, labels ...string) dgramDescs {
 	l := func(more ...string) []string { return append(append([]string(nil), labels...), more...) }
 	return dgramDescs{
-		packets: desc(prefix+"datagram_packets_total", "UDP and ICMP echo packets carried as tunnel datagrams, by side (ingress: the clients' here; egress: sent on to the servers from here), protocol (udp, icmp) and direction (up: toward the servers; down: the answers).", l("side", "protocol", "direction")...),
+		packets: desc(prefix+"datagram_packets_total", "UDP and ICMP echo packets, and the packets of TCP flows a near rule passes, carried as tunnel datagrams, by side (ingress: the clients' here; egress: sent on to the servers from here), protocol (udp, icmp, tcp) and direction (up: toward the servers; down: the answers).", l("side", "protocol", "direction")...),
 		bytes:   desc(prefix+"datagram_bytes_total", "IP packet bytes of the datagram packets, by side, protocol and direction.", l("side", "protocol", "direction")...),
-		dropped: desc(prefix+"datagram_dropped_packets_total", "Datagram packets dropped, by side and reason: not_allowed, too_big, queue_full, malformed, unsupported, no_tunnel, flow_limit, socket_error.", l("side", "reason")...),
+		dropped: desc(prefix+"datagram_dropped_packets_total", "Datagram packets dropped, by side and reason: not_allowed, too_big, queue_full, malformed, unsupported, no_tunnel, flow_limit, policy (a near rule drops them), socket_error.", l("side", "reason")...),
 		flows:   desc(prefix+"datagram_flows", "Datagram flows (UDP or ping sockets) the egress holds open now.", labels...),
 		tooBig:  desc(prefix+"datagram_too_big_answers_total", "Packets too big for a tunnel datagram, by whether the client was sent an ICMP packet-too-big answer (sent) or the answers' rate limit held it back (rate_limited).", l("result")...),
 	}
@@ -154,7 +154,7 @@ func collectDatagrams(gauge func(*prometheus.Desc, float64, ...string), counter 
 	for _, p := range []struct {
 		name string
 		s    dgram.ProtoStats
-	}{{"udp", s.UDP}, {"icmp", s.ICMP}} {
+	}{{"udp", s.UDP}, {"icmp", s.ICMP}, {"tcp", s.TCP}} {
 		counter(d.packets, p.s.PacketsUp, l(side, p.name, "up")...)
 		counter(d.packets, p.s.PacketsDown, l(side, p.name, "down")...)
 		counter(d.bytes, p.s.BytesUp, l(side, p.name, "up")...)
@@ -165,7 +165,7 @@ func collectDatagrams(gauge func(*prometheus.Desc, float64, ...string), counter 
 		reason string
 		n      uint64
 	}{{"not_allowed", x.NotAllowed}, {"too_big", x.TooBig}, {"queue_full", x.QueueFull}, {"malformed", x.Malformed},
-		{"unsupported", x.Unsupported}, {"no_tunnel", x.NoTunnel}, {"flow_limit", x.FlowLimit}, {"socket_error", x.SocketErrors}} {
+		{"unsupported", x.Unsupported}, {"no_tunnel", x.NoTunnel}, {"flow_limit", x.FlowLimit}, {"policy", x.Policy}, {"socket_error", x.SocketErrors}} {
 		counter(d.dropped, r.n, l(side, r.reason)...)
 	}
 	if side == "egress" {

@@ -1,0 +1,394 @@
+package dgram
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+// tcpPkt builds a TCP packet from src to dst with flags and options
+// (padded to 4 bytes) and payload, checksums included.
+func tcpPkt(t testing.TB, src, dst string, flags header.TCPFlags, opts []byte, payload string) []byte {
+	t.Helper()
+	s, d := netip.MustParseAddrPort(src), netip.MustParseAddrPort(dst)
+	for len(opts)%4 != 0 {
+		opts = append(opts, 0)
+	}
+	ipLen := header.IPv4MinimumSize
+	if s.Addr().Is6() {
+		ipLen = header.IPv6MinimumSize
+	}
+	tl := header.TCPMinimumSize + len(opts) + len(payload)
+	b := make([]byte, ipLen+tl)
+	sa, da := tcpip.AddrFromSlice(s.Addr().AsSlice()), tcpip.AddrFromSlice(d.Addr().AsSlice())
+	if s.Addr().Is4() {
+		ip := header.IPv4(b)
+		ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(b)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber), SrcAddr: sa, DstAddr: da, Flags: header.IPv4FlagDontFragment})
+		ip.SetChecksum(^ip.CalculateChecksum())
+	} else {
+		header.IPv6(b).Encode(&header.IPv6Fields{PayloadLength: uint16(tl), TransportProtocol: header.TCPProtocolNumber, HopLimit: 64, SrcAddr: sa, DstAddr: da})
+	}
+	th := header.TCP(b[ipLen:])
+	th.Encode(&header.TCPFields{SrcPort: s.Port(), DstPort: d.Port(), SeqNum: 1000, DataOffset: uint8(header.TCPMinimumSize + len(opts)), Flags: flags, WindowSize: 65535})
+	copy(th[header.TCPMinimumSize:], opts)
+	copy(th[header.TCPMinimumSize+len(opts):], payload)
+	th.SetChecksum(0)
+	th.SetChecksum(^checksum.Checksum(th, header.PseudoHeaderChecksum(header.TCPProtocolNumber, sa, da, uint16(tl))))
+	return b
+}
+
+// tcpChecksumOK verifies an IPv4 or IPv6 TCP packet's checksum.
+func tcpChecksumOK(b []byte) bool {
+	p, err := parseTCP(b)
+	if err != nil {
+		return false
+	}
+	sa, da := tcpip.AddrFromSlice(p.src.Addr().AsSlice()), tcpip.AddrFromSlice(p.dst.Addr().AsSlice())
+	return checksum.Checksum(p.l4, header.PseudoHeaderChecksum(header.TCPProtocolNumber, sa, da, uint16(len(p.l4)))) == 0xffff
+}
+
+// mssOf reads a segment's MSS option (536, TCP's default, if none).
+func mssOf(b []byte) uint16 {
+	p, err := parseTCP(b)
+	if err != nil {
+		return 0
+	}
+	return header.ParseSynOptions(header.TCP(p.l4).Options(), false).MSS
+}
+
+// synOpts are a Linux client's SYN options: MSS 1460, SACK permitted,
+// timestamps, NOP, window scale 7 (the MSS at an even offset).
+var synOpts = []byte{2, 4, 0x05, 0xb4, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7}
+
+func TestClampMSS(t *testing.T) {
+	odd := append([]byte{1}, synOpts...) // a NOP first: the MSS value at an odd offset
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+		mss  uint16
+		want uint16
+	}{
+		{"IPv4 even", tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, synOpts, ""), 1389, 1389},
+		{"IPv4 odd", tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, odd, ""), 1300, 1300},
+		{"IPv6 SYN-ACK", tcpPkt(t, "[2001:db8::2]:22", "[2001:db8:1::2]:40000", header.TCPFlagSyn|header.TCPFlagAck, synOpts, ""), 1369, 1369},
+		{"already lower", tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, []byte{2, 4, 0x04, 0x00}, ""), 1389, 1024},
+		{"no MSS", tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, []byte{1, 3, 3, 7}, ""), 1389, 536},
+		{"not a SYN", tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagAck, synOpts, "data"), 1000, 1460},
+		{"bad option length", tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, []byte{3, 9, 2, 4, 5, 0xb4}, ""), 1000, 536},
+	} {
+		p, err := parseTCP(c.pkt)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		clampMSS(p.l4, c.mss)
+		if got := mssOf(c.pkt); got != c.want {
+			t.Errorf("%s: MSS %d, want %d", c.name, got, c.want)
+		}
+		if !tcpChecksumOK(c.pkt) {
+			t.Errorf("%s: bad checksum after the clamp", c.name)
+		}
+		// The other options stay the client's: window scale 7.
+		if c.name == "IPv4 even" || c.name == "IPv4 odd" {
+			if ws := header.ParseSynOptions(header.TCP(p.l4).Options(), false).WS; ws != 7 {
+				t.Errorf("%s: window scale %d, want 7", c.name, ws)
+			}
+		}
+	}
+	if got := mssFor(netip.MustParseAddr("198.18.2.2"), 1430); got != 1430-1-20-20 {
+		t.Errorf("mssFor IPv4 %d", got)
+	}
+	if got := mssFor(netip.MustParseAddr("2001:db8::1"), 1430); got != 1430-1-40-20 {
+		t.Errorf("mssFor IPv6 %d", got)
+	}
+	if got := mssFor(netip.MustParseAddr("2001:db8::1"), 50); got != 0 {
+		t.Errorf("mssFor of a tiny datagram %d", got)
+	}
+}
+
+// nearPass is a Near with a pass rule for port 22 and a drop rule for
+// port 23, on a fake tunnel and TUN, on a clock the test moves.
+func nearPass(t *testing.T, max int) (*Near, *fakeSender, *[][]byte, *time.Time) {
+	s := &fakeSender{max: max}
+	var written [][]byte
+	now := time.Unix(1000, 0)
+	rs, err := ParseNearRules([]string{"pass:tcp:198.18.2.0/24:22", "drop:tcp:198.18.2.0/24:23"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return s },
+		Write: func(p []byte) error { written = append(written, bytes.Clone(p)); return nil },
+		Rules: rs, MaxPassFlows: 2, now: func() time.Time { return now }})
+	return n, s, &written, &now
+}
+
+func TestNearPassTCP(t *testing.T) {
+	n, s, written, now := nearPass(t, 1430)
+	syn := tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, synOpts, "")
+	data := tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagAck|header.TCPFlagPsh, nil, "hello")
+	other := tcpPkt(t, "198.18.1.2:40001", "198.18.2.2:80", header.TCPFlagSyn, synOpts, "")
+	telnet := tcpPkt(t, "198.18.1.2:40002", "198.18.2.2:23", header.TCPFlagSyn, synOpts, "")
+	stray := tcpPkt(t, "198.18.1.2:40003", "198.18.2.2:22", header.TCPFlagAck, nil, "x")
+
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+		take bool
+	}{{"passed SYN", syn, true}, {"passed data", data, true}, {"optimised SYN", other, false}, {"dropped SYN", telnet, true},
+		{"ACK of no passed flow", stray, false}, {"garbage", []byte{0x45, 0, 0, 1}, false}} {
+		if got := n.DivertTCP(c.pkt); got != c.take {
+			t.Errorf("DivertTCP(%s) = %v, want %v", c.name, got, c.take)
+		}
+	}
+	if len(s.sent) != 2 || s.sent[0][0] != KindUp || s.sent[1][0] != KindUp {
+		t.Fatalf("sent %d datagrams, want the SYN and the data", len(s.sent))
+	}
+	if got := mssOf(s.sent[0][1:]); got != 1430-41 {
+		t.Errorf("the passed SYN's MSS is %d, want it clamped to %d", got, 1430-41)
+	}
+	if !tcpChecksumOK(s.sent[0][1:]) || !bytes.Equal(s.sent[1][1:], data) {
+		t.Error("the passed packets were damaged")
+	}
+	st := n.Stats()
+	if st.TCP.PacketsUp != 2 || st.TCPFlows != 1 || st.Drops.Policy != 1 || st.Drops.Total() != 1 {
+		t.Errorf("stats %+v", st)
+	}
+
+	// The answer comes back through Deliver; a TCP packet of a flow not
+	// passed here is dropped.
+	synAck := tcpPkt(t, "198.18.2.2:22", "198.18.1.2:40000", header.TCPFlagSyn|header.TCPFlagAck, synOpts, "")
+	Demux(append([]byte{KindDown}, synAck...), n, nil)
+	Demux(append([]byte{KindDown}, tcpPkt(t, "198.18.2.2:80", "198.18.1.2:40001", header.TCPFlagAck, nil, "x")...), n, nil)
+	if len(*written) != 1 || !bytes.Equal((*written)[0], synAck) {
+		t.Fatalf("wrote %d packets to the TUN, want the SYN-ACK", len(*written))
+	}
+	if st := n.Stats(); st.TCP.PacketsDown != 1 || st.Drops.NotAllowed != 1 {
+		t.Errorf("stats after the answers %+v", st)
+	}
+	fl := n.PassedFlows()
+	if len(fl) != 1 || fl[0].Client != netip.MustParseAddrPort("198.18.1.2:40000") || fl[0].PacketsUp != 2 || fl[0].PacketsDown != 1 {
+		t.Errorf("passed flows %+v", fl)
+	}
+
+	// The bound: a second flow fits, a third SYN is dropped.
+	if !n.DivertTCP(tcpPkt(t, "198.18.1.2:40010", "198.18.2.2:22", header.TCPFlagSyn, synOpts, "")) ||
+		!n.DivertTCP(tcpPkt(t, "198.18.1.2:40011", "198.18.2.2:22", header.TCPFlagSyn, synOpts, "")) {
+		t.Fatal("a passed SYN was left to the stack")
+	}
+	if st := n.Stats(); st.TCPFlows != 2 || st.Drops.FlowLimit != 1 {
+		t.Errorf("at the bound: %+v", st)
+	}
+	// A RST ends a flow after PassClosingTimeout; the others idle out
+	// after DefaultPassIdleTimeout; then the table is empty and TCP left
+	// to the stack.
+	n.DivertTCP(tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagRst|header.TCPFlagAck, nil, ""))
+	*now = now.Add(PassClosingTimeout + time.Second)
+	if !n.DivertTCP(tcpPkt(t, "198.18.1.2:40012", "198.18.2.2:22", header.TCPFlagSyn, synOpts, "")) {
+		t.Fatal("a passed SYN was left to the stack")
+	}
+	if st := n.Stats(); st.TCPFlows != 2 || st.Drops.FlowLimit != 1 {
+		t.Errorf("after the closed flow expired: %+v", st)
+	}
+	*now = now.Add(DefaultPassIdleTimeout + time.Second)
+	if fl := n.PassedFlows(); len(fl) != 0 {
+		t.Errorf("idle flows listed: %+v", fl)
+	}
+	n.DivertTCP(tcpPkt(t, "198.18.1.2:40013", "198.18.2.2:22", header.TCPFlagSyn, synOpts, ""))
+	if fl := n.PassedFlows(); len(fl) != 1 {
+		t.Errorf("after the sweep %d flows, want the new one", len(fl))
+	}
+	if n.DivertTCP(data) {
+		t.Error("a packet of an expired flow was passed")
+	}
+
+	// Rules changed: new SYNs follow them, and with no TCP rule and an
+	// empty table TCP is not even parsed.
+	n.SetRules(nil)
+	if n.DivertTCP(tcpPkt(t, "198.18.1.2:40014", "198.18.2.2:22", header.TCPFlagSyn, synOpts, "")) {
+		t.Error("a SYN with no pass rule was passed")
+	}
+	// The flow passed before goes on; once idle, its next packet forgets
+	// it, with no SYN to sweep the table.
+	late := tcpPkt(t, "198.18.1.2:40013", "198.18.2.2:22", header.TCPFlagAck, nil, "late")
+	if !n.DivertTCP(late) {
+		t.Error("a passed flow's packet was left to the stack after the rules changed")
+	}
+	*now = now.Add(DefaultPassIdleTimeout + time.Second)
+	if n.DivertTCP(late) || n.Stats().TCPFlows != 0 {
+		t.Errorf("an idle flow's packet: still passed, or %d flows left", n.Stats().TCPFlows)
+	}
+}
+
+// TestNearPassSegments: a passed packet too long for a datagram (an
+// aggregate from the TUN's offload) crosses as the segments that fit,
+// with contiguous sequence numbers, valid checksums, and FIN and PSH on
+// the last; one whose headers alone do not fit is answered as a router
+// would (fragmentation needed).
+func TestNearPassSegments(t *testing.T) {
+	n, s, written, _ := nearPass(t, 200)
+	n.DivertTCP(tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, nil, ""))
+	payload := make([]byte, 1000)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	big := tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagAck|header.TCPFlagPsh|header.TCPFlagFin, []byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2}, string(payload))
+	if !n.DivertTCP(big) {
+		t.Fatal("a long passed packet was left to the stack")
+	}
+	var got []byte
+	seq := uint32(1000)
+	segs := s.sent[1:]
+	for i, d := range segs {
+		if len(d) > 200 || d[0] != KindUp || !tcpChecksumOK(d[1:]) || header.IPv4(d[1:]).IsChecksumValid() == false {
+			t.Fatalf("segment %d: %d bytes, kind %d, checksums bad", i, len(d), d[0])
+		}
+		th := header.TCP(d[1+20:])
+		if th.SequenceNumber() != seq {
+			t.Fatalf("segment %d: seq %d, want %d", i, th.SequenceNumber(), seq)
+		}
+		last := i == len(segs)-1
+		if fin := th.Flags()&header.TCPFlagFin != 0; fin != last || (th.Flags()&header.TCPFlagPsh != 0) != last {
+			t.Errorf("segment %d of %d: flags %v", i, len(segs), th.Flags())
+		}
+		if len(th.Options()) != 12 {
+			t.Errorf("segment %d: options %d bytes, want the timestamps' 12", i, len(th.Options()))
+		}
+		got = append(got, th.Payload()...)
+		seq += uint32(len(th.Payload()))
+	}
+	if !bytes.Equal(got, payload) || len(segs) != 7 { // 199 - 20 - 32 = 147 bytes a segment
+		t.Errorf("%d segments carried %d bytes, want 7 carrying the %d sent", len(segs), len(got), len(payload))
+	}
+	if st := n.Stats(); st.TCP.PacketsUp != 8 || st.Drops.Total() != 0 || len(*written) != 0 {
+		t.Errorf("stats %+v, %d answers", st, len(*written))
+	}
+
+	// Headers too long for the datagram: answered.
+	n2, s2, written2, _ := nearPass(t, 69)
+	longOpts := append(bytes.Repeat([]byte{1}, 16), synOpts...) // 76 bytes in all
+	if !n2.DivertTCP(tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, longOpts, "")) {
+		t.Fatal("a passed SYN was left to the stack")
+	}
+	if len(s2.sent) != 0 || len(*written2) != 1 || (*written2)[0][20] != ICMPDestUnreachable ||
+		binary.BigEndian.Uint16((*written2)[0][26:]) != 68 {
+		t.Fatalf("sent %d, answered %d", len(s2.sent), len(*written2))
+	}
+	if st := n2.Stats(); st.Drops.TooBig != 1 || st.TooBigAnswered != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// lockedSender is a fakeSender safe for the far side's goroutines.
+type lockedSender struct {
+	mu sync.Mutex
+	fakeSender
+}
+
+func (s *lockedSender) SendDatagram(p []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fakeSender.SendDatagram(p)
+}
+
+func (s *lockedSender) count() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.sent) }
+
+func TestFarPassTCP(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		out [][]byte
+	)
+	check := func(d netip.AddrPort) string {
+		if d.Port() == 22 {
+			return ""
+		}
+		return "not allowed by policy"
+	}
+	far := NewFar(FarConfig{Check: check, WriteTCP: func(p []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		out = append(out, bytes.Clone(p))
+		return nil
+	}})
+	defer far.Close()
+	s := &lockedSender{fakeSender: fakeSender{max: 1430}}
+	far.SetTunnel(s)
+	synAck := tcpPkt(t, "198.18.2.2:22", "198.18.1.2:40000", header.TCPFlagSyn|header.TCPFlagAck, synOpts, "")
+	if far.DivertTCP(synAck) {
+		t.Fatal("an answer of no passed flow was taken")
+	}
+	syn := tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, synOpts, "")
+	far.Deliver(syn)
+	far.Deliver(tcpPkt(t, "198.18.1.2:40001", "198.18.2.2:80", header.TCPFlagSyn, synOpts, "")) // refused
+	waitFor(t, "the SYN written and the other refused", func() bool { return far.Stats().TCP.PacketsUp == 1 && far.Stats().Drops.NotAllowed == 1 })
+	mu.Lock()
+	if len(out) != 1 || !bytes.Equal(out[0], syn) {
+		t.Errorf("wrote %d packets out, want the SYN as it came", len(out))
+	}
+	mu.Unlock()
+	if !far.DivertTCP(synAck) {
+		t.Fatal("the passed flow's SYN-ACK was left to the stack")
+	}
+	if far.DivertTCP(tcpPkt(t, "198.18.2.2:80", "198.18.1.2:40001", header.TCPFlagRst, nil, "")) {
+		t.Error("an answer of the refused flow was taken")
+	}
+	if s.count() != 1 || s.sent[0][0] != KindDown || mssOf(s.sent[0][1:]) != 1389 || !tcpChecksumOK(s.sent[0][1:]) {
+		t.Fatalf("sent %d datagrams, want the SYN-ACK with its MSS clamped to 1389", s.count())
+	}
+	if st := far.Stats(); st.TCP.PacketsDown != 1 || st.TCPFlows != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestFarPassTCPNoTUN: a far edge without a TUN (kernel egress) cannot
+// send passed TCP on: it counts it as unsupported.
+func TestFarPassTCPNoTUN(t *testing.T) {
+	far := NewFar(FarConfig{Check: func(netip.AddrPort) string { return "" }})
+	defer far.Close()
+	far.Deliver(tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, synOpts, ""))
+	waitFor(t, "the SYN counted unsupported", func() bool { return far.Stats().Drops.Unsupported == 1 })
+	if st := far.Stats(); st.TCPFlows != 0 || st.TCP.PacketsUp != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// FuzzTCP: the passed TCP path takes any bytes from the TUN or the
+// tunnel without panicking; a segment the MSS clamp changes keeps a
+// valid checksum, and what is sent is the packet as parsed.
+func FuzzTCP(f *testing.F) {
+	f.Add(tcpPkt(f, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, synOpts, ""))
+	f.Add(tcpPkt(f, "[2001:db8::2]:22", "[2001:db8:1::2]:40000", header.TCPFlagSyn|header.TCPFlagAck, append([]byte{1}, synOpts...), ""))
+	f.Add(tcpPkt(f, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagAck, nil, "data"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rs, _ := ParseNearRules([]string{"pass:any:0.0.0.0/0", "pass:any:[::/0]"})
+		s := &fakeSender{max: 1430}
+		n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return s }, Write: func([]byte) error { return nil }, Rules: rs})
+		n.DivertTCP(b)
+		n.Deliver(b)
+		for _, d := range s.sent {
+			if d[0] != KindUp {
+				t.Fatalf("sent kind %d", d[0])
+			}
+			p, err := parseTCP(d[1:])
+			if err != nil {
+				t.Fatalf("sent a packet parseTCP refuses: %v", err)
+			}
+			if valid := tcpChecksumOK(b); valid && !tcpChecksumOK(d[1:]) {
+				t.Fatalf("the clamp broke a valid checksum: % x", d)
+			}
+			if len(d)-1 != p.len {
+				t.Fatalf("sent %d bytes of a %d-byte packet", len(d)-1, p.len)
+			}
+		}
+		far := NewFar(FarConfig{Check: func(netip.AddrPort) string { return "" }, WriteTCP: func([]byte) error { return nil }})
+		far.Close() // the test calls handleTCP itself, as the worker would
+		far.SetTunnel(s)
+		far.handleTCP(b)
+		far.DivertTCP(b)
+	})
+}

@@ -1,0 +1,62 @@
+package edge
+
+import (
+	"crypto/rand"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/wanopt/wanopt/dgram"
+	"github.com/wanopt/wanopt/tunnel/crypt"
+)
+
+// TestNearRulesReload: the near rules (--near-rule) reach the near side
+// at New and change with a reload, which lists them among the changes;
+// a configuration that would give them to an edge without interception is
+// refused, and the running rules stay.
+func TestNearRulesReload(t *testing.T) {
+	ka, _ := crypt.GenerateKey(rand.Reader)
+	kb, _ := crypt.GenerateKey(rand.Reader)
+	rules := func(ss ...string) dgram.NearRules {
+		rs, err := dgram.ParseNearRules(ss)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	base := Config{TUN: "wo-test", PrivateKey: ka, PeerKey: kb.PublicKey(), Peer: netip.MustParseAddrPort("198.18.0.2:4500"),
+		NearRules: rules("pass:tcp:198.18.2.2/32:22")}
+	next := base
+	base.Reload = func() (Config, error) { return next, nil }
+	e, err := New(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ssh, smb := netip.MustParseAddrPort("198.18.2.2:22"), netip.MustParseAddrPort("198.18.2.2:139")
+	if got := e.near.Rules().Match(dgram.ProtoTCP, ssh); got != dgram.Pass {
+		t.Fatalf("at New, TCP to %v: %v, want pass", ssh, got)
+	}
+	if !strings.Contains(e.Status().Config, "near rules: pass:tcp:198.18.2.2/32:22") {
+		t.Errorf("status config %q does not show the rules", e.Status().Config)
+	}
+
+	next.NearRules = rules("drop:udp:0.0.0.0/0:137-139")
+	changed, err := e.Reload()
+	if err != nil || len(changed) != 1 || changed[0] != "near rules: drop:udp:0.0.0.0/0:137-139" {
+		t.Fatalf("reload: changed %q, err %v", changed, err)
+	}
+	if got := e.near.Rules().Match(dgram.ProtoTCP, ssh); got != dgram.Optimise {
+		t.Errorf("after the reload, TCP to %v: %v, want optimise", ssh, got)
+	}
+	if got := e.near.Rules().Match(dgram.ProtoUDP, smb); got != dgram.Drop {
+		t.Errorf("after the reload, UDP to %v: %v, want drop", smb, got)
+	}
+
+	next.TUN, next.Listen, next.Peer = "", netip.MustParseAddrPort("198.18.0.2:4500"), netip.AddrPort{}
+	if _, err := e.Reload(); err == nil || !strings.Contains(err.Error(), "--near-rule") {
+		t.Errorf("reload to near rules without a TUN: %v, want refused naming --near-rule", err)
+	}
+	if got := e.near.Rules().String(); got != "drop:udp:0.0.0.0/0:137-139" {
+		t.Errorf("the running rules did not stay: %q", got)
+	}
+}
