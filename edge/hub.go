@@ -14,6 +14,7 @@ import (
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
+	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/bind"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/driver"
@@ -263,8 +264,10 @@ func (e *Edge) branchLoop(ctx context.Context, cfg Config, hub *driver.Hub, b *b
 		// memory evenly: each tunnel's budget is a hard cap of its own (a
 		// reload's new count applies to the tunnels that start after it).
 		budget := cfg.buffers().TunnelBytes / uint64(max(1, len(e.config().Branches)))
+		tc := e.tunnelConfig(cfg, b.Key, budget, log)
+		tc.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesFor(cfg.Listen.Addr()) // IPv6 fits 1500 bytes
 		t, err := driver.Listen(ctx, driver.Config{Bind: bc, NoGate: true, Logger: log.With("sub", "driver"),
-			Tunnel:     e.tunnelConfig(cfg, b.Key, budget, log),
+			Tunnel:     tc,
 			OnDatagram: func(p []byte) { dgram.Demux(p, nil, b.far) }})
 		if err != nil {
 			if ctx.Err() == nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
+	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/driver"
 )
@@ -130,6 +131,7 @@ func (e *Edge) upstreamLoop(ctx context.Context, cfg Config, u *upstream, serveE
 		dc := driver.Config{RemoteAddr: u.Addr, Logger: log.With("sub", "driver"),
 			Tunnel:     e.tunnelConfig(cfg, u.Key, cfg.buffers().TunnelBytes/uint64(len(cfg.Upstreams)), log),
 			OnDatagram: e.onUpstreamDatagram}
+		dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesFor(u.Addr.Addr()) // IPv6 fits 1500 bytes
 		if u.Addr.Addr().Is4() {
 			dc.Network = "udp4"
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/wanopt/wanopt/tunnel/crypt"
@@ -67,6 +68,25 @@ const (
 // ipv4UDPHeaderBytes is what each datagram costs on the link beyond its
 // payload: 20 bytes of IPv4 header and 8 of UDP.
 const ipv4UDPHeaderBytes = 20 + 8
+
+// ipv6UDPHeaderBytes is the same over IPv6: 40 bytes of header and 8 of
+// UDP.
+const ipv6UDPHeaderBytes = 40 + 8
+
+// MaxUDPPayloadBytesFor is the MaxUDPPayloadBytes that keeps the tunnel's
+// packets to or from peer within a 1500-byte MTU: DefaultMaxUDPPayloadBytes
+// (1,472) for an IPv4 peer (also written IPv4-mapped), 1,452 for an IPv6
+// one. With the IPv4 default every full-size packet to an IPv6 peer is
+// 1,520 bytes on the wire, and Linux refuses to send it (EMSGSIZE): such a
+// tunnel comes up but carries no bulk data. For a socket on every address
+// ([::], whose peer may be of either family) it is the IPv6 size, which
+// fits both; the driver still receives datagrams up to the IPv4 size.
+func MaxUDPPayloadBytesFor(peer netip.Addr) int {
+	if peer.Is6() && !peer.Is4In6() {
+		return 1500 - ipv6UDPHeaderBytes
+	}
+	return DefaultMaxUDPPayloadBytes
+}
 
 // CongestionControl selects the congestion controller.
 type CongestionControl uint8

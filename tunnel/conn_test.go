@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -164,4 +165,22 @@ func TestServerSendsNoMoreThanItReceivesBeforeConfirmation(t *testing.T) {
 		t.Errorf("server sent %d packets, %d bytes, having received %d bytes", ss.PacketsSent, ss.BytesSent, ss.BytesReceived)
 	}
 	t.Logf("server: received %d B, sent %d B", ss.BytesReceived, ss.BytesSent)
+}
+
+// TestMaxUDPPayloadBytesFor checks that a full-size tunnel packet is
+// exactly 1,500 bytes on the wire for either family.
+func TestMaxUDPPayloadBytesFor(t *testing.T) {
+	for _, tc := range []struct {
+		addr   string
+		header int // IP and UDP
+	}{
+		{"198.18.0.2", 28},
+		{"::ffff:198.18.0.2", 28}, // IPv4 on a dual-stack socket
+		{"2001:2::2", 48},
+		{"::", 48}, // every address: either family's packets fit
+	} {
+		if got := MaxUDPPayloadBytesFor(netip.MustParseAddr(tc.addr)); got+tc.header != 1500 {
+			t.Errorf("MaxUDPPayloadBytesFor(%s) = %d: with %d header bytes a %d-byte packet, want 1500", tc.addr, got, tc.header, got+tc.header)
+		}
+	}
 }

@@ -28,6 +28,10 @@ const (
 	farEdgeListen = "198.18.0.2:4500"
 	serverLAN     = "198.18.2.0/24"
 	clientLAN     = "198.18.1.0/24"
+	// With EdgeOptions.IPv6 the near edge also intercepts the server's
+	// IPv6 LAN; with TunnelIPv6 the tunnel crosses the link over IPv6.
+	serverLAN6     = "2001:2:0:2::/64"
+	farEdgeListen6 = "[2001:2::2]:4500"
 )
 
 // EdgeOptions configure StartEdges.
@@ -50,6 +54,13 @@ type EdgeOptions struct {
 	// Args are added to both edges' command lines (e.g. --wan-rate);
 	// NearArgs and FarArgs to one edge's only, after Args.
 	Args, NearArgs, FarArgs []string
+	// IPv6 routes the server's IPv6 LAN (2001:2:0:2::/64) into the near
+	// edge's TUN too, so the client's IPv6 flows to the server are
+	// intercepted (the far edge still needs an Allow rule for them).
+	IPv6 bool
+	// TunnelIPv6 runs the tunnel itself over IPv6: the far edge listens on,
+	// and the near edge dials, [2001:2::2]:4500 instead of 198.18.0.2:4500.
+	TunnelIPv6 bool
 	// EdgeCPU, if positive, holds each edge process (near and far apart)
 	// to that many CPUs with a CPU-bandwidth cgroup (see bench/cgroup);
 	// 0: no cap.
@@ -68,6 +79,7 @@ type Edges struct {
 	near, far  *edgeProc
 	stopped    bool
 	routeMoved bool // edgeA's route to the server's LAN points into wo0
+	route6     bool // and so does its route to the server's IPv6 LAN
 	farRoute   bool // edgeB's route to the client's LAN points into wo1
 	caps       []*cgroup.CPUCap
 }
@@ -116,7 +128,11 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	if err != nil {
 		return nil, err
 	}
-	farArgs := []string{"--key", keyB, "--peer-key", pubA, "--listen", farEdgeListen, "--control", e.Socket("far")}
+	listen := farEdgeListen
+	if o.TunnelIPv6 {
+		listen = farEdgeListen6
+	}
+	farArgs := []string{"--key", keyB, "--peer-key", pubA, "--listen", listen, "--control", e.Socket("far")}
 	for _, a := range o.Allow {
 		farArgs = append(farArgs, "--allow", a)
 	}
@@ -128,8 +144,12 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", o.EdgeCPU, farArgs...); err != nil {
 		return nil, err
 	}
-	nearArgs := []string{"--key", keyA, "--peer-key", pubB, "--peer", farEdgeListen,
+	nearArgs := []string{"--key", keyA, "--peer-key", pubB, "--peer", listen,
 		"--tun", edgeTUN, "--tun-setup", "--route", serverLAN, "--control", e.Socket("near")}
+	if o.IPv6 {
+		e.route6 = true // --tun-setup moves it; Stop puts it back
+		nearArgs = append(nearArgs, "--route", serverLAN6)
+	}
 	nearArgs = append(append(nearArgs, o.Args...), o.NearArgs...)
 	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near", o.EdgeCPU, nearArgs...); err != nil {
 		return nil, err
@@ -143,6 +163,11 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	e.routeMoved = true
 	if err := routeReplace(ctx, l.EdgeA, serverLAN, edgeTUN); err != nil {
 		return nil, err
+	}
+	if o.IPv6 {
+		if err := routeReplace(ctx, l.EdgeA, serverLAN6, edgeTUN); err != nil {
+			return nil, err
+		}
 	}
 	ok = true
 	return e, nil
@@ -376,6 +401,11 @@ func (e *Edges) Stop() error {
 	defer cancel()
 	if e.routeMoved {
 		if err := routeReplace(ctx, e.l.EdgeA, serverLAN, "wan0"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if e.route6 {
+		if err := routeReplace(ctx, e.l.EdgeA, serverLAN6, "wan0"); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -2,6 +2,7 @@ package lab_test
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -45,9 +46,22 @@ func TestEdgesCarryTraffic(t *testing.T) {
 	if r.Received < 8 || r.Median < 20*time.Millisecond || r.Median > 25*time.Millisecond {
 		t.Errorf("client→server through the edges: %d of 10 probes, median RTT %v; want ≥8 and 20-25 ms", r.Received, r.Median)
 	}
+	// The same over IPv6: the lab is dual-stack.
+	for _, h := range []*lab.Host{l.Client, l.EdgeA, l.EdgeB, l.Server} {
+		if !h.Addr6.Is6() || !netip.MustParsePrefix("2001:2::/48").Contains(h.Addr6) {
+			t.Errorf("%s's IPv6 address %v: want one in 2001:2::/48", h.Role, h.Addr6)
+		}
+	}
+	r6, err := measure.RTT(ctx, l.Client.NS, l.Client.Addr6, l.Server.NS, l.Server.Addr6, 10, 5*time.Millisecond, time.Second)
+	if err != nil {
+		t.Fatalf("client→server over IPv6 (%v → %v): %v", l.Client.Addr6, l.Server.Addr6, err)
+	}
+	if r6.Received < 8 || r6.Median < 20*time.Millisecond || r6.Median > 25*time.Millisecond {
+		t.Errorf("client→server over IPv6 through the edges: %d of 10 probes, median RTT %v; want ≥8 and 20-25 ms", r6.Received, r6.Median)
+	}
 	st := l.StopLink()
-	if st.AB.Packets < uint64(r.Received) || st.BA.Packets < uint64(r.Received) {
-		t.Errorf("link counters %d/%d packets: the probes did not cross the emulated link", st.AB.Packets, st.BA.Packets)
+	if n := uint64(r.Received + r6.Received); st.AB.Packets < n || st.BA.Packets < n {
+		t.Errorf("link counters %d/%d packets: the %d probes did not cross the emulated link", st.AB.Packets, st.BA.Packets, n)
 	}
 }
 

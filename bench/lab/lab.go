@@ -1,6 +1,6 @@
 // Package lab builds the wanopt test labs: network namespaces joined by the
 // userspace WAN emulator (bench/wanem), addressed only from the benchmarking
-// range 198.18.0.0/15. Every namespace, device and process a lab creates is
+// ranges 198.18.0.0/15 and 2001:2::/48. Every namespace, device and process a lab creates is
 // removed by Close, and a new lab first removes leftovers of earlier labs
 // whose owning process has died (recognised by the lab's own name prefix).
 //
@@ -9,6 +9,18 @@
 //	direct: client[wan0 198.18.0.1] ══link══ server[wan0 198.18.0.2]
 //	edges:  client[198.18.1.2] ── edgeA ══link══ edgeB ── server[198.18.2.2]
 //	        edgeA: lan0 198.18.1.1, wan0 198.18.0.1; edgeB: wan0 198.18.0.2, lan0 198.18.2.1
+//
+// The edges lab is dual-stack: beside its IPv4 address every host has one
+// from the IPv6 benchmarking range 2001:2::/48 (Host.Addr6), with routes and
+// forwarding mirroring the IPv4 ones:
+//
+//	edges:  client[2001:2:0:1::2] ── edgeA ══link══ edgeB ── server[2001:2:0:2::2]
+//	        edgeA: lan0 2001:2:0:1::1, wan0 2001:2::1; edgeB: wan0 2001:2::2, lan0 2001:2:0:2::1
+//
+// (every prefix a /64). Its namespaces skip duplicate address detection
+// (accept_dad=0 before the devices exist, nodad on each address), so every
+// address, link-local ones included, is usable as soon as Build returns.
+// The direct lab and branches (AddBranch) are IPv4 only.
 //
 // The link's two ends are persistent TUN devices named wan0; the link helper
 // process (see RunLink) attaches to both and forwards packets between them.
@@ -49,6 +61,9 @@ type Host struct {
 	Role string     // client, server, edgea, edgeb
 	NS   string     // network namespace name
 	Addr netip.Addr // the address other hosts reach it at
+	// Addr6 is its IPv6 address (edges lab only: client, edges and
+	// server are dual-stack); the zero Addr if it has none.
+	Addr6 netip.Addr
 }
 
 // Options configure Build.
@@ -192,6 +207,9 @@ func (l *Lab) buildEdges(ctx context.Context) error {
 	if l.Server, err = l.newHost(ctx, "server", "198.18.2.2"); err != nil {
 		return err
 	}
+	if err := l.enableIPv6(ctx); err != nil {
+		return err
+	}
 	if err := addVeth(ctx, l.Client, "198.18.1.2/24", l.EdgeA, "198.18.1.1/24"); err != nil {
 		return err
 	}
@@ -217,6 +235,83 @@ func (l *Lab) buildEdges(ctx context.Context) error {
 	}
 	for _, h := range []*Host{l.EdgeA, l.EdgeB} {
 		if err := l.Sysctl(ctx, h, "net.ipv4.ip_forward", "1"); err != nil {
+			return err
+		}
+	}
+	return l.addIPv6(ctx)
+}
+
+// The edges lab's IPv6 addresses (see the package comment).
+const (
+	clientAddr6    = "2001:2:0:1::2"
+	edgeALANAddr6  = "2001:2:0:1::1"
+	edgeAWANAddr6  = "2001:2::1"
+	edgeBWANAddr6  = "2001:2::2"
+	edgeBLANAddr6  = "2001:2:0:2::1"
+	serverAddr6    = "2001:2:0:2::2"
+	clientPrefix6  = "2001:2:0:1::/64"
+	serverPrefix6  = "2001:2:0:2::/64"
+	prefixLength6  = "/64"
+	ipv6SysctlPath = "/proc/sys/net/ipv6"
+)
+
+// enableIPv6 turns IPv6 on in the edges lab's namespaces, before their
+// devices exist, without duplicate address detection: the link-local
+// addresses neighbour discovery speaks from are then usable at once too
+// (with it, the first packets each way waited about a second).
+func (l *Lab) enableIPv6(ctx context.Context) error {
+	if _, err := os.Stat(ipv6SysctlPath); err != nil {
+		return fmt.Errorf("the edges lab is dual-stack and needs IPv6 in the kernel (%s: %w); boot without ipv6.disable=1", ipv6SysctlPath, err)
+	}
+	for _, h := range []*Host{l.Client, l.EdgeA, l.EdgeB, l.Server} {
+		for _, kv := range [][2]string{
+			{"net.ipv6.conf.all.disable_ipv6", "0"}, {"net.ipv6.conf.default.disable_ipv6", "0"},
+			{"net.ipv6.conf.all.accept_dad", "0"}, {"net.ipv6.conf.default.accept_dad", "0"},
+		} {
+			if err := l.Sysctl(ctx, h, kv[0], kv[1]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// addIPv6 makes the built edges lab dual-stack: the addresses (nodad),
+// the routes of the IPv4 lab and forwarding on both edges.
+func (l *Lab) addIPv6(ctx context.Context) error {
+	addrs := []struct {
+		h         *Host
+		dev, addr string
+	}{
+		{l.Client, "lan0", clientAddr6},
+		{l.EdgeA, "lan0", edgeALANAddr6},
+		{l.EdgeA, "wan0", edgeAWANAddr6},
+		{l.EdgeB, "wan0", edgeBWANAddr6},
+		{l.EdgeB, "lan0", edgeBLANAddr6},
+		{l.Server, "lan0", serverAddr6},
+	}
+	for _, a := range addrs {
+		if err := ipCmd(ctx, "-n", a.h.NS, "-6", "addr", "add", a.addr+prefixLength6, "dev", a.dev, "nodad"); err != nil {
+			return err
+		}
+	}
+	l.Client.Addr6 = netip.MustParseAddr(clientAddr6)
+	l.EdgeA.Addr6 = netip.MustParseAddr(edgeAWANAddr6)
+	l.EdgeB.Addr6 = netip.MustParseAddr(edgeBWANAddr6)
+	l.Server.Addr6 = netip.MustParseAddr(serverAddr6)
+	steps := [][]string{
+		{"-n", l.Client.NS, "-6", "route", "add", "default", "via", edgeALANAddr6, "dev", "lan0"},
+		{"-n", l.Server.NS, "-6", "route", "add", "default", "via", edgeBLANAddr6, "dev", "lan0"},
+		{"-n", l.EdgeA.NS, "-6", "route", "add", serverPrefix6, "dev", "wan0"},
+		{"-n", l.EdgeB.NS, "-6", "route", "add", clientPrefix6, "dev", "wan0"},
+	}
+	for _, s := range steps {
+		if err := ipCmd(ctx, s...); err != nil {
+			return err
+		}
+	}
+	for _, h := range []*Host{l.EdgeA, l.EdgeB} {
+		if err := l.Sysctl(ctx, h, "net.ipv6.conf.all.forwarding", "1"); err != nil {
 			return err
 		}
 	}

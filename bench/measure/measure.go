@@ -25,7 +25,11 @@ func listenUDP(ns string, laddr netip.AddrPort, bufBytes int) (*net.UDPConn, err
 	var c *net.UDPConn
 	err := lab.InNetns(ns, func() error {
 		var err error
-		c, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(laddr))
+		network := "udp4"
+		if laddr.Addr().Is6() {
+			network = "udp6"
+		}
+		c, err = net.ListenUDP(network, net.UDPAddrFromAddrPort(laddr))
 		if err != nil {
 			return fmt.Errorf("listen udp %v in %s: %w", laddr, ns, err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 
 	"github.com/wanopt/wanopt/bench/exp"
 	"github.com/wanopt/wanopt/bench/lab"
@@ -241,16 +242,23 @@ func dialUDPIn(t *testing.T, ns string, port int) *net.UDPConn {
 	return c
 }
 
-// pingIn sends count ICMP echo requests from a ping socket in ns to dst,
-// interval apart, and returns each round trip. The client's kernel only
-// hands the socket replies that carry its own echo identifier, so an
-// answer arriving at all shows the far edge restored it.
+// pingIn sends count ICMP (ICMPv6 if dst is IPv6) echo requests from a
+// ping socket in ns to dst, interval apart, and returns each round trip.
+// The client's kernel only hands the socket replies that carry its own
+// echo identifier, so an answer arriving at all shows the far edge
+// restored it.
 func pingIn(t *testing.T, ns, dst string, count int, interval time.Duration) []time.Duration {
 	t.Helper()
+	network, laddr, proto := "udp4", "0.0.0.0", 1
+	var echo, reply icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply
+	if net.ParseIP(dst).To4() == nil {
+		network, laddr, proto = "udp6", "::", 58
+		echo, reply = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply
+	}
 	var c *icmp.PacketConn
 	err := lab.InNetns(ns, func() error {
 		var err error
-		c, err = icmp.ListenPacket("udp4", "0.0.0.0")
+		c, err = icmp.ListenPacket(network, laddr)
 		return err
 	})
 	if err != nil {
@@ -261,7 +269,7 @@ func pingIn(t *testing.T, ns, dst string, count int, interval time.Duration) []t
 	var rtts []time.Duration
 	buf := make([]byte, 1500)
 	for seq := 1; seq <= count; seq++ {
-		msg := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: 1, Seq: seq, Data: []byte("wanopt datagram ping")}}
+		msg := icmp.Message{Type: echo, Body: &icmp.Echo{ID: 1, Seq: seq, Data: []byte("wanopt datagram ping")}}
 		b, err := msg.Marshal(nil)
 		if err != nil {
 			t.Fatal(err)
@@ -276,11 +284,11 @@ func pingIn(t *testing.T, ns, dst string, count int, interval time.Duration) []t
 			if err != nil {
 				t.Fatalf("ping %d: no reply: %v", seq, err)
 			}
-			m, err := icmp.ParseMessage(1, buf[:n])
+			m, err := icmp.ParseMessage(proto, buf[:n])
 			if err != nil {
 				t.Fatalf("ping %d: %v", seq, err)
 			}
-			if e, ok := m.Body.(*icmp.Echo); ok && m.Type == ipv4.ICMPTypeEchoReply && e.Seq == seq {
+			if e, ok := m.Body.(*icmp.Echo); ok && m.Type == reply && e.Seq == seq {
 				if string(e.Data) != "wanopt datagram ping" {
 					t.Errorf("ping %d: reply data %q", seq, e.Data)
 				}

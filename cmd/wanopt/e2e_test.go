@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	mrand "math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -390,11 +391,20 @@ func whoami(t *testing.T, ctx context.Context, ns string) (seen, local string) {
 
 // dialIn connects from the client namespace to 198.18.2.2:port.
 func dialIn(ctx context.Context, ns string, port int, timeout time.Duration) (net.Conn, error) {
+	return dialTo(ctx, ns, netip.AddrPortFrom(netip.MustParseAddr("198.18.2.2"), uint16(port)), timeout)
+}
+
+// dialTo connects from namespace ns to dst, IPv4 or IPv6.
+func dialTo(ctx context.Context, ns string, dst netip.AddrPort, timeout time.Duration) (net.Conn, error) {
 	var c net.Conn
 	err := lab.InNetns(ns, func() error {
 		d := net.Dialer{Timeout: timeout}
+		network := "tcp4"
+		if dst.Addr().Is6() {
+			network = "tcp6"
+		}
 		var err error
-		c, err = d.DialContext(ctx, "tcp4", fmt.Sprintf("198.18.2.2:%d", port))
+		c, err = d.DialContext(ctx, network, dst.String())
 		return err
 	})
 	return c, err
@@ -465,10 +475,15 @@ func echoHashed(t *testing.T, ctx context.Context, ns string, size int, seed byt
 
 // echoCheck is echoHashed returning its failure, for use beside others.
 func echoCheck(ctx context.Context, ns string, size int, seed byte, timeout time.Duration) (time.Duration, error) {
+	return echoCheckTo(ctx, ns, netip.AddrPortFrom(netip.MustParseAddr("198.18.2.2"), echoPort), size, seed, timeout)
+}
+
+// echoCheckTo is echoCheck with the echo server at dst (IPv4 or IPv6).
+func echoCheckTo(ctx context.Context, ns string, dst netip.AddrPort, size int, seed byte, timeout time.Duration) (time.Duration, error) {
 	data := make([]byte, size)
 	mrand.NewChaCha8([32]byte{seed}).Read(data)
 	start := time.Now()
-	c, err := dialIn(ctx, ns, echoPort, 10*time.Second)
+	c, err := dialTo(ctx, ns, dst, 10*time.Second)
 	if err != nil {
 		return 0, fmt.Errorf("connect to the echo server through wanopt: %w", err)
 	}

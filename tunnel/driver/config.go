@@ -34,9 +34,10 @@ type Config struct {
 	// the peer's PeerPublicKey (Dial: the server's key, required; Listen:
 	// the one client allowed unless Tunnel.AllowPeer is set), congestion
 	// control and limits. Dial sets HandshakeTimestamp from the wall clock
-	// when it is 0. Tunnel.Logger defaults to Logger. Both edges should use
-	// the same MaxUDPPayloadBytes: received datagrams longer than this
-	// edge's are dropped.
+	// when it is 0. Tunnel.Logger defaults to Logger. Received datagrams
+	// longer than this edge's MaxUDPPayloadBytes, or than
+	// tunnel.DefaultMaxUDPPayloadBytes if that is larger, are dropped: an
+	// edge sized for an IPv6 peer still hears one sized for IPv4.
 	Tunnel tunnel.Config
 
 	// RemoteAddr is the server's UDP address (Dial only; required).

@@ -70,7 +70,7 @@ func newRxBatch(batch, bufLen int) *rxBatch {
 // driver closes it on exit) or the tunnel's context ends.
 func (t *Tunnel) readLoop() {
 	defer close(t.readerDone)
-	spare := newRxBatch(t.bc.BatchSize(), t.cfg.Tunnel.MaxUDPPayloadBytes)
+	spare := newRxBatch(t.bc.BatchSize(), rxBufLen(t.cfg))
 	stall := time.NewTimer(time.Hour)
 	stall.Stop()
 	defer stall.Stop()

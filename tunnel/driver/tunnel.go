@@ -166,7 +166,7 @@ func newTunnel(cfg Config, bc bind.Conn, conn *tunnel.Conn, client bool) *Tunnel
 		dgFree:      make(chan []byte, cfg.DatagramQueue),
 		maxDatagram: conn.MaxDatagramBytes(),
 	}
-	bufLen := cfg.Tunnel.MaxUDPPayloadBytes
+	bufLen := rxBufLen(cfg)
 	for range cfg.RxBatches {
 		t.rxFree <- newRxBatch(bc.BatchSize(), bufLen)
 	}
@@ -394,4 +394,12 @@ func (t *Tunnel) AcceptStream(ctx context.Context) (*IncomingStream, error) {
 // isClosedConnErr reports whether err is the Conn's "not usable" error.
 func isClosedConnErr(err error) bool {
 	return errors.Is(err, tunnel.ErrClosed) || errors.Is(err, tunnel.ErrNotEstablished)
+}
+
+// rxBufLen is the size of each receive buffer: this tunnel's
+// MaxUDPPayloadBytes, but never less than tunnel.DefaultMaxUDPPayloadBytes,
+// so a peer sized for IPv4 is heard by an edge that sends smaller packets
+// (an IPv6 peer's, see tunnel.MaxUDPPayloadBytesFor).
+func rxBufLen(cfg Config) int {
+	return max(cfg.Tunnel.MaxUDPPayloadBytes, tunnel.DefaultMaxUDPPayloadBytes)
 }
