@@ -34,8 +34,8 @@ const (
 
 // TestEdgeDatagrams carries UDP and ping through the edges lab (100 ms
 // RTT, 100 Mbit/s) as tunnel datagrams: a DNS-style request and answer, a
-// destination the policy refuses, five echo requests whose round trip is
-// the link's within 2 ms, and iperf3 -u at 50 Mbit/s (if installed).
+// destination the policy refuses, five echo requests whose least round
+// trip is the link's within 2 ms, and iperf3 -u at 50 Mbit/s (if installed).
 func TestEdgeDatagrams(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -109,21 +109,13 @@ func TestEdgeDatagrams(t *testing.T) {
 
 	t.Run("ping RTT", func(t *testing.T) {
 		rtts := pingIn(t, l.Client.NS, "198.18.2.2", 5, 200*time.Millisecond)
-		// The median, as ping's own figures would be read: one echo
-		// delayed by a busy host (CI runs packages side by side on two
-		// cores) is not the path's RTT.
-		sorted := slices.Clone(rtts)
-		slices.Sort(sorted)
-		med := sorted[len(sorted)/2]
 		var ns control.Status
 		if err := queryControl(e.sock("near"), "status", &ns); err != nil || ns.Tunnel == nil {
 			t.Fatalf("near status: %v", err)
 		}
-		t.Logf("ping through the edges: %v, median %v on a %v link (the tunnel's own min RTT %v, srtt %v)",
-			rtts, med.Round(10*time.Microsecond), rtt, ns.Tunnel.MinRTT, ns.Tunnel.SmoothedRTT)
-		if d := med - rtt; d < 0 || d > 2*time.Millisecond {
-			t.Errorf("median ping RTT %v: want within 2 ms above the link's %v (a ping answered on the near side would be far quicker)", med, rtt)
-		}
+		t.Logf("ping through the edges: %v on a %v link (the tunnel's own min RTT %v, srtt %v)",
+			rtts, rtt, ns.Tunnel.MinRTT, ns.Tunnel.SmoothedRTT)
+		checkPingRTT(t, rtts, rtt)
 		near, far := datagramStats(t, e)
 		if near.ICMP.PacketsUp < 5 || near.ICMP.PacketsDown < 5 || far.ICMP.PacketsDown < 5 {
 			t.Errorf("ICMP counters: near %+v, far %+v", near.ICMP, far.ICMP)
@@ -177,6 +169,25 @@ func TestEdgeDatagrams(t *testing.T) {
 			t.Errorf("iperf3 -u delivered %.2f %% of %d packets, want at least 98 %%", delivered, s.Packets)
 		}
 	})
+}
+
+// checkPingRTT checks echo round trips against the link's rtt: the least
+// must be within 2 ms above it, as ping's minimum gives a path's RTT (a
+// ping answered on the near side would take a fraction of a millisecond),
+// and the median within 10 ms. The median alone failed CI once at 2.24 ms
+// over (102.24 ms): a busy host (CI runs packages side by side on two
+// cores, under -race) delays some echoes in the edges' scheduling.
+func checkPingRTT(t *testing.T, rtts []time.Duration, rtt time.Duration) {
+	t.Helper()
+	sorted := slices.Clone(rtts)
+	slices.Sort(sorted)
+	least, med := sorted[0], sorted[len(sorted)/2]
+	if d := least - rtt; d < 0 || d > 2*time.Millisecond {
+		t.Errorf("least echo RTT %v of %v: want within 2 ms above the link's %v", least, rtts, rtt)
+	}
+	if d := med - rtt; d < 0 || d > 10*time.Millisecond {
+		t.Errorf("median echo RTT %v of %v: want within 10 ms above the link's %v", med, rtts, rtt)
+	}
 }
 
 // datagramStats returns the near edge's datagram ingress and the far
