@@ -104,17 +104,19 @@ func TestEdgeMetrics(t *testing.T) {
 	}()
 	sampleAt := func() (time.Time, int64) { return time.Now(), got.Load() }
 	time.Sleep(3 * time.Second)
-	t1, n1 := sampleAt()
+	// The client's count is taken inside the scrapes' interval, so the
+	// bytes it saw were sent within or before it.
 	m1, err := scrape(ctx, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t1, n1 := sampleAt()
 	time.Sleep(3 * time.Second)
+	t2, n2 := sampleAt()
 	m2, err := scrape(ctx, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t2, n2 := sampleAt()
 	goodput := float64(n2-n1) / t2.Sub(t1).Seconds() // bytes/s
 	rate1, err1 := metricValue(m1, "wanopt_peer_delivery_rate_bytes_per_second")
 	rate2, err2 := metricValue(m2, "wanopt_peer_delivery_rate_bytes_per_second")
@@ -132,7 +134,11 @@ func TestEdgeMetrics(t *testing.T) {
 			t.Errorf("delivery rate %.1f Mbit/s is %.2f x the goodput %.1f Mbit/s: want within 10 %%", r*8/1e6, ratio, goodput*8/1e6)
 		}
 	}
-	if sent2-sent1 < float64(n2-n1) {
+	// The tunnel's bytes carry headers beyond the client's, but the near
+	// edge's buffers toward the client (up to a few MB) may drain within
+	// the interval: 5 % slack. (CI once saw 36,365,728 sent against
+	// 36,523,928 received with the count taken outside the scrapes.)
+	if sent2-sent1 < 0.95*float64(n2-n1) {
 		t.Errorf("bytes sent to the peer grew by %.0f while the client received %d", sent2-sent1, n2-n1)
 	}
 	if promtool, err := exec.LookPath("promtool"); err == nil {
