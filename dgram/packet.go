@@ -107,6 +107,72 @@ func Protocol(b []byte) (uint8, bool) {
 	return 0, false
 }
 
+// ipHeader is what parseIP read of an IP header.
+type ipHeader struct {
+	v6       bool
+	proto    uint8 // the IPv4 protocol or IPv6 next header
+	hopLimit uint8
+	src, dst netip.Addr
+	hdrLen   int // the IP header's length
+	len      int // the IP packet's length (bytes after it are ignored)
+}
+
+// parseIP checks the IPv4 or IPv6 header of b: lengths within b, IPv4's
+// header checksum, no IPv4 fragment. Errors wrap ErrMalformed or
+// ErrUnsupported. It never panics, whatever b holds.
+func parseIP(b []byte) (ipHeader, error) {
+	var h ipHeader
+	if len(b) == 0 {
+		return h, fmt.Errorf("%w: empty", ErrMalformed)
+	}
+	switch b[0] >> 4 {
+	case 4:
+		if len(b) < ipv4HeaderLen {
+			return h, fmt.Errorf("%w: %d bytes, shorter than an IPv4 header", ErrMalformed, len(b))
+		}
+		ihl := int(b[0]&0x0f) * 4
+		total := int(binary.BigEndian.Uint16(b[2:]))
+		if ihl < ipv4HeaderLen || total < ihl || total > len(b) {
+			return h, fmt.Errorf("%w: IPv4 header length %d, total length %d, %d bytes", ErrMalformed, ihl, total, len(b))
+		}
+		if checksum.Checksum(b[:ihl], 0) != 0xffff {
+			return h, fmt.Errorf("%w: IPv4 header checksum", ErrMalformed)
+		}
+		if binary.BigEndian.Uint16(b[6:])&0x3fff != 0 {
+			return h, fmt.Errorf("%w: IPv4 fragment", ErrUnsupported)
+		}
+		h.proto, h.hopLimit = b[9], b[8]
+		h.src = netip.AddrFrom4([4]byte(b[12:16]))
+		h.dst = netip.AddrFrom4([4]byte(b[16:20]))
+		h.hdrLen, h.len = ihl, total
+	case 6:
+		if len(b) < ipv6HeaderLen {
+			return h, fmt.Errorf("%w: %d bytes, shorter than an IPv6 header", ErrMalformed, len(b))
+		}
+		pl := int(binary.BigEndian.Uint16(b[4:]))
+		if ipv6HeaderLen+pl > len(b) {
+			return h, fmt.Errorf("%w: IPv6 payload length %d, %d bytes", ErrMalformed, pl, len(b))
+		}
+		h.v6 = true
+		h.proto, h.hopLimit = b[6], b[7]
+		h.src = netip.AddrFrom16([16]byte(b[8:24]))
+		h.dst = netip.AddrFrom16([16]byte(b[24:40]))
+		h.hdrLen, h.len = ipv6HeaderLen, ipv6HeaderLen+pl
+	default:
+		return h, fmt.Errorf("%w: IP version %d", ErrMalformed, b[0]>>4)
+	}
+	return h, nil
+}
+
+// unsupportedProto is the error for an IP packet of a protocol the caller
+// does not carry.
+func (h *ipHeader) unsupportedProto() error {
+	if h.v6 {
+		return fmt.Errorf("%w: IPv6 next header %d", ErrUnsupported, h.proto)
+	}
+	return fmt.Errorf("%w: IPv4 protocol %d", ErrUnsupported, h.proto)
+}
+
 // Parse reads an IPv4 or IPv6 packet carrying UDP or an ICMP (ICMPv6)
 // echo request or reply. Errors wrap ErrMalformed or ErrUnsupported. It
 // never panics, whatever b holds. The transport checksum is not verified:
@@ -114,53 +180,19 @@ func Protocol(b []byte) (uint8, bool) {
 // verifies the replies'.
 func Parse(b []byte) (Packet, error) {
 	var p Packet
-	if len(b) == 0 {
-		return p, fmt.Errorf("%w: empty", ErrMalformed)
+	h, err := parseIP(b)
+	if err != nil {
+		return p, err
 	}
-	var l4 []byte
-	switch b[0] >> 4 {
-	case 4:
-		if len(b) < ipv4HeaderLen {
-			return p, fmt.Errorf("%w: %d bytes, shorter than an IPv4 header", ErrMalformed, len(b))
-		}
-		ihl := int(b[0]&0x0f) * 4
-		total := int(binary.BigEndian.Uint16(b[2:]))
-		if ihl < ipv4HeaderLen || total < ihl || total > len(b) {
-			return p, fmt.Errorf("%w: IPv4 header length %d, total length %d, %d bytes", ErrMalformed, ihl, total, len(b))
-		}
-		if checksum.Checksum(b[:ihl], 0) != 0xffff {
-			return p, fmt.Errorf("%w: IPv4 header checksum", ErrMalformed)
-		}
-		if frag := binary.BigEndian.Uint16(b[6:]); frag&0x3fff != 0 {
-			return p, fmt.Errorf("%w: IPv4 fragment", ErrUnsupported)
-		}
-		p.Proto, p.HopLimit = b[9], b[8]
-		p.Src = netip.AddrFrom4([4]byte(b[12:16]))
-		p.Dst = netip.AddrFrom4([4]byte(b[16:20]))
-		p.Len = total
-		l4 = b[ihl:total]
-		if p.Proto != ProtoUDP && p.Proto != ProtoICMP {
-			return p, fmt.Errorf("%w: IPv4 protocol %d", ErrUnsupported, p.Proto)
-		}
-	case 6:
-		if len(b) < ipv6HeaderLen {
-			return p, fmt.Errorf("%w: %d bytes, shorter than an IPv6 header", ErrMalformed, len(b))
-		}
-		pl := int(binary.BigEndian.Uint16(b[4:]))
-		if ipv6HeaderLen+pl > len(b) {
-			return p, fmt.Errorf("%w: IPv6 payload length %d, %d bytes", ErrMalformed, pl, len(b))
-		}
-		p.Proto, p.HopLimit = b[6], b[7]
-		p.Src = netip.AddrFrom16([16]byte(b[8:24]))
-		p.Dst = netip.AddrFrom16([16]byte(b[24:40]))
-		p.Len = ipv6HeaderLen + pl
-		l4 = b[ipv6HeaderLen:p.Len]
-		if p.Proto != ProtoUDP && p.Proto != ProtoICMPv6 {
-			return p, fmt.Errorf("%w: IPv6 next header %d", ErrUnsupported, p.Proto)
-		}
-	default:
-		return p, fmt.Errorf("%w: IP version %d", ErrMalformed, b[0]>>4)
+	p.Proto, p.HopLimit, p.Src, p.Dst, p.Len = h.proto, h.hopLimit, h.src, h.dst, h.len
+	icmp := uint8(ProtoICMP)
+	if h.v6 {
+		icmp = ProtoICMPv6
 	}
+	if p.Proto != ProtoUDP && p.Proto != icmp {
+		return p, h.unsupportedProto()
+	}
+	l4 := b[h.hdrLen:h.len]
 	if len(l4) < l4HeaderLen {
 		return p, fmt.Errorf("%w: %d bytes of transport header", ErrMalformed, len(l4))
 	}

@@ -55,48 +55,15 @@ type tcpPacket struct {
 // TCP checksum is not verified (the receiving end does).
 func parseTCP(b []byte) (tcpPacket, error) {
 	var p tcpPacket
-	if len(b) == 0 {
-		return p, fmt.Errorf("%w: empty", ErrMalformed)
+	h, err := parseIP(b)
+	if err != nil {
+		return p, err
 	}
-	switch b[0] >> 4 {
-	case 4:
-		if len(b) < ipv4HeaderLen {
-			return p, fmt.Errorf("%w: %d bytes, shorter than an IPv4 header", ErrMalformed, len(b))
-		}
-		ihl := int(b[0]&0x0f) * 4
-		total := int(binary.BigEndian.Uint16(b[2:]))
-		if ihl < ipv4HeaderLen || total < ihl || total > len(b) {
-			return p, fmt.Errorf("%w: IPv4 header length %d, total length %d, %d bytes", ErrMalformed, ihl, total, len(b))
-		}
-		if checksum.Checksum(b[:ihl], 0) != 0xffff {
-			return p, fmt.Errorf("%w: IPv4 header checksum", ErrMalformed)
-		}
-		if binary.BigEndian.Uint16(b[6:])&0x3fff != 0 {
-			return p, fmt.Errorf("%w: IPv4 fragment", ErrUnsupported)
-		}
-		if b[9] != ProtoTCP {
-			return p, fmt.Errorf("%w: IPv4 protocol %d", ErrUnsupported, b[9])
-		}
-		p.src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[12:16])), 0)
-		p.dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[16:20])), 0)
-		p.hdrLen, p.len = ihl, total
-	case 6:
-		if len(b) < ipv6HeaderLen {
-			return p, fmt.Errorf("%w: %d bytes, shorter than an IPv6 header", ErrMalformed, len(b))
-		}
-		pl := int(binary.BigEndian.Uint16(b[4:]))
-		if ipv6HeaderLen+pl > len(b) {
-			return p, fmt.Errorf("%w: IPv6 payload length %d, %d bytes", ErrMalformed, pl, len(b))
-		}
-		if b[6] != ProtoTCP {
-			return p, fmt.Errorf("%w: IPv6 next header %d", ErrUnsupported, b[6])
-		}
-		p.src = netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[8:24])), 0)
-		p.dst = netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[24:40])), 0)
-		p.hdrLen, p.len = ipv6HeaderLen, ipv6HeaderLen+pl
-	default:
-		return p, fmt.Errorf("%w: IP version %d", ErrMalformed, b[0]>>4)
+	if h.proto != ProtoTCP {
+		return p, h.unsupportedProto()
 	}
+	p.src, p.dst = netip.AddrPortFrom(h.src, 0), netip.AddrPortFrom(h.dst, 0)
+	p.hdrLen, p.len = h.hdrLen, h.len
 	l4 := b[p.hdrLen:p.len]
 	if len(l4) < tcpHeaderLen {
 		return p, fmt.Errorf("%w: %d bytes of TCP header", ErrMalformed, len(l4))
