@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os/exec"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -211,46 +211,14 @@ func datagramStats(t *testing.T, e *edgeLab) (near, far dgram.Stats) {
 // until the test ends.
 func serveUDPEcho(t *testing.T, ns string, port int) {
 	t.Helper()
-	var c *net.UDPConn
-	err := lab.InNetns(ns, func() error {
-		var err error
-		c, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(198, 18, 2, 2), Port: port})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("UDP echo on 198.18.2.2:%d in %s: %v", port, ns, err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		b := make([]byte, 65536)
-		for {
-			n, from, err := c.ReadFromUDPAddrPort(b)
-			if err != nil {
-				return
-			}
-			c.WriteToUDPAddrPort(b[:n], from)
-		}
-	}()
-	t.Cleanup(func() { c.Close(); wg.Wait() })
+	serveUDPEchoAt(t, ns, netip.AddrPortFrom(netip.MustParseAddr("198.18.2.2"), uint16(port)))
 }
 
 // dialUDPIn opens a UDP socket in ns connected to 198.18.2.2:port, closed
 // when the test ends.
 func dialUDPIn(t *testing.T, ns string, port int) *net.UDPConn {
 	t.Helper()
-	var c *net.UDPConn
-	err := lab.InNetns(ns, func() error {
-		var err error
-		c, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(198, 18, 2, 2), Port: port})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return dialUDPTo(t, ns, netip.AddrPortFrom(netip.MustParseAddr("198.18.2.2"), uint16(port)))
 }
 
 // pingIn sends count ICMP (ICMPv6 if dst is IPv6) echo requests from a
