@@ -6,8 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/buffer"
@@ -43,8 +46,20 @@ const (
 // delivery so that gVisor still validates every packet. One goroutine reads;
 // writes happen on the caller's goroutine (the stack's FIFO queue).
 type offloadEndpoint struct {
-	fd     int
-	stopFd int // eventfd that wakes the reader for Close
+	fd int
+	// rfile is a duplicate of fd in Go's poller: the reader parks there
+	// instead of in a blocking poll(2), which had the scheduler hand its P
+	// to another thread at every wake-up. Closing it stops the reader.
+	rfile  *os.File
+	rc     syscall.RawConn
+	readFn func(fd uintptr) bool // e.readRaw, bound once
+
+	wmu  sync.Mutex // guards whdr and wiov, the writer's scratch
+	whdr [vnetHdrLen]byte
+	wiov [16]unix.Iovec // gVisor's segments are a handful of chunks
+	rbuf []byte
+	rn   int
+	rerr unix.Errno
 
 	mu         sync.RWMutex
 	mtu        uint32
@@ -78,11 +93,19 @@ func newOffloadEndpoint(fd int, mtu uint32) (*offloadEndpoint, error) {
 	if err := unix.SetNonblock(fd, true); err != nil {
 		return nil, fmt.Errorf("set fd %d non-blocking: %w", fd, err)
 	}
-	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("eventfd: %w", err)
+		return nil, fmt.Errorf("duplicate TUN fd %d for the reader: %w", fd, err)
 	}
-	return &offloadEndpoint{fd: fd, stopFd: efd, mtu: mtu}, nil
+	rfile := os.NewFile(uintptr(dup), "tun-reader") // non-blocking: joins the poller
+	rc, err := rfile.SyscallConn()
+	if err != nil {
+		rfile.Close()
+		return nil, fmt.Errorf("TUN reader: %w", err)
+	}
+	e := &offloadEndpoint{fd: fd, rfile: rfile, rc: rc, mtu: mtu}
+	e.readFn = e.readRaw
+	return e, nil
 }
 
 func (e *offloadEndpoint) MTU() uint32 {
@@ -154,7 +177,7 @@ func (e *offloadEndpoint) Close() {
 	onClose := e.onClose
 	e.mu.Unlock()
 	e.wg.Wait()
-	unix.Close(e.stopFd)
+	e.rfile.Close() // not started: signalStop never closed it
 	if onClose != nil {
 		onClose()
 	}
@@ -165,9 +188,7 @@ func (e *offloadEndpoint) Wait() { e.wg.Wait() }
 // signalStop tells the reader to exit and wakes it. Called with e.mu held.
 func (e *offloadEndpoint) signalStop() {
 	e.stopping.Store(true)
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(e.stopFd, one[:])
+	e.rfile.Close() // wakes a parked reader with an error
 }
 
 func (e *offloadEndpoint) SetOnCloseAction(f func()) {
@@ -177,26 +198,31 @@ func (e *offloadEndpoint) SetOnCloseAction(f func()) {
 }
 
 func (e *offloadEndpoint) readLoop() {
-	buf := make([]byte, offloadMaxPacket)
-	fds := []unix.PollFd{{Fd: int32(e.fd), Events: unix.POLLIN}, {Fd: int32(e.stopFd), Events: unix.POLLIN}}
+	e.rbuf = make([]byte, offloadMaxPacket)
 	for !e.stopping.Load() {
-		n, err := unix.Read(e.fd, buf)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == unix.EAGAIN:
-			if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
-				return
-			}
-			if fds[1].Revents != 0 {
-				return
-			}
-			continue
-		case err != nil:
+		if err := e.rc.Read(e.readFn); err != nil {
+			return // closed by signalStop
+		}
+		switch e.rerr {
+		case 0:
+			e.deliver(e.rbuf[:e.rn])
+		case unix.EINTR:
+		default:
 			return // the fd was closed under us
 		}
-		e.deliver(buf[:n])
 	}
+}
+
+// readRaw is the RawConn.Read callback: one read(2) as a raw system call
+// (the fd is non-blocking), reporting false on EAGAIN so the poller parks
+// the reader.
+func (e *offloadEndpoint) readRaw(fd uintptr) bool {
+	r, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&e.rbuf[0])), uintptr(len(e.rbuf)))
+	if errno == unix.EAGAIN {
+		return false
+	}
+	e.rn, e.rerr = int(r), errno
+	return true
 }
 
 // deliver hands one packet (virtio-net header first) to the stack.
@@ -241,10 +267,15 @@ func (e *offloadEndpoint) deliver(b []byte) {
 // queue drops the rest of the batch (like a NIC), reported as the count
 // written.
 func (e *offloadEndpoint) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error) {
+	// One FIFO dispatcher writes (stack.New), so the lock is uncontended;
+	// it makes the header and iovec scratch safe to reuse, and a write
+	// allocates nothing.
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
 	n := 0
-	var iovs [][]byte
+	hdr := &e.whdr
 	for _, pkt := range pkts.AsSlice() {
-		var hdr [vnetHdrLen]byte
+		*hdr = [vnetHdrLen]byte{}
 		if gso := pkt.GSOOptions; gso.Type != gstack.GSONone {
 			binary.LittleEndian.PutUint16(hdr[2:], uint16(pkt.HeaderSize()))
 			if gso.NeedsCsum {
@@ -262,24 +293,50 @@ func (e *offloadEndpoint) WritePackets(pkts gstack.PacketBufferList) (int, tcpip
 				binary.LittleEndian.PutUint16(hdr[4:], gso.MSS)
 			}
 		}
-		iovs = append(iovs[:0], hdr[:])
-		iovs = append(iovs, pkt.AsSlices()...)
-		for {
-			_, err := unix.Writev(e.fd, iovs)
-			if err == unix.EINTR {
+		iovs := e.wiov[:0]
+		iovs = appendIovec(iovs, hdr[:])
+		views, skip := pkt.AsViewList()
+		for v := views.Front(); v != nil; v = v.Next() {
+			b := v.AsSlice()
+			if skip >= len(b) {
+				skip -= len(b)
 				continue
 			}
-			if err != nil {
-				if n == 0 {
-					return 0, translateErrno(err)
-				}
-				return n, nil
+			iovs = appendIovec(iovs, b[skip:])
+			skip = 0
+		}
+		if err := writevNonblocking(e.fd, iovs); err != 0 {
+			if n == 0 {
+				return 0, tcpip.TranslateErrno(err)
 			}
-			break
+			return n, nil
 		}
 		n++
 	}
 	return n, nil
+}
+
+func appendIovec(iovs []unix.Iovec, b []byte) []unix.Iovec {
+	if len(b) == 0 {
+		return iovs
+	}
+	var v unix.Iovec
+	v.Base = &b[0]
+	v.SetLen(len(b))
+	return append(iovs, v)
+}
+
+// writevNonblocking writes one packet to the TUN with a raw system call:
+// the TUN is non-blocking, so the call never parks, and the scheduler need
+// not hand the goroutine's P to another thread while the kernel runs the
+// receiver's path inside the write.
+func writevNonblocking(fd int, iovs []unix.Iovec) unix.Errno {
+	for {
+		_, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iovs[0])), uintptr(len(iovs)))
+		if e != unix.EINTR {
+			return e
+		}
+	}
 }
 
 func translateErrno(err error) tcpip.Error {
