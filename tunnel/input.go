@@ -206,6 +206,7 @@ func (c *Conn) onAcked(tok uint64) {
 		r := c.records.at(first + i)
 		switch r.kind {
 		case fkProbe:
+			c.cfg.Logger.Debug("path MTU probe acked", "bytes", r.off, "probe", r.id, "current", c.pmtu.probeID)
 			if c.pmtu.onProbeAcked(r.id, int(r.off), c.now) {
 				c.onPathMTUChanged()
 			}
@@ -239,6 +240,7 @@ func (c *Conn) onLost(tok uint64) {
 		r := c.records.at(first + i)
 		switch r.kind {
 		case fkProbe:
+			c.cfg.Logger.Debug("path MTU probe declared lost", "bytes", r.off, "probe", r.id, "current", c.pmtu.probeID)
 			c.pmtu.onProbeLost(r.id, c.now)
 		case fkStream:
 			if st := c.streams[r.id]; st != nil {

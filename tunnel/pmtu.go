@@ -134,8 +134,15 @@ func (m *pmtud) onProbeAcked(id uint64, size int, now monotime.Time) bool {
 		m.probeSize = 0
 		m.probeLosses = 0
 	}
-	if size <= m.lo || size >= m.hi {
-		return false // stale: the search has moved past it
+	if size <= m.lo {
+		return false // stale: a larger size is confirmed already
+	}
+	if size >= m.hi {
+		// The ACK came after the probes of this size were given up on
+		// (a queue delayed it past their timeouts): the path carries it
+		// after all. Sizes between it and the old hi stay unknown until
+		// the next search (PMTURaiseInterval).
+		m.hi = size + 1
 	}
 	m.lo = size
 	m.size = size

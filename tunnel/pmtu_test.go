@@ -3,6 +3,8 @@ package tunnel
 import (
 	"testing"
 	"time"
+
+	"github.com/wanopt/wanopt/internal/monotime"
 )
 
 // ipv4MTU returns the UDP payload an IPv4 link of mtu bytes carries.
@@ -122,5 +124,103 @@ func TestPathMTUBlackHole(t *testing.T) {
 	}
 	if cs.PathMTUBytes != small {
 		t.Errorf("path MTU %d after the black hole, want %d", cs.PathMTUBytes, small)
+	}
+}
+
+// TestPMTUDSearchSteps drives the search alone: the ceiling first, then
+// halving; PMTUMaxProbes losses make a size too big, and an ACK that
+// comes after its size was given up on still confirms it.
+func TestPMTUDSearchSteps(t *testing.T) {
+	now := monotime.Time(1)
+	m := newPMTUD(1472)
+	if m.size != BasePLPMTUBytes || m.probeDue() {
+		t.Fatalf("before start: size %d, probe due %v; want %d, none", m.size, m.probeDue(), BasePLPMTUBytes)
+	}
+	m.start()
+	lose := func(size int) {
+		t.Helper()
+		for i := range PMTUMaxProbes {
+			if got := m.nextProbe(); got != size {
+				t.Fatalf("probe %d: size %d, want %d (lo %d, hi %d)", i, got, size, m.lo, m.hi)
+			}
+			id := m.onProbeSent(now, size, time.Second)
+			now = now.Add(time.Second)
+			m.onTimeout(now)
+			if m.probeSize != 0 || m.stats.PMTUProbesLost == 0 {
+				t.Fatalf("probe %d of %d not lost at its timeout", id, size)
+			}
+		}
+	}
+	ack := func(size int) {
+		t.Helper()
+		if got := m.nextProbe(); got != size {
+			t.Fatalf("probe size %d, want %d (lo %d, hi %d)", got, size, m.lo, m.hi)
+		}
+		id := m.onProbeSent(now, size, time.Second)
+		if !m.onProbeAcked(id, size, now) || m.size != size {
+			t.Fatalf("ack of %d: size %d", size, m.size)
+		}
+	}
+	lose(1472)
+	lose(1352) // (1232+1472)/2
+	ack(1292)
+	if m.size != 1292 || !m.searching {
+		t.Fatalf("size %d searching %v", m.size, m.searching)
+	}
+	// 1322: its probes time out, then the last one's ACK arrives late.
+	var last uint64
+	for range PMTUMaxProbes {
+		last = m.onProbeSent(now, m.nextProbe(), time.Second)
+		now = now.Add(time.Second)
+		m.onTimeout(now)
+	}
+	if m.hi != 1322 {
+		t.Fatalf("hi %d after three losses of 1322, want 1322", m.hi)
+	}
+	if !m.onProbeAcked(last, 1322, now) || m.size != 1322 || m.hi != 1323 {
+		t.Fatalf("late ACK of 1322: size %d, hi %d; want 1322, 1323", m.size, m.hi)
+	}
+	if m.searching || m.raiseAt != now.Add(PMTURaiseInterval) {
+		t.Fatalf("searching %v, raise at %v; want done, a new search in %v", m.searching, m.raiseAt, PMTURaiseInterval)
+	}
+	// A stale ACK of a smaller size changes nothing.
+	if m.onProbeAcked(1, 1292, now) || m.size != 1322 {
+		t.Fatalf("stale ACK changed the size to %d", m.size)
+	}
+	// The raise timer starts a new search at the ceiling.
+	m.onTimeout(now.Add(PMTURaiseInterval))
+	if !m.searching || m.nextProbe() != 1472 {
+		t.Fatalf("after the raise timer: searching %v, next probe %d; want a search from 1472", m.searching, m.nextProbe())
+	}
+}
+
+// TestPMTUDBlackHole: eight large packets lost with no large one acked,
+// while a small one was, fall back to the base; a large ACK in between
+// clears the count.
+func TestPMTUDBlackHole(t *testing.T) {
+	m := newPMTUD(1472)
+	m.start()
+	m.onProbeAcked(m.onProbeSent(1, 1472, time.Second), 1472, 2)
+	if m.size != 1472 || m.searching {
+		t.Fatalf("size %d searching %v after the ceiling's ACK", m.size, m.searching)
+	}
+	for range pmtuBlackHoleLosses - 1 {
+		m.onPacketLost(true)
+	}
+	m.onPacketAcked(false)
+	m.onPacketAcked(true) // a large packet got through: congestion, not a hole
+	m.onPacketLost(true)
+	if m.checkBlackHole() {
+		t.Fatal("black hole declared although a large packet was acked")
+	}
+	for range pmtuBlackHoleLosses {
+		m.onPacketLost(true)
+	}
+	if m.checkBlackHole() {
+		t.Fatal("black hole declared with no small packet acked (an outage)")
+	}
+	m.onPacketAcked(false)
+	if !m.checkBlackHole() || m.size != BasePLPMTUBytes || !m.searching || m.stats.PMTUBlackHoles != 1 {
+		t.Fatalf("after the hole: size %d, searching %v, %d holes", m.size, m.searching, m.stats.PMTUBlackHoles)
 	}
 }

@@ -248,7 +248,10 @@ func (c *Conn) pollPMTUProbe(now monotime.Time, buf []byte) int {
 	pad := p.space()
 	p.b = p.b[:len(p.b)+pad]
 	clear(p.b[len(p.b)-pad:])
-	id := c.pmtu.onProbeSent(now, size, c.rtt.PTO(true))
+	// The PTO, and half an RTT for a queue building up meanwhile (a late
+	// ACK still counts, but by then the search has lost time).
+	id := c.pmtu.onProbeSent(now, size, c.rtt.PTO(true)+c.rtt.SmoothedRTT()/2)
+	c.cfg.Logger.Debug("path MTU probe", "bytes", size, "probe", id, "pn", h.PacketNumber, "timeout", c.pmtu.probeDeadline.Sub(now))
 	c.record(&p, sentFrame{kind: fkProbe, id: id, off: uint64(size)})
 	p.eliciting, p.probe = true, true
 	return c.finishData(now, buf, &p, &h)
