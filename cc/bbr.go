@@ -386,3 +386,11 @@ func (b *BBR) State() BBRState {
 	}
 	return s
 }
+
+// SetMSS sets the packet size minimums and increments are counted in
+// (cc.MSSSetter); mss <= 0 is ignored.
+func (b *BBR) SetMSS(mss int) {
+	if mss > 0 {
+		b.mss = mss
+	}
+}

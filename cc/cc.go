@@ -142,6 +142,14 @@ type Controller interface {
 	Name() string
 }
 
+// MSSSetter is implemented by controllers whose packet size can change
+// during the connection (the tunnel's path MTU discovery): SetMSS sets
+// the largest packet payload, in bytes, that minimums and increments are
+// counted in from now on. The window already granted is kept in bytes.
+type MSSSetter interface {
+	SetMSS(mss int)
+}
+
 // mulDiv returns a*b/c rounded down, without intermediate overflow. It
 // saturates at the maximum uint64 when the quotient does not fit, and
 // returns 0 when c is 0.

@@ -210,3 +210,11 @@ func (c *Cubic) congestionAvoidance(now monotime.Time, acked int) {
 		c.cwndFrac -= whole
 	}
 }
+
+// SetMSS sets the packet size minimums and increments are counted in
+// (cc.MSSSetter); mss <= 0 is ignored.
+func (c *Cubic) SetMSS(mss int) {
+	if mss > 0 {
+		c.mss = mss
+	}
+}

@@ -61,3 +61,11 @@ func (f *Fixed) OnAppLimited(now monotime.Time, bytesInFlight int) {}
 // OnPersistentCongestion implements Controller; it has no effect: the
 // link's rate is known.
 func (f *Fixed) OnPersistentCongestion(now monotime.Time) {}
+
+// SetMSS sets the packet size minimums and increments are counted in
+// (cc.MSSSetter); mss <= 0 is ignored.
+func (f *Fixed) SetMSS(mss int) {
+	if mss > 0 {
+		f.mss = mss
+	}
+}

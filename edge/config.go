@@ -49,6 +49,10 @@ type Config struct {
 	// WANRateBps is the WAN's bottleneck rate if the operator knows it
 	// (--wan-rate); 0: the tunnel probes it.
 	WANRateBps uint64
+	// TunnelMTU is the largest IP packet the tunnel's path MTU discovery
+	// searches up to (--tunnel-mtu): the tunnel's packets never exceed
+	// it, and are smaller when the path carries less. 0: 1500.
+	TunnelMTU int
 	// HubRateBps is, at a hub, the rate of the link its branches share
 	// (--hub-rate): the hub caps each branch's tunnel at its max-min fair
 	// share of it (package share). 0: each tunnel's controller alone.
@@ -120,6 +124,9 @@ const (
 	// (firewalls commonly allow one hour, Linux conntrack five days), and
 	// a flow waiting on a receiver or a WAN outage is not idle.
 	DefaultFlowIdleTimeout = 24 * time.Hour
+	// MaxTunnelMTU is the largest --tunnel-mtu: a 9,000-byte jumbo frame
+	// and some room.
+	MaxTunnelMTU = 9216
 	// MinPeerTimeout keeps a few keepalives (every 10 s, or a third of
 	// the timeout) inside PeerTimeout.
 	MinPeerTimeout = 5 * time.Second
@@ -138,6 +145,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxFlows == 0 {
 		c.MaxFlows = egress.DefaultMaxFlows
+	}
+	if c.TunnelMTU == 0 {
+		c.TunnelMTU = 1500
 	}
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = tunnel.DefaultIdleTimeout
@@ -187,6 +197,8 @@ func (c Config) Validate() error {
 		return bad("--tun-setup needs --tun NAME")
 	case c.MTU != 0 && (c.MTU < 1280 || c.MTU > 65535):
 		return bad("--mtu %d: want 1280 to 65535", c.MTU)
+	case c.TunnelMTU != 0 && (c.TunnelMTU < 1280 || c.TunnelMTU > MaxTunnelMTU):
+		return bad("--tunnel-mtu %d: want 1280 (the IPv6 minimum, which every path carries) to %d", c.TunnelMTU, MaxTunnelMTU)
 	case c.DialTimeout < 0:
 		return bad("--dial-timeout %v: must be positive", c.DialTimeout)
 	case c.MaxFlows < 0:

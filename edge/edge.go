@@ -418,7 +418,7 @@ func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 	}
 	if cfg.Peer.IsValid() {
 		dc.RemoteAddr = cfg.Peer
-		dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesFor(cfg.Peer.Addr()) // IPv6 fits 1500 bytes
+		dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesForMTU(cfg.Peer.Addr(), cfg.withDefaults().TunnelMTU) // IPv6's headers are larger
 		if cfg.Peer.Addr().Is4() {
 			dc.Network = "udp4"
 		}
@@ -429,7 +429,7 @@ func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 		return t, nil
 	}
 	dc.LocalAddr = cfg.Listen
-	dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesFor(cfg.Listen.Addr()) // [::]: IPv6's, fits both
+	dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesForMTU(cfg.Listen.Addr(), cfg.withDefaults().TunnelMTU) // [::]: IPv6's, fits both
 	if cfg.Listen.Addr().Is4() {
 		dc.Network = "udp4"
 	}

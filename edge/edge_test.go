@@ -76,6 +76,8 @@ func TestConfigValidate(t *testing.T) {
 		{"transparent without TUN", func(c *Config) { c.Transparent = true }, "needs --tun NAME"},
 		{"memory", func(c *Config) { c.MemoryMiB = 8 }, "--memory-mib 8"},
 		{"MTU", func(c *Config) { c.TUN, c.MTU = "wo0", 100 }, "--mtu"},
+		{"tunnel MTU small", func(c *Config) { c.TunnelMTU = 1279 }, "--tunnel-mtu"},
+		{"tunnel MTU large", func(c *Config) { c.TunnelMTU = MaxTunnelMTU + 1 }, "--tunnel-mtu"},
 		{"routes without setup", func(c *Config) { c.TUN, c.TUNRoutes = "wo0", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} }, "need --tun-setup"},
 		{"peer timeout", func(c *Config) { c.PeerTimeout = time.Second }, "--peer-timeout"},
 		{"hub with a peer key", func(c *Config) { c.Branches = []Branch{{Name: "a", Key: ka.PublicKey()}} }, "exclusive"},

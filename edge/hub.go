@@ -265,7 +265,7 @@ func (e *Edge) branchLoop(ctx context.Context, cfg Config, hub *driver.Hub, b *b
 		// reload's new count applies to the tunnels that start after it).
 		budget := cfg.buffers().TunnelBytes / uint64(max(1, len(e.config().Branches)))
 		tc := e.tunnelConfig(cfg, b.Key, budget, log)
-		tc.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesFor(cfg.Listen.Addr()) // IPv6 fits 1500 bytes
+		tc.MaxUDPPayloadBytes = min(tunnel.MaxUDPPayloadBytesForMTU(cfg.Listen.Addr(), cfg.withDefaults().TunnelMTU), driver.HubMaxDatagramBytes) // IPv6's headers are larger; the hub's buffers hold the IPv4 size
 		t, err := driver.Listen(ctx, driver.Config{Bind: bc, NoGate: true, Logger: log.With("sub", "driver"),
 			Tunnel:     tc,
 			OnDatagram: func(p []byte) { dgram.Demux(p, nil, b.far) }})

@@ -12,7 +12,7 @@ var restartFlags = map[string]string{
 	"TUN": "--tun", "TUNSetup": "--tun-setup", "TUNAddrs": "--tun-addr", "TUNRoutes": "--route",
 	"MTU": "--mtu", "CaptureDir": "--capture", "PrivateKey": "--key", "PeerKey": "--peer-key",
 	"Listen": "--listen", "Peer": "--peer", "CC": "--cc", "PeerTimeout": "--peer-timeout",
-	"WANRateBps": "--wan-rate", "Transparent": "--egress", "DialTimeout": "--dial-timeout",
+	"WANRateBps": "--wan-rate", "TunnelMTU": "--tunnel-mtu", "Transparent": "--egress", "DialTimeout": "--dial-timeout",
 	"MaxFlows": "--max-flows", "FlowIdleTimeout": "--flow-idle-timeout", "MemoryMiB": "--memory-mib",
 	"Control": "--control", "Metrics": "--metrics", "Branches": "--branch",
 }

@@ -149,6 +149,8 @@ func tunnelStatus(t *driver.Tunnel) *control.Tunnel {
 		HandshakesBadMAC: s.Gate.BadMAC, CookiesSent: s.Gate.CookiesSent, HandshakesRateLimited: s.Gate.RateLimited,
 		DatagramsSent: s.Tunnel.DatagramsSent, DatagramsReceived: s.Tunnel.DatagramsReceived,
 		DatagramsDropped: s.Tunnel.DatagramsDropped + s.DatagramQueueDrops + s.DatagramsUnclaimed,
+		PathMTUBytes:     s.Tunnel.PathMTUBytes, PathMTUCeiling: s.Tunnel.PathMTUCeilingBytes, PathMTUSearching: s.Tunnel.PathMTUSearching,
+		PMTUProbesLost: s.Tunnel.PMTUProbesLost, PMTUBlackHoles: s.Tunnel.PMTUBlackHoles,
 	}
 	if s.Tunnel.Congestion == "bbr" {
 		r.BBRMode, r.ProbeRTTs = s.Tunnel.BBR.Mode.String(), s.Tunnel.BBR.ProbeRTTCount

@@ -131,7 +131,7 @@ func (e *Edge) upstreamLoop(ctx context.Context, cfg Config, u *upstream, serveE
 		dc := driver.Config{RemoteAddr: u.Addr, Logger: log.With("sub", "driver"),
 			Tunnel:     e.tunnelConfig(cfg, u.Key, cfg.buffers().TunnelBytes/uint64(len(cfg.Upstreams)), log),
 			OnDatagram: e.onUpstreamDatagram}
-		dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesFor(u.Addr.Addr()) // IPv6 fits 1500 bytes
+		dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesForMTU(u.Addr.Addr(), cfg.withDefaults().TunnelMTU) // IPv6's headers are larger
 		if u.Addr.Addr().Is4() {
 			dc.Network = "udp4"
 		}

@@ -82,10 +82,17 @@ const ipv6UDPHeaderBytes = 40 + 8
 // ([::], whose peer may be of either family) it is the IPv6 size, which
 // fits both; the driver still receives datagrams up to the IPv4 size.
 func MaxUDPPayloadBytesFor(peer netip.Addr) int {
+	return MaxUDPPayloadBytesForMTU(peer, 1500)
+}
+
+// MaxUDPPayloadBytesForMTU is MaxUDPPayloadBytesFor for a path of mtu
+// bytes (IP packet) instead of 1500: the ceiling of the tunnel's path MTU
+// search when the operator knows the WAN's MTU (wanopt run --tunnel-mtu).
+func MaxUDPPayloadBytesForMTU(peer netip.Addr, mtu int) int {
 	if peer.Is6() && !peer.Is4In6() {
-		return 1500 - ipv6UDPHeaderBytes
+		return mtu - ipv6UDPHeaderBytes
 	}
-	return DefaultMaxUDPPayloadBytes
+	return mtu - ipv4UDPHeaderBytes
 }
 
 // CongestionControl selects the congestion controller.
@@ -152,7 +159,10 @@ type Config struct {
 	Timestamps *crypt.Timestamps
 
 	// MaxUDPPayloadBytes is the largest datagram the connection emits
-	// (DefaultMaxUDPPayloadBytes if 0; at least MinUDPPayloadBytes).
+	// (DefaultMaxUDPPayloadBytes if 0; at least MinUDPPayloadBytes): the
+	// ceiling of its path MTU search. Data packets start at
+	// BasePLPMTUBytes (or this, if smaller) and grow to the largest size
+	// probes confirm the path carries (see pmtu.go).
 	MaxUDPPayloadBytes int
 	// Congestion selects the controller (CCBBR by default).
 	Congestion CongestionControl

@@ -122,6 +122,8 @@ type Conn struct {
 	largestRecv         uint64
 	establishedReported bool
 
+	pmtu pmtud // path MTU discovery (pmtu.go)
+
 	stats Stats
 }
 
@@ -206,6 +208,7 @@ func newConn(cfg Config, client bool, now monotime.Time) (*Conn, error) {
 		rxBuf:       make([]byte, 0, 65536),
 		records:     newRecordRing(1024),
 		rxRate:      newRecvRate(),
+		pmtu:        newPMTUD(cfg.MaxUDPPayloadBytes),
 		// Room for four times the open streams allowed to overtake a
 		// late STREAM_OPEN.
 		peerSeen: newIDWindow(max(64, 4*cfg.MaxStreams/64)),
@@ -224,6 +227,8 @@ func (c *Conn) setupRecovery() {
 	if c.sender != nil {
 		return
 	}
+	// Made for the ceiling (the initial window is ten ceiling-sized
+	// packets, as before path MTU discovery), then told the size in use.
 	mss := c.cfg.MaxUDPPayloadBytes
 	switch c.cfg.Congestion {
 	case CCCubic:
@@ -242,6 +247,7 @@ func (c *Conn) setupRecovery() {
 		PeerMaxAckDelay: recovery.DefaultMaxAckDelay,
 		MSS:             mss,
 	})
+	c.sender.SetMSS(c.pmtu.size)
 	if c.rateCapBps != 0 {
 		c.sender.SetRateCap(c.now, c.rateCapBps)
 	}
@@ -504,6 +510,7 @@ func (c *Conn) handleResp(now monotime.Time, msg []byte) {
 func (c *Conn) establish(now monotime.Time) {
 	c.state = stateEstablished
 	c.scheduleRekey(now)
+	c.pmtu.start()
 	c.idleStart = now
 	c.lastElicitingSent = now
 	if !c.establishedReported {
@@ -641,6 +648,7 @@ func (c *Conn) HandleTimeout(now monotime.Time) {
 	if t := c.sender.NextTimeout(); t != 0 && !now.Before(t) {
 		c.sender.OnTimeout(now, c.lostFn)
 	}
+	c.pmtu.onTimeout(now)
 	if c.keepAliveDeadline() != 0 && !now.Before(c.keepAliveDeadline()) {
 		c.pingPending = true
 	}
@@ -681,5 +689,12 @@ func (c *Conn) NextTimeout() monotime.Time {
 	earliest(c.keepAliveDeadline())
 	earliest(c.pacingWake)
 	earliest(c.rekeyDeadline())
+	earliest(c.pmtu.nextTimeout())
 	return t
+}
+
+// onPathMTUChanged tells the controller the new packet size.
+func (c *Conn) onPathMTUChanged() {
+	c.sender.SetMSS(c.pmtu.size)
+	c.cfg.Logger.Debug("path MTU", "bytes", c.pmtu.size, "searching", c.pmtu.searching)
 }

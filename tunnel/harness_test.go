@@ -64,6 +64,12 @@ type simEnd struct {
 	// dropNext makes the next dropNext datagrams this end sends vanish, as
 	// if lost on the path (for tests that need one particular loss).
 	dropNext int
+	// mtu, if positive, makes every datagram this end sends that is
+	// longer vanish (a path MTU black hole, in UDP payload bytes);
+	// mtuDrops counts them and maxSent is the longest datagram let through.
+	mtu      int
+	mtuDrops int
+	maxSent  int
 }
 
 var _ netsim.Endpoint = (*simEnd)(nil)
@@ -88,7 +94,12 @@ func (e *simEnd) HandleDatagram(now monotime.Time, b []byte) {
 func (e *simEnd) PollTransmit(now monotime.Time, buf []byte) int {
 	for {
 		n := e.c.PollTransmit(now, buf)
+		if n > 0 && e.mtu > 0 && n > e.mtu {
+			e.mtuDrops++
+			continue
+		}
 		if n == 0 || e.dropNext == 0 {
+			e.maxSent = max(e.maxSent, n)
 			return n
 		}
 		e.dropNext--

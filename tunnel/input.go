@@ -200,10 +200,16 @@ func (c *Conn) onDatagram(data []byte) {
 
 // onAcked is the Sender's ackedFn: the packet with token tok arrived.
 func (c *Conn) onAcked(tok uint64) {
-	first, n := untoken(tok)
+	first, n, big := untoken(tok)
+	c.pmtu.onPacketAcked(big)
 	for i := range uint64(n) {
 		r := c.records.at(first + i)
 		switch r.kind {
+		case fkProbe:
+			c.cfg.Logger.Debug("path MTU probe acked", "bytes", r.off, "probe", r.id, "current", c.pmtu.probeID)
+			if c.pmtu.onProbeAcked(r.id, int(r.off), c.now) {
+				c.onPathMTUChanged()
+			}
 		case fkStream:
 			if st := c.streams[r.id]; st != nil {
 				st.send.OnAcked(r.off, int(r.n), r.fin)
@@ -228,10 +234,14 @@ func (c *Conn) onAcked(tok uint64) {
 // onLost is the Sender's lostFn: the packet with token tok is lost; its
 // frames that still matter are queued again.
 func (c *Conn) onLost(tok uint64) {
-	first, n := untoken(tok)
+	first, n, big := untoken(tok)
+	c.pmtu.onPacketLost(big)
 	for i := range uint64(n) {
 		r := c.records.at(first + i)
 		switch r.kind {
+		case fkProbe:
+			c.cfg.Logger.Debug("path MTU probe declared lost", "bytes", r.off, "probe", r.id, "current", c.pmtu.probeID)
+			c.pmtu.onProbeLost(r.id, c.now)
 		case fkStream:
 			if st := c.streams[r.id]; st != nil {
 				st.send.OnLost(r.off, int(r.n), r.fin)

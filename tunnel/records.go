@@ -15,6 +15,7 @@ const (
 	fkReset                          // RESET_STREAM: id
 	fkStopSending                    // STOP_SENDING: id
 	fkAck                            // ACK: off = largest acknowledged
+	fkProbe                          // a path MTU probe: id = probe ID, off = its size
 )
 
 // sentFrame records one frame of a sent packet: what must be done when the
@@ -31,7 +32,8 @@ type sentFrame struct {
 // recordRing holds the frame records of packets in flight, in sending
 // order. A packet's records are consecutive; its token (see
 // recovery.Sender) is the sequence number of its first record shifted left
-// by tokenCountBits, ORed with their count. Packets resolve out of order,
+// by tokenCountBits+1, ORed with tokenBigBit when the packet was larger
+// than the path MTU search's base size, and with their count. Packets resolve out of order,
 // so a record leaves the ring only when every older record is resolved.
 // The ring doubles when full, so in steady state it does not allocate.
 type recordRing struct {
@@ -41,6 +43,10 @@ type recordRing struct {
 
 // tokenCountBits is the width of the record count in a token.
 const tokenCountBits = 16
+
+// tokenBigBit marks the token of a packet larger than the base size: the
+// path MTU search's black-hole detection watches their fate.
+const tokenBigBit = 1 << tokenCountBits
 
 // maxRecordsPerPacket bounds the frames recorded per packet.
 const maxRecordsPerPacket = 1<<tokenCountBits - 1
@@ -71,12 +77,18 @@ func (r *recordRing) release(seq uint64, n int) {
 	}
 }
 
-// token packs a packet's first record and record count.
-func token(first uint64, n int) uint64 { return first<<tokenCountBits | uint64(n) }
+// token packs a packet's first record, record count and size class.
+func token(first uint64, n int, big bool) uint64 {
+	t := first<<(tokenCountBits+1) | uint64(n)
+	if big {
+		t |= tokenBigBit
+	}
+	return t
+}
 
 // untoken unpacks a token.
-func untoken(t uint64) (first uint64, n int) {
-	return t >> tokenCountBits, int(t & (1<<tokenCountBits - 1))
+func untoken(t uint64) (first uint64, n int, big bool) {
+	return t >> (tokenCountBits + 1), int(t & (1<<tokenCountBits - 1)), t&tokenBigBit != 0
 }
 
 // idWindow is the set of stream indexes (stream ID >> 1) the peer has

@@ -68,6 +68,9 @@ type Stats struct {
 	// Cipher is the AEAD the handshake chose for packets
 	// ("aes-256-gcm" or "chacha20-poly1305"); empty before it.
 	Cipher string
+	// PathMTUStats is the path MTU search: the datagram size in use and
+	// the probes' counts.
+	PathMTUStats
 }
 
 // Stats returns a snapshot of the connection's counters.
@@ -76,6 +79,7 @@ func (c *Conn) Stats() Stats {
 	s.StreamsOpen = len(c.streams)
 	s.RecvRateBps = 8 * c.rxRate.bytesPerSecond()
 	s.BudgetUsedBytes, s.BudgetBytes = c.flow.Budget().Used(), c.flow.Budget().Limit()
+	s.PathMTUStats = c.pmtu.snapshot()
 	if c.sess != nil {
 		s.Cipher = c.sess.Suite().String()
 	}

@@ -371,11 +371,17 @@ func (c *Conn) StreamReadable(id uint64) int {
 	return 0
 }
 
-// MaxDatagramBytes returns the largest payload SendDatagram accepts.
+// MaxDatagramBytes returns the largest payload SendDatagram accepts now:
+// what fits one packet of the path MTU confirmed so far (PathMTU), so it
+// changes as the search goes.
 func (c *Conn) MaxDatagramBytes() int {
-	space := c.cfg.MaxUDPPayloadBytes - wire.MaxHeaderLen - tagSize
+	space := c.pmtu.size - wire.MaxHeaderLen - tagSize
 	return wire.MaxDatagramDataLen(space, false)
 }
+
+// PathMTU returns the datagram size data packets use now (see
+// PathMTUStats.PathMTUBytes).
+func (c *Conn) PathMTU() int { return c.pmtu.size }
 
 // SendDatagram queues p (copied) to be sent once as an unreliable DATAGRAM
 // frame, ahead of stream data. It is dropped, with an error wrapping

@@ -19,8 +19,10 @@ const minStreamFrameSpace = 24
 // returns its length, or 0 when nothing may be sent now (nothing to send,
 // the congestion window is full, or the pacer holds it back: NextTimeout
 // then says when to try again). Call it repeatedly until it returns 0.
-// buf should hold Config.MaxUDPPayloadBytes; a shorter buf gives shorter
-// packets (it must hold at least MinUDPPayloadBytes).
+// buf should hold Config.MaxUDPPayloadBytes, the ceiling of the path MTU
+// search, which probes up to it; data packets are no larger than the path
+// MTU confirmed so far (PathMTU). A shorter buf gives shorter packets (it
+// must hold at least MinUDPPayloadBytes).
 //
 // A data packet carries, in this order: an ACK when one is due, control
 // frames (MAX_DATA, OPEN_RESULT, STREAM_OPEN, RESET_STREAM, STOP_SENDING,
@@ -102,6 +104,7 @@ type packetBuilder struct {
 	nrec      int
 	eliciting bool
 	full      bool // the last frame has no length field: nothing may follow
+	probe     bool // a path MTU probe: not in flight for the loss recovery
 }
 
 func (p *packetBuilder) space() int { return cap(p.b) - len(p.b) }
@@ -139,7 +142,11 @@ func (c *Conn) finishData(now monotime.Time, buf []byte, p *packetBuilder, h *wi
 	}
 	n := hl + len(out)
 	c.sessSent++
-	c.sender.OnPacketSent(now, h.PacketNumber, n, p.eliciting, token(p.first, p.nrec))
+	// A probe is tracked (its ACK confirms its size) but, for the loss
+	// recovery, not ack-eliciting: not in flight, not the controller's,
+	// not a reason for a PTO (RFC 8899 §3: a lost probe is no congestion).
+	big := n > c.pmtu.base && !p.probe
+	c.sender.OnPacketSent(now, h.PacketNumber, n, p.eliciting && !p.probe, token(p.first, p.nrec, big))
 	c.countSent(n)
 	if p.eliciting {
 		c.lastElicitingSent = now
@@ -169,6 +176,21 @@ func (c *Conn) pollData(now monotime.Time, buf []byte) int {
 			return 0
 		}
 	}
+	if c.pmtu.checkBlackHole() {
+		c.onPathMTUChanged()
+	}
+	if canSend && c.sender.ProbesPending() == 0 {
+		if n := c.pollPMTUProbe(now, buf); n > 0 {
+			return n
+		}
+	}
+	limit := c.pmtu.size
+	if c.sender.ProbesPending() > 0 {
+		// PTO probes go at the base size: if the path turned into a
+		// black hole for the size in use, their ACKs are what tells.
+		limit = c.pmtu.base
+	}
+	buf = buf[:min(len(buf), limit)]
 	p, h := c.beginData(buf)
 	if ackDue {
 		// Only when due: an ACK in every data packet would cost about 10
@@ -206,7 +228,33 @@ func (c *Conn) pollData(now monotime.Time, buf []byte) int {
 // wantsToSend reports whether anything ack-eliciting waits to be sent.
 func (c *Conn) wantsToSend() bool {
 	return c.sched.size > 0 || c.ctrlQ.size > 0 || c.dgOut.size > 0 ||
-		len(c.openResults) > 0 || c.maxDataPending || c.pingPending
+		len(c.openResults) > 0 || c.maxDataPending || c.pingPending || c.pmtu.probeDue()
+}
+
+// pollPMTUProbe sends the path MTU search's next probe, if one is due: a
+// PING padded to the size probed, alone in its packet.
+func (c *Conn) pollPMTUProbe(now monotime.Time, buf []byte) int {
+	size := c.pmtu.nextProbe()
+	if size == 0 {
+		return 0
+	}
+	if size > len(buf) {
+		// The driver's buffer cannot hold it: too big, as for the path.
+		c.pmtu.tooBig(size, now)
+		return 0
+	}
+	p, h := c.beginData(buf[:size])
+	p.b = append(p.b, byte(wire.FramePing))
+	pad := p.space()
+	p.b = p.b[:len(p.b)+pad]
+	clear(p.b[len(p.b)-pad:])
+	// The PTO, and half an RTT for a queue building up meanwhile (a late
+	// ACK still counts, but by then the search has lost time).
+	id := c.pmtu.onProbeSent(now, size, c.rtt.PTO(true)+c.rtt.SmoothedRTT()/2)
+	c.cfg.Logger.Debug("path MTU probe", "bytes", size, "probe", id, "pn", h.PacketNumber, "timeout", c.pmtu.probeDeadline.Sub(now))
+	c.record(&p, sentFrame{kind: fkProbe, id: id, off: uint64(size)})
+	p.eliciting, p.probe = true, true
+	return c.finishData(now, buf, &p, &h)
 }
 
 // refreshCredit asks the flow controllers whether reads made new credit

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wanopt/wanopt/bench/wanem"
 )
 
 func TestNamePattern(t *testing.T) {
@@ -75,10 +77,21 @@ func TestUnknownKind(t *testing.T) {
 	}
 }
 
-// downRecorder records the SetDown calls the link helper makes.
-type downRecorder struct{ calls []bool }
+// downRecorder records the SetDown and SetMTU calls the link helper makes.
+type downRecorder struct {
+	calls []bool
+	mtus  []int
+}
 
 func (d *downRecorder) SetDown(down bool) { d.calls = append(d.calls, down) }
+
+func (d *downRecorder) SetMTU(mtu int) error {
+	if err := (wanem.Config{MTU: mtu}).Validate(); err != nil {
+		return err
+	}
+	d.mtus = append(d.mtus, mtu)
+	return nil
+}
 
 // TestLinkCommands feeds the helper's standard input as the lab writes it,
 // spec and commands in one stream, and checks that the spec is decoded,
@@ -86,7 +99,7 @@ func (d *downRecorder) SetDown(down bool) { d.calls = append(d.calls, down) }
 // is ignored and counted.
 func TestLinkCommands(t *testing.T) {
 	in := strings.NewReader(`{"a":{"ns":"n1","dev":"wan0"},"b":{"ns":"n2","dev":"wan0"},"ab":{"delay":5000000}}` +
-		"\ndown\n  up  \nsideways\n\ndown\n")
+		"\ndown\n  up  \nsideways\n\ndown\nmtu 1280\nmtu  1500 \nmtu 10\nmtu x\n")
 	spec, control, err := readLinkSpec(in)
 	if err != nil {
 		t.Fatal(err)
@@ -99,8 +112,11 @@ func TestLinkCommands(t *testing.T) {
 	if fmt.Sprint(rec.calls) != "[true false true]" {
 		t.Errorf("SetDown calls %v, want [true false true]", rec.calls)
 	}
-	if ignored != 1 {
-		t.Errorf("%d commands ignored, want 1 (the unknown one)", ignored)
+	if fmt.Sprint(rec.mtus) != "[1280 1500]" {
+		t.Errorf("SetMTU calls %v, want [1280 1500]", rec.mtus)
+	}
+	if ignored != 3 {
+		t.Errorf("%d commands ignored, want 3 (the unknown one, MTU 10, MTU x)", ignored)
 	}
 	if _, _, err := readLinkSpec(strings.NewReader("down\n")); err == nil {
 		t.Error("a command before the spec was accepted as a spec")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,7 +46,14 @@ const readyLine = "wanem ready"
 const (
 	cmdDown = "down"
 	cmdUp   = "up"
+	cmdMTU  = "mtu" // "mtu N": the largest IP packet both ways, 0 for none
 )
+
+// linkControl is what the commands act on: a *wanem.Link.
+type linkControl interface {
+	SetDown(bool)
+	SetMTU(int) error
+}
 
 // RunLink is the body of the link helper process (wanbench link): it reads a
 // LinkSpec as JSON from in, attaches to both TUN devices, prints a ready
@@ -76,7 +84,9 @@ func readLinkSpec(in io.Reader) (LinkSpec, io.Reader, error) {
 // RunLinkSpec is RunLink with the spec given. If control is not nil, it
 // reads commands from it, one per line, while the link runs: "down" takes
 // the link down (an outage: every packet entering either direction is
-// dropped, see wanem.Link.SetDown) and "up" brings it back. Other lines are
+// dropped, see wanem.Link.SetDown), "up" brings it back, and "mtu N" sets
+// the largest IP packet either direction carries (wanem.Link.SetMTU; 0:
+// no limit). Other lines, and an MTU the link refuses, are
 // reported on standard error and ignored. The end of control, or an error
 // reading it, stops only the reading of commands, not the link. A control
 // reader that blocks keeps its reading goroutine alive after RunLinkSpec
@@ -126,10 +136,22 @@ func RunLinkSpec(ctx context.Context, spec LinkSpec, control io.Reader, out io.W
 // readLinkCommands applies the commands read from r (see RunLinkSpec) to
 // link until r ends, reports unknown ones on log and returns how many it
 // ignored.
-func readLinkCommands(r io.Reader, link interface{ SetDown(bool) }, log io.Writer) (ignored int) {
+func readLinkCommands(r io.Reader, link linkControl, log io.Writer) (ignored int) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		switch line := strings.TrimSpace(sc.Text()); line {
+		line := strings.TrimSpace(sc.Text())
+		if arg, ok := strings.CutPrefix(line, cmdMTU+" "); ok {
+			mtu, err := strconv.Atoi(strings.TrimSpace(arg))
+			if err == nil {
+				err = link.SetMTU(mtu)
+			}
+			if err != nil {
+				ignored++
+				fmt.Fprintf(log, "link helper: command %q ignored: %v\n", line, err)
+			}
+			continue
+		}
+		switch line {
 		case cmdDown:
 			link.SetDown(true)
 		case cmdUp:
@@ -137,7 +159,7 @@ func readLinkCommands(r io.Reader, link interface{ SetDown(bool) }, log io.Write
 		case "":
 		default:
 			ignored++
-			fmt.Fprintf(log, "link helper: unknown command %q on standard input ignored; want %q or %q\n", line, cmdDown, cmdUp)
+			fmt.Fprintf(log, "link helper: unknown command %q on standard input ignored; want %q, %q or %q\n", line, cmdDown, cmdUp, cmdMTU+" BYTES")
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -248,6 +270,29 @@ func (l *Lab) SetLinkDown(down bool) error {
 	cmd := cmdUp
 	if down {
 		cmd = cmdDown
+	}
+	return l.linkCommand(cmd)
+}
+
+// SetLinkMTU sets the largest IP packet the running link carries, both
+// ways (wanem.Link.SetMTU; 0: no limit); larger packets are dropped
+// silently and counted in wanem.Counters.MTUDrops. Like SetLinkDown, the
+// helper applies it as soon as it reads it; an MTU outside
+// [wanem.MinMTU, wanem.MaxPacketBytes] is refused here.
+func (l *Lab) SetLinkMTU(mtu int) error {
+	if err := (wanem.Config{MTU: mtu}).Validate(); err != nil {
+		return err
+	}
+	return l.linkCommand(fmt.Sprintf("%s %d", cmdMTU, mtu))
+}
+
+// linkCommand writes one command line to the running link helper.
+func (l *Lab) linkCommand(cmd string) error {
+	l.mu.Lock()
+	p := l.link
+	l.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("lab: no link is running for %q; call StartLink first", cmd)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -29,6 +29,10 @@ const (
 	// ReorderPct is set and ReorderDelay is zero.
 	DefaultReorderDelay = 2 * time.Millisecond
 
+	// MinMTU is the smallest Config.MTU accepted: the IPv4 minimum
+	// (RFC 791's 68 bytes).
+	MinMTU = 68
+
 	// maxRateBps bounds RateBps so that the exact transmit-time arithmetic
 	// cannot overflow 64 bits.
 	maxRateBps = 1 << 60
@@ -42,11 +46,16 @@ var ErrInvalidConfig = errors.New("wanem: invalid link config")
 // perfect link: no delay, no loss, unlimited rate.
 //
 // A packet entering the direction at time now goes through, in order:
-//  0. the outage: while the direction is down (Pipe.SetDown, Link.SetDown;
+//  0. an IP fragment (IPv4 MF or offset set, IPv6 fragment header) is
+//     counted in Fragments, whatever happens to it next;
+//     the outage: while the direction is down (Pipe.SetDown, Link.SetDown;
 //     an outage is switched at run time, it is not part of the Config) the
 //     packet is dropped and counted in OutageDrops. Packets already in the
 //     pipe when it goes down are still released, as when a router in front
 //     of the link drops everything: the outage acts at the entrance;
+//     then the MTU: a packet larger than MTU is dropped and counted in
+//     MTUDrops, silently, as a router behind a link of smaller MTU that
+//     sends no ICMP (a black hole: the hard case for path MTU discovery);
 //  1. random loss with probability LossPct/100;
 //  2. burst loss by the Gilbert–Elliott model in BurstLoss, if set;
 //  3. the middlebox: ForgeSACK, WindowClamp and TamperUDPPct rewrite the
@@ -100,6 +109,10 @@ type Config struct {
 	QueueDelay time.Duration `json:"queue_delay,omitempty"`
 	// Seed seeds the random steps.
 	Seed int64 `json:"seed,omitempty"`
+	// MTU is the largest IP packet, in bytes, the link carries; larger
+	// ones are dropped without an answer. 0: no limit but MaxPacketBytes.
+	// At least MinMTU. Changed at run time by Pipe.SetMTU, Link.SetMTU.
+	MTU int `json:"mtu,omitempty"`
 
 	// The middlebox: a device on the path that rewrites what it
 	// recognises, as a WAN optimiser left in bypass did in the field
@@ -167,6 +180,8 @@ func (c Config) queueLimitBytes() (int64, error) {
 		return bad("QueueDelay %v is negative; use 0 (default) or more", c.QueueDelay)
 	case c.RateBps > maxRateBps:
 		return bad("RateBps %d is above the supported %d", c.RateBps, uint64(maxRateBps))
+	case c.MTU != 0 && (c.MTU < MinMTU || c.MTU > MaxPacketBytes):
+		return bad("MTU %d is outside [%d, %d]; use 0 for no limit", c.MTU, MinMTU, MaxPacketBytes)
 	}
 	for _, p := range []struct {
 		name string

@@ -23,6 +23,13 @@ type Counters struct {
 	// OutageDrops counts packets dropped because they arrived while the
 	// direction was down (Pipe.SetDown, Link.SetDown).
 	OutageDrops uint64 `json:"outage_drops"`
+	// MTUDrops counts packets dropped because they were larger than the
+	// MTU (Config.MTU, Pipe.SetMTU).
+	MTUDrops uint64 `json:"mtu_drops"`
+	// Fragments counts IP fragments that arrived (IPv4 with MF set or a
+	// fragment offset, IPv6 with a fragment header right after the fixed
+	// header), whether or not they were then dropped.
+	Fragments uint64 `json:"fragments"`
 	// Invalid counts empty packets and packets over MaxPacketBytes.
 	Invalid uint64 `json:"invalid"`
 	// Duplicated counts extra copies made (DupPct).

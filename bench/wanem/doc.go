@@ -14,8 +14,9 @@
 // target (RTT within ±0.5 ms + 1 %, rate within ±2 %).
 //
 // One direction, in order: the outage (Link.SetDown takes the link down
-// and up at run time), random loss, Gilbert–Elliott burst loss, the
-// drop-tail queue in front of the rate limiter, the rate limiter itself
+// and up at run time), the MTU (Link.SetMTU changes it at run time;
+// larger packets vanish silently), random loss, Gilbert–Elliott burst
+// loss, the drop-tail queue in front of the rate limiter, the rate limiter itself
 // (the bottleneck), propagation delay plus jitter, and finally reordering
 // and duplication. See Config for the exact semantics of each step.
 package wanem

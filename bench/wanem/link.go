@@ -93,6 +93,22 @@ func (l *Link) SetDown(down bool) {
 	}
 }
 
+// SetMTU sets the largest IP packet both directions carry from now on
+// (see Config.MTU; 0: no limit). It is refused, changing nothing, for an
+// MTU Config.Validate refuses. It is safe to call at any time from any
+// goroutine, also before or while Run runs.
+func (l *Link) SetMTU(mtu int) error {
+	if err := (Config{MTU: mtu}).Validate(); err != nil {
+		return err
+	}
+	for _, d := range l.dirs {
+		d.mu.Lock()
+		_ = d.pipe.SetMTU(mtu) // validated above
+		d.mu.Unlock()
+	}
+	return nil
+}
+
 // Stats returns a snapshot of the counters of both directions. It is safe
 // to call at any time, also while Run runs.
 func (l *Link) Stats() (ab, ba Counters) {

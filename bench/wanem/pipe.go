@@ -38,6 +38,7 @@ type Pipe struct {
 	scales        scaleTable
 
 	down bool // SetDown: every arriving packet is dropped
+	mtu  int  // Config.MTU, SetMTU; 0: no limit
 
 	lastNow     monotime.Time
 	lastDepart  monotime.Time // departure of the last packet admitted
@@ -86,6 +87,7 @@ func NewPipe(cfg Config) (*Pipe, error) {
 		dupRng:        newRng(5),
 		tamperRng:     newRng(6),
 		rewriteGrowth: growth,
+		mtu:           cfg.MTU,
 	}, nil
 }
 
@@ -109,6 +111,36 @@ func (p *Pipe) SetDown(down bool) { p.down = down }
 // Down reports whether the pipe is down (see SetDown).
 func (p *Pipe) Down() bool { return p.down }
 
+// SetMTU sets the largest IP packet the pipe carries from now on (see
+// Config.MTU; 0: no limit). A value outside [MinMTU, MaxPacketBytes]
+// other than 0 is refused with an error wrapping ErrInvalidConfig and
+// changes nothing. Packets already in the pipe are released as usual.
+func (p *Pipe) SetMTU(mtu int) error {
+	c := Config{MTU: mtu}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	p.mtu = mtu
+	return nil
+}
+
+// MTU returns the MTU in force (0: no limit).
+func (p *Pipe) MTU() int { return p.mtu }
+
+// isFragment reports whether pkt is an IP fragment: IPv4 with MF set or a
+// nonzero fragment offset, or IPv6 whose first extension header is a
+// fragment header (the usual place; one further down the chain is not
+// looked for).
+func isFragment(pkt []byte) bool {
+	switch pkt[0] >> 4 {
+	case 4:
+		return len(pkt) >= 20 && (pkt[6]&0x20 != 0 || (pkt[6]&0x1f != 0 || pkt[7] != 0))
+	case 6:
+		return len(pkt) >= 40 && pkt[6] == 44
+	}
+	return false
+}
+
 // chance reports true with probability pct/100.
 func chance(r *rand.Rand, pct float64) bool {
 	return pct > 0 && r.Float64()*100 < pct
@@ -127,8 +159,15 @@ func (p *Pipe) Enqueue(now monotime.Time, pkt []byte) {
 	now = max(now, p.lastNow)
 	p.lastNow = now
 
+	if isFragment(pkt) {
+		p.c.Fragments++
+	}
 	if p.down {
 		p.c.OutageDrops++
+		return
+	}
+	if p.mtu > 0 && size > p.mtu {
+		p.c.MTUDrops++
 		return
 	}
 	if chance(p.lossRng, p.cfg.LossPct) {

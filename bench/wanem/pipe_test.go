@@ -3,6 +3,7 @@ package wanem
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -730,5 +731,88 @@ func TestOutageDrawsNoRandomness(t *testing.T) {
 	}
 	if c := withOutage.Counters(); c.OutageDrops != 20 {
 		t.Fatalf("OutageDrops = %d, want 20", c.OutageDrops)
+	}
+}
+
+// ipPacket returns a zeroed packet of size bytes with an IP version.
+func ipPacket(version, size int) []byte {
+	b := make([]byte, size)
+	b[0] = byte(version << 4)
+	return b
+}
+
+// TestMTU: packets larger than the MTU are dropped and counted, the rest
+// pass; SetMTU changes the limit for packets that arrive after it and
+// refuses values it cannot emulate.
+func TestMTU(t *testing.T) {
+	p := mustPipe(t, Config{MTU: 1280, Delay: time.Millisecond})
+	if p.MTU() != 1280 {
+		t.Fatalf("MTU() = %d, want 1280", p.MTU())
+	}
+	for i, size := range []int{1280, 1281, 1500, 100} {
+		p.Enqueue(t0.Add(time.Duration(i)), packet(size, uint64(i)))
+	}
+	got := drainAll(t, p)
+	if len(got) != 2 || got[0].seq != 0 || got[1].seq != 3 {
+		t.Fatalf("released %+v; want packets 0 (1280 bytes) and 3 (100 bytes)", got)
+	}
+	if c := p.Counters(); c.MTUDrops != 2 || c.Packets != 2 {
+		t.Fatalf("counters %+v; want 2 MTU drops, 2 released", c)
+	}
+	if err := p.SetMTU(1500); err != nil {
+		t.Fatal(err)
+	}
+	p.Enqueue(t0.Add(time.Second), packet(1500, 10))
+	p.Enqueue(t0.Add(time.Second), packet(1501, 11))
+	got = drainAll(t, p)
+	if len(got) != 1 || got[0].seq != 10 {
+		t.Fatalf("after SetMTU(1500) released %+v; want packet 10 only", got)
+	}
+	for _, bad := range []int{-1, 67, MaxPacketBytes + 1} {
+		if err := p.SetMTU(bad); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("SetMTU(%d) = %v, want ErrInvalidConfig", bad, err)
+		}
+	}
+	if p.MTU() != 1500 {
+		t.Errorf("a refused SetMTU changed the MTU to %d", p.MTU())
+	}
+	if err := p.SetMTU(0); err != nil || p.MTU() != 0 {
+		t.Fatalf("SetMTU(0) = %v, MTU %d; want no limit", err, p.MTU())
+	}
+	p.Enqueue(t0.Add(2*time.Second), packet(9000, 12))
+	if got := drainAll(t, p); len(got) != 1 {
+		t.Fatalf("with no MTU a 9000-byte packet was not released: %+v", got)
+	}
+	if _, err := NewPipe(Config{MTU: 20}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("NewPipe with MTU 20: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestFragmentsCounted: IPv4 packets with MF or a fragment offset and
+// IPv6 packets with a fragment header are counted, also when dropped;
+// whole packets (DF set or not) are not.
+func TestFragmentsCounted(t *testing.T) {
+	p := mustPipe(t, Config{MTU: 1000})
+	v4 := func(flagsOff uint16) []byte {
+		b := ipPacket(4, 600)
+		binary.BigEndian.PutUint16(b[6:], flagsOff)
+		return b
+	}
+	v6 := func(next byte) []byte {
+		b := ipPacket(6, 600)
+		b[6] = next
+		return b
+	}
+	p.Enqueue(t0, v4(0x4000)) // DF: whole
+	p.Enqueue(t0, v4(0))      // whole
+	p.Enqueue(t0, v4(0x2000)) // MF, offset 0: first fragment
+	p.Enqueue(t0, v4(0x00b9)) // last fragment
+	p.Enqueue(t0, v6(17))     // UDP: whole
+	p.Enqueue(t0, v6(44))     // fragment header
+	big := ipPacket(4, 1200)
+	binary.BigEndian.PutUint16(big[6:], 0x2000)
+	p.Enqueue(t0, big) // a fragment over the MTU: counted, then dropped
+	if c := p.Counters(); c.Fragments != 4 || c.MTUDrops != 1 {
+		t.Fatalf("counters %+v; want 4 fragments, 1 MTU drop", c)
 	}
 }

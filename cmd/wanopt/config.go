@@ -58,7 +58,7 @@ type runFlags struct {
 	config, tun, key, peerKey, listen, peer, cc, logLevel, logFormat, control, capture, egress, wanRate, hubRate, metrics string
 	tunSetup, check                                                                                                       bool
 	tunAddrs, routes, allow, deny, branches, branchAllow, upstreams, upstreamRoutes, nearRules                            []string
-	mtu, maxFlows, memoryMiB, procs                                                                                       int
+	mtu, tunnelMTU, maxFlows, memoryMiB, procs                                                                            int
 	dialTimeout, peerTimeout, flowIdle                                                                                    time.Duration
 }
 
@@ -96,6 +96,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
 	fs.IntVar(&f.procs, "procs", 0, "run the edge's goroutines on at most `N` threads at once (GOMAXPROCS). 1 spends about an eighth less CPU per byte at 250 Mbit/s, as no second thread spins waiting for work, and caps the edge at one core; 0: Go's default, every CPU (or the cgroup's CPU limit)")
 	fs.StringVar(&f.cc, "cc", "bbr", "tunnel congestion control: bbr or cubic")
 	fs.StringVar(&f.hubRate, "hub-rate", "", "at a hub: the rate of the link its branches share, e.g. 250mbit; the hub divides it fairly among the branches that use it (each tunnel is capped at its share, recomputed every 100 ms). Without it, tunnels that start apart keep unequal shares behind a full queue. Empty: no caps")
+	fs.IntVar(&f.tunnelMTU, "tunnel-mtu", 1500, "the largest IP packet the tunnel sends, `BYTES`: its path MTU discovery probes up to it and settles on what the path carries (a PPPoE or IPsec underlay carries less than 1500); 'wanopt status' shows the size found. A hub's branches stay within 1500")
 	fs.StringVar(&f.wanRate, "wan-rate", "", "the WAN link's rate toward the peer if known, e.g. 50mbit or 1gbit: a new tunnel starts sending at it instead of probing up from ten packets (on a 600 ms path that takes about 5 s); measurements then take over. Empty: probe")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text (key=value) or json (one object per line)")
@@ -264,6 +265,7 @@ func (f *runFlags) validate() (*runConfig, error) {
 		return bad("--procs %d: want 0 (Go's default) or a number of threads", f.procs)
 	}
 	c.Procs = f.procs
+	c.TunnelMTU = f.tunnelMTU
 	if f.hubRate != "" {
 		if c.HubRateBps, err = units.ParseRate(f.hubRate); err != nil || c.HubRateBps == 0 {
 			return bad("--hub-rate %q: want a rate such as 250mbit or 1gbit (bits per second)", f.hubRate)

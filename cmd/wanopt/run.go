@@ -211,6 +211,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 			float64(t.BandwidthBps)/1e6, float64(t.PacingRateBps)/1e6, t.Cwnd, t.InFlight)
 		fmt.Fprintf(stdout, "        sent %d B, received %d B, lost %d packets, retransmitted %d B, %d streams open, stream buffers %.1f of %.0f MiB\n",
 			t.BytesSent, t.BytesReceived, t.PacketsLost, t.Retransmitted, t.StreamsOpen, float64(t.BudgetUsedBytes)/(1<<20), float64(t.BudgetBytes)/(1<<20))
+		fmt.Fprintf(stdout, "        path mtu: %s\n", pathMTULine(t))
 		fmt.Fprintf(stdout, "        security: %d unauthenticated datagrams, %d replayed packets, %d replayed and %d refused handshakes, %d resumes declined, %d client restarts, %d REJECTs sent, %d rekeys; handshake gate: %d bad mac1, %d cookies sent, %d rate limited\n",
 			t.DroppedUnauthenticated, t.DroppedReplays, t.HandshakeReplays, t.HandshakesRefused, t.ResumesDeclined, t.ClientRestarts, t.RejectsSent, t.Rekeys,
 			t.HandshakesBadMAC, t.CookiesSent, t.HandshakesRateLimited)
@@ -228,8 +229,8 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 			if t.RateCapBps != 0 {
 				capped = fmt.Sprintf(", share cap %.1f Mbit/s", float64(t.RateCapBps)/1e6)
 			}
-			fmt.Fprintf(stdout, "branch %s: up, peer %s, srtt %v, bandwidth %.1f Mbit/s, pacing %.1f Mbit/s%s, sent %d B, received %d B, %d streams open; egress %d flows, connected %d, not allowed %d%s; policy %s\n",
-				p.Name, t.Peer, t.SmoothedRTT.Round(100*time.Microsecond), float64(t.BandwidthBps)/1e6, float64(t.PacingRateBps)/1e6, capped, t.BytesSent, t.BytesReceived, t.StreamsOpen,
+			fmt.Fprintf(stdout, "branch %s: up, peer %s, srtt %v, bandwidth %.1f Mbit/s, pacing %.1f Mbit/s%s, path mtu %s, sent %d B, received %d B, %d streams open; egress %d flows, connected %d, not allowed %d%s; policy %s\n",
+				p.Name, t.Peer, t.SmoothedRTT.Round(100*time.Microsecond), float64(t.BandwidthBps)/1e6, float64(t.PacingRateBps)/1e6, capped, pathMTULine(t), t.BytesSent, t.BytesReceived, t.StreamsOpen,
 				p.Egress.Active, p.Egress.Connected, p.Egress.NotAllowed, dg, p.Policy)
 		} else {
 			fmt.Fprintf(stdout, "branch %s: down (key %s); egress connected %d%s; policy %s\n", p.Name, p.Key, p.Egress.Connected, dg, p.Policy)
@@ -307,4 +308,15 @@ func runFlows(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// pathMTULine says what the tunnel's path MTU discovery found: the UDP
+// payload size and the IP packet it makes.
+func pathMTULine(t *control.Tunnel) string {
+	state := "found"
+	if t.PathMTUSearching {
+		state = "searching"
+	}
+	return fmt.Sprintf("%d B datagrams (%s; ceiling %d B, %d probes lost, %d black holes)",
+		t.PathMTUBytes, state, t.PathMTUCeiling, t.PMTUProbesLost, t.PMTUBlackHoles)
 }

@@ -72,6 +72,7 @@ func TestRunConfigErrors(t *testing.T) {
 		{[]string{"--key", key, "--tun", "wo0", "--upstream", "dc1:" + peer + "@198.18.0.2:4500"}, "carries nothing"},
 		{append(far[:6:6], "--allow", "198.18.2.0/24", "--metrics", "9550"), "--metrics"},
 		{append(far[:6:6], "--tun", "wo0", "--mtu", "100"), "--mtu"},
+		{append(far[:6:6], "--allow", "198.18.2.0/24", "--tunnel-mtu", "1000"), "--tunnel-mtu"},
 		{append(far[:6:6], "--tun", "wo0", "--route", "198.18.2.0/24"), "need --tun-setup"},
 		{append(far[:6:6], "--tun", "wo0", "--tun-setup", "--route", "bogus"), "--route"},
 		{append(far[:6:6], "--allow", "10.0.0.0/8", "--tun-setup"), "--tun-setup needs --tun"},

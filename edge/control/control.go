@@ -134,6 +134,17 @@ type Tunnel struct {
 	DatagramsSent     uint64 `json:"datagrams_sent"`
 	DatagramsReceived uint64 `json:"datagrams_received"`
 	DatagramsDropped  uint64 `json:"datagrams_dropped"`
+	// Path MTU discovery toward the peer (each direction finds its own):
+	// the UDP payload size of the tunnel's packets now (the largest the
+	// path was found to carry, 1,232 until a probe confirms more), the
+	// ceiling searched up to (--tunnel-mtu less the IP and UDP headers),
+	// whether a search runs, probes lost (each size too big costs three),
+	// and fallbacks to 1,232 after full-size packets vanished.
+	PathMTUBytes     int    `json:"path_mtu_bytes"`
+	PathMTUCeiling   int    `json:"path_mtu_ceiling_bytes"`
+	PathMTUSearching bool   `json:"path_mtu_searching,omitempty"`
+	PMTUProbesLost   uint64 `json:"pmtu_probes_lost"`
+	PMTUBlackHoles   uint64 `json:"pmtu_black_holes"`
 }
 
 // Flow is one line of the answer to "flows".

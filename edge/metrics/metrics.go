@@ -103,6 +103,9 @@ var (
 	peerCookies     = desc("peer_cookies_sent_total", "Cookie replies sent under handshake load.", "peer")
 	peerRestarts    = desc("peer_client_restarts_total", "Sessions replaced because the client restarted.", "peer")
 	peerRejects     = desc("peer_rejects_sent_total", "REJECTs sent for data of a session this edge does not hold.", "peer")
+	peerPathMTU     = desc("peer_path_mtu_bytes", "UDP payload size of the tunnel's packets toward the peer: the largest the path was found to carry (path MTU discovery).", "peer")
+	peerPMTULost    = desc("peer_pmtu_probes_lost_total", "Path MTU probes lost (three per size too big for the path).", "peer")
+	peerPMTUHoles   = desc("peer_pmtu_black_holes_total", "Falls back to the base packet size after full-size packets vanished on the path.", "peer")
 
 	flowsOpen    = desc("flows_open", "Flows open now, by side: ingress (intercepted here) or egress (connected here).", "side")
 	flowsTotal   = desc("flows_total", "Flows established, by side.", "side")
@@ -252,6 +255,9 @@ func collectPeer(gauge func(*prometheus.Desc, float64, ...string), counter func(
 		counter(peerCookies, t.CookiesSent, p)
 		counter(peerRestarts, t.ClientRestarts, p)
 		counter(peerRejects, t.RejectsSent, p)
+		gauge(peerPathMTU, float64(t.PathMTUBytes), p)
+		counter(peerPMTULost, t.PMTUProbesLost, p)
+		counter(peerPMTUHoles, t.PMTUBlackHoles, p)
 	} else {
 		gauge(peerUp, 0, p)
 	}

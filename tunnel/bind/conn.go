@@ -75,6 +75,15 @@ type Stats struct {
 	// off during the Conn's life (see the package doc), never on.
 	GSO, GRO bool
 
+	// DontFragment reports that the socket sends with DF set and never
+	// fragments locally (Linux: IP_PMTUDISC_PROBE, also for IPv6).
+	DontFragment bool
+	// TooBig counts datagrams the kernel refused as larger than the
+	// outgoing device's MTU (EMSGSIZE); each is dropped, and the rest of
+	// the batch is still sent. It is lost like any packet on the path:
+	// the tunnel's path MTU discovery takes a lost probe as "too big".
+	TooBig uint64
+
 	// ReadBuffer and WriteBuffer are SO_RCVBUF and SO_SNDBUF as the kernel
 	// reports them after Listen asked for Options' sizes. Linux reports
 	// twice the size granted (half is for its bookkeeping) and caps

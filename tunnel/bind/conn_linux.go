@@ -92,6 +92,26 @@ func (c *linuxConn) setup(fd int, o Options) error {
 	c.stats.readBuffer.Store(int64(rcv))
 	c.stats.writeBuffer.Store(int64(snd))
 
+	// Don't fragment, and don't cap by the route's learnt path MTU either
+	// (PMTUDISC_PROBE: DF set, only the device's MTU limits): the tunnel
+	// finds its packet size itself (tunnel's PLPMTUD), a fragment lost on
+	// the path would lose the whole datagram, and an ICMP "too big" that
+	// anyone could forge must not shrink what we send. A datagram larger
+	// than the device's MTU fails with EMSGSIZE (see send).
+	if c.family == unix.AF_INET6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_PROBE); err != nil {
+			return fmt.Errorf("set IPV6_MTU_DISCOVER to probe (don't fragment): %w", err)
+		}
+		// The IPv4 half of a dual-stack socket follows IP_MTU_DISCOVER;
+		// an IPv6-only socket may refuse it, which is harmless.
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_PROBE); err != nil && !c.v6only {
+			return fmt.Errorf("set IP_MTU_DISCOVER to probe on a dual-stack socket (don't fragment): %w", err)
+		}
+	} else if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_PROBE); err != nil {
+		return fmt.Errorf("set IP_MTU_DISCOVER to probe (don't fragment): %w", err)
+	}
+	c.stats.dontFragment.Store(true)
+
 	if !o.DisableGSO {
 		// Kernels without UDP GSO (before 4.18) refuse the option.
 		_, err := unix.GetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT)

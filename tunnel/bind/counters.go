@@ -8,7 +8,8 @@ import (
 // counters are a Conn's Stats, updated once per system call or batch, not
 // per datagram, and read by Stats from any goroutine.
 type counters struct {
-	gso, gro                       atomic.Bool
+	gso, gro, dontFragment         atomic.Bool
+	tooBig                         atomic.Uint64
 	readBuffer, writeBuffer        atomic.Int64
 	readSyscalls, writeSyscalls    atomic.Uint64
 	datagramsRead, bytesRead       atomic.Uint64
@@ -20,6 +21,8 @@ func (c *counters) snapshot() Stats {
 	return Stats{
 		GSO:              c.gso.Load(),
 		GRO:              c.gro.Load(),
+		DontFragment:     c.dontFragment.Load(),
+		TooBig:           c.tooBig.Load(),
 		ReadBuffer:       int(c.readBuffer.Load()),
 		WriteBuffer:      int(c.writeBuffer.Load()),
 		ReadSyscalls:     c.readSyscalls.Load(),

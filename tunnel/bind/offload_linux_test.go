@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,17 +149,31 @@ func (h *warnCounter) Handle(_ context.Context, r slog.Record) error {
 func (h *warnCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *warnCounter) WithGroup(string) slog.Handler      { return h }
 
-// TestGSOErrorSurfaces checks that an error GSO cannot explain (a datagram
-// too large for UDP) is returned, wrapped with the errno, and that GSO
-// stays on.
+// TestGSOErrorSurfaces checks that an error GSO cannot explain (sending
+// to the broadcast address without SO_BROADCAST, which Go's net package
+// sets, so the test clears it) is returned, wrapped with
+// the errno, that a datagram too large for UDP is counted as too big and
+// dropped without failing the batch, and that GSO stays on after both.
 func TestGSOErrorSurfaces(t *testing.T) {
 	leaktest.Check(t)
 	a := listen(t, "udp4", "127.0.0.1:0", Options{})
-	err := a.WriteBatch([][]byte{make([]byte, 70000)}, a.LocalAddr())
-	if !errors.Is(err, unix.EMSGSIZE) {
-		t.Fatalf("WriteBatch of 70000 bytes: %v, want EMSGSIZE", err)
+	var serr error
+	if err := a.(*linuxConn).raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_BROADCAST, 0)
+	}); err != nil || serr != nil {
+		t.Fatalf("clear SO_BROADCAST: %v %v", err, serr)
+	}
+	err := a.WriteBatch([][]byte{make([]byte, 100), make([]byte, 100)}, netip.MustParseAddrPort("255.255.255.255:9"))
+	if !errors.Is(err, unix.EACCES) {
+		t.Fatalf("WriteBatch to the broadcast address: %v, want EACCES", err)
 	}
 	t.Logf("error: %v", err)
+	if err := a.WriteBatch([][]byte{make([]byte, 70000)}, a.LocalAddr()); err != nil {
+		t.Fatalf("WriteBatch of 70000 bytes: %v, want it dropped as too big without an error", err)
+	}
+	if s := a.Stats(); s.TooBig != 1 || s.DatagramsWritten != 0 {
+		t.Errorf("after a 70000-byte datagram: %d too big, %d written; want 1, 0", s.TooBig, s.DatagramsWritten)
+	}
 	if !a.Stats().GSO {
 		t.Error("GSO turned off by an error unrelated to it")
 	}

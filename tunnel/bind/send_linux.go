@@ -107,15 +107,34 @@ func (c *linuxConn) WriteBatch(bufs [][]byte, ep Endpoint) error {
 // sendChunk sends up to BatchSize datagrams. When a GSO send fails in a
 // way that says the kernel or device cannot do GSO on this path, it turns
 // GSO off and sends the rest without it, once.
+//
+// A GSO message refused as too big (EMSGSIZE: its segments exceed the
+// device's MTU) is sent again, with the rest of the chunk, one datagram
+// per message, so that only the datagrams that are too big are dropped
+// (a path MTU probe must not take the data packets batched with it down
+// too); GSO stays on.
 func (c *linuxConn) sendChunk(chunk [][]byte) error {
 	gso := c.stats.gso.Load()
 	done, err := c.send(c.tx.build(chunk, gso))
-	if err != nil && gso && (errors.Is(err, unix.EIO) || errors.Is(err, unix.EINVAL)) {
-		c.disableGSO(err)
+	switch {
+	case errors.Is(err, errGSOTooBig):
 		_, err = c.send(c.tx.build(chunk[done:], false))
+	case err != nil && gso && (errors.Is(err, unix.EIO) || errors.Is(err, unix.EINVAL)):
+		// Linux also refuses a GSO message whose segments exceed the
+		// device's MTU with EINVAL: when sending the rest one by one
+		// finds a datagram too big, that was the cause, and GSO stays.
+		tooBig := c.stats.tooBig.Load()
+		_, err2 := c.send(c.tx.build(chunk[done:], false))
+		if c.stats.tooBig.Load() == tooBig {
+			c.disableGSO(err)
+		}
+		err = err2
 	}
 	return err
 }
+
+// errGSOTooBig is send's report of a GSO message refused with EMSGSIZE.
+var errGSOTooBig = errors.New("bind: GSO message larger than the device's MTU")
 
 // build lays chunk out as messages, one per datagram or, with gso, one per
 // run of datagrams gsoRun allows, and returns the number of messages.
@@ -157,13 +176,16 @@ func (s *sender) build(chunk [][]byte, gso bool) int {
 }
 
 // send sends the first m built messages, with as many sendmmsg calls as
-// the kernel needs, and returns how many datagrams went out.
+// the kernel needs, and returns how many datagrams it is done with: sent,
+// or dropped as too big (a single datagram refused with EMSGSIZE is
+// counted in TooBig and skipped). A GSO message refused with EMSGSIZE
+// stops it with errGSOTooBig, the message not done.
 func (c *linuxConn) send(m int) (int, error) {
 	s := &c.tx
 	s.start, s.vlen = 0, m
-	done, bytes, segmented := 0, 0, 0
+	done, written, bytes, segmented := 0, 0, 0, 0
 	defer func() {
-		c.stats.datagramsWritten.Add(uint64(done))
+		c.stats.datagramsWritten.Add(uint64(written))
 		c.stats.bytesWritten.Add(uint64(bytes))
 		c.stats.segmented.Add(uint64(segmented))
 	}()
@@ -173,6 +195,15 @@ func (c *linuxConn) send(m int) (int, error) {
 		c.stats.writeSyscalls.Add(s.calls)
 		if err != nil {
 			return done, c.ioError("sendmmsg", err)
+		}
+		if s.errno == unix.EMSGSIZE {
+			if s.segs[s.start] > 1 {
+				return done, errGSOTooBig
+			}
+			c.stats.tooBig.Add(1)
+			done++
+			s.start++
+			continue
 		}
 		if s.errno != 0 || s.sent <= 0 {
 			var e error = s.errno
@@ -184,6 +215,7 @@ func (c *linuxConn) send(m int) (int, error) {
 		}
 		for i := s.start; i < s.start+s.sent; i++ {
 			done += s.segs[i]
+			written += s.segs[i]
 			bytes += s.bytes[i]
 			if s.segs[i] > 1 {
 				segmented++

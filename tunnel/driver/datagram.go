@@ -15,10 +15,12 @@ import (
 // out a slow driver loop; a flood beyond it is the application's to drop.
 const DefaultDatagramQueue = 256
 
-// MaxDatagramBytes returns the largest datagram SendDatagram accepts: what
-// one tunnel packet carries beside its headers (tunnel.Conn.MaxDatagramBytes;
-// about 1,430 bytes at the default MaxUDPPayloadBytes).
-func (t *Tunnel) MaxDatagramBytes() int { return t.maxDatagram }
+// MaxDatagramBytes returns the largest datagram SendDatagram accepts now:
+// what one tunnel packet of the path MTU confirmed so far carries beside
+// its headers (tunnel.Conn.MaxDatagramBytes; about 1,190 bytes until the
+// path MTU search confirms more, about 1,430 at the default
+// MaxUDPPayloadBytes). It is safe to call from any goroutine.
+func (t *Tunnel) MaxDatagramBytes() int { return int(t.maxDatagram.Load()) }
 
 // SendDatagram sends p to the peer once, unreliably, ahead of stream data
 // (a DATAGRAM frame; the peer's Config.OnDatagram receives it). p is copied
@@ -31,8 +33,8 @@ func (t *Tunnel) MaxDatagramBytes() int { return t.maxDatagram }
 // still be dropped later, when the Conn's own queue is full (counted in
 // Stats.Tunnel.DatagramsDropped) or the tunnel closes first.
 func (t *Tunnel) SendDatagram(p []byte) error {
-	if len(p) > t.maxDatagram {
-		return fmt.Errorf("driver: datagram of %d bytes, at most %d: %w", len(p), t.maxDatagram, tunnel.ErrDatagramTooLarge)
+	if limit := t.MaxDatagramBytes(); len(p) > limit {
+		return fmt.Errorf("driver: datagram of %d bytes, at most %d (the path MTU now): %w", len(p), limit, tunnel.ErrDatagramTooLarge)
 	}
 	select {
 	case <-t.done:
@@ -43,7 +45,7 @@ func (t *Tunnel) SendDatagram(p []byte) error {
 	select {
 	case b = <-t.dgFree:
 	default:
-		b = make([]byte, 0, t.maxDatagram)
+		b = make([]byte, 0, max(t.dgBufCap, len(p)))
 	}
 	b = append(b[:0], p...)
 	select {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -136,5 +137,60 @@ func TestDatagramQueueFull(t *testing.T) {
 	}
 	if got := tn.dgQueueDrops.Load(); got != 1 {
 		t.Errorf("queue drops %d, want 1", got)
+	}
+}
+
+// TestMaxDatagramFollowsPathMTU: the datagram limit callers see (the ICMP
+// "too big" answers and the passed-TCP MSS clamp of package dgram follow
+// it) is what one packet of the path MTU found carries: over a path that
+// drops client datagrams above 1,272 bytes it settles there and the
+// largest datagram it allows arrives, while the other direction, which
+// carries the ceiling, allows more.
+func TestMaxDatagramFollowsPathMTU(t *testing.T) {
+	const pathMTU = 1300 - 28
+	got := make(chan []byte, 4)
+	var a netip.AddrPort
+	var bindA, bindB *bindtest.Conn
+	bindA, bindB = bindtest.NewPair(bindtest.Config{Drop: func(from, _ netip.AddrPort, b []byte) bool {
+		return from == a && len(b) > pathMTU
+	}})
+	a = bindA.LocalAddr()
+	ccfg, scfg := pairConfigs(t, 43)
+	ccfg.Bind, ccfg.RemoteAddr = bindA, bindB.LocalAddr()
+	scfg.Bind = bindB
+	scfg.OnDatagram = func(p []byte) { got <- bytes.Clone(p) }
+	cli, srv := connect(t, ccfg, scfg)
+	before := cli.MaxDatagramBytes()
+	deadline := time.Now().Add(10 * time.Second)
+	for cli.Stats().Tunnel.PathMTUSearching || srv.Stats().Tunnel.PathMTUSearching || cli.Stats().Tunnel.PMTUProbesSent == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("path MTU search not done in 10 s: client %+v, server %+v", cli.Stats().Tunnel.PathMTUStats, srv.Stats().Tunnel.PathMTUStats)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cs, ss := cli.Stats().Tunnel, srv.Stats().Tunnel
+	if cs.PathMTUBytes != pathMTU || ss.PathMTUBytes != tunnel.DefaultMaxUDPPayloadBytes {
+		t.Fatalf("path MTU client %d, server %d; want %d, %d", cs.PathMTUBytes, ss.PathMTUBytes, pathMTU, tunnel.DefaultMaxUDPPayloadBytes)
+	}
+	limit := cli.MaxDatagramBytes()
+	t.Logf("client's datagram limit %d B before the search, %d after; server's %d", before, limit, srv.MaxDatagramBytes())
+	if limit <= before || limit >= srv.MaxDatagramBytes() || limit > pathMTU-20 {
+		t.Errorf("client's datagram limit %d (before %d, server's %d): want it grown to what a %d-byte packet carries, below the server's",
+			limit, before, srv.MaxDatagramBytes(), pathMTU)
+	}
+	if err := cli.SendDatagram(make([]byte, limit+1)); !errors.Is(err, tunnel.ErrDatagramTooLarge) {
+		t.Errorf("a datagram one byte over the limit: %v, want ErrDatagramTooLarge", err)
+	}
+	p := bytes.Repeat([]byte{7}, limit)
+	if err := cli.SendDatagram(p); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, p) {
+			t.Errorf("got %d bytes, want the %d sent", len(b), len(p))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("a datagram of the limit (%d B) did not arrive over the %d-byte path", limit, pathMTU)
 	}
 }

@@ -170,6 +170,11 @@ func (h *Hub) readLoop() {
 // and counts it, as a tunnel's own socket does.
 const hubBufLen = tunnel.DefaultMaxUDPPayloadBytes
 
+// HubMaxDatagramBytes is the largest datagram a hub receives: its tunnels'
+// MaxUDPPayloadBytes, the ceiling of their path MTU search, should not
+// exceed it.
+const HubMaxDatagramBytes = hubBufLen
+
 // route hands p, from ep, to its peer, or answers it (a cookie, a REJECT)
 // or drops it.
 func (h *Hub) route(now monotime.Time, p []byte, ep bind.Endpoint) {

@@ -230,13 +230,24 @@ func (d *driverState) flush() monotime.Time {
 			k++
 		}
 		if k == 0 {
+			d.notePathMTU()
 			return now
 		}
 		d.send(d.txOut[:k])
 		if k < len(d.txBufs) {
+			d.notePathMTU()
 			return now
 		}
 		now = monotime.Now()
+	}
+}
+
+// notePathMTU publishes the Conn's datagram limit, which follows its path
+// MTU search, to SendDatagram's callers.
+func (d *driverState) notePathMTU() {
+	if m := int64(d.conn.MaxDatagramBytes()); m != d.lastMaxDatagram {
+		d.lastMaxDatagram = m
+		d.t.maxDatagram.Store(m)
 	}
 }
 

@@ -35,6 +35,8 @@ type driverState struct {
 	txBufs [][]byte // BatchSize buffers of MaxUDPPayloadBytes
 	txOut  [][]byte // the filled prefixes handed to WriteBatch
 
+	lastMaxDatagram int64 // the Conn's MaxDatagramBytes last published
+
 	// next is a new handshake beside conn, which goes on meanwhile; nil
 	// when none runs. A client starts one when the server rejected our
 	// session (it restarted?); a server when an established session's

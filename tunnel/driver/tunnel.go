@@ -40,8 +40,12 @@ type Tunnel struct {
 
 	dgq    chan []byte // SendDatagram → driver: datagrams to send (Config.DatagramQueue)
 	dgFree chan []byte // driver → SendDatagram: their buffers, for reuse
-	// maxDatagram is the Conn's MaxDatagramBytes (fixed by its Config).
-	maxDatagram int
+	// maxDatagram is the Conn's MaxDatagramBytes, which follows its path
+	// MTU search: the driver goroutine stores it after every flush.
+	maxDatagram atomic.Int64
+	// dgBufCap is the capacity of datagram queue buffers: the largest
+	// datagram the Conn's ceiling allows, so one buffer serves any size.
+	dgBufCap int
 
 	rxDropped    atomic.Uint64 // datagrams the reader dropped (driver behind)
 	dgQueueDrops atomic.Uint64 // SendDatagram found dgq full
@@ -164,8 +168,9 @@ func newTunnel(cfg Config, bc bind.Conn, conn *tunnel.Conn, client bool) *Tunnel
 		done:        make(chan struct{}),
 		dgq:         make(chan []byte, cfg.DatagramQueue),
 		dgFree:      make(chan []byte, cfg.DatagramQueue),
-		maxDatagram: conn.MaxDatagramBytes(),
+		dgBufCap:    conn.Stats().PathMTUCeilingBytes,
 	}
+	t.maxDatagram.Store(int64(conn.MaxDatagramBytes()))
 	bufLen := rxBufLen(cfg)
 	for range cfg.RxBatches {
 		t.rxFree <- newRxBatch(bc.BatchSize(), bufLen)

@@ -275,6 +275,16 @@ func (s *Sender) SetRateCap(now monotime.Time, capBps uint64) {
 	}
 }
 
+// SetMSS tells the controller, if it implements cc.MSSSetter, that
+// packets are mss bytes at most from now on (the tunnel's path MTU
+// discovery changed the packet size). The pacer's burst stays sized for
+// the packet size given at NewSender, the ceiling.
+func (s *Sender) SetMSS(mss int) {
+	if m, ok := s.ctrl.(cc.MSSSetter); ok {
+		m.SetMSS(mss)
+	}
+}
+
 // TimeToSend says when the next ack-eliciting packet may be sent: now if
 // it may go now (always while PTO probes are pending), a later instant if
 // the pacer holds it back, or 0 if the congestion window is full (wait
