@@ -67,7 +67,8 @@ func metricValue(text, series string) (float64, error) {
 
 // TestEdgeMetrics downloads through the edges (100 Mbit/s, 50 ms) while
 // scraping the far edge's --metrics: the peer's delivery rate must be
-// within 10 % of the goodput the client measures over the same interval,
+// between 0.9 x the goodput the client measures over the same interval
+// and the link's rate,
 // the byte counters must move, and promtool (if installed) must find
 // nothing to say about the exposition.
 func TestEdgeMetrics(t *testing.T) {
@@ -129,9 +130,15 @@ func TestEdgeMetrics(t *testing.T) {
 	}
 	t.Logf("goodput %.1f Mbit/s; delivery rate %.1f and %.1f Mbit/s; %.1f MB sent between the scrapes",
 		goodput*8/1e6, rate1*8/1e6, rate2*8/1e6, (sent2-sent1)/1e6)
+	// The delivery rate is BBR's estimate of what the path delivers: at
+	// least the goodput (less 10 % for the scrapes' timing), and at most
+	// the link's rate. It is not held to 1.1 x the goodput: on a loaded
+	// host the client reads slower than the link delivers (CI twice saw
+	// 1.10 and 1.12 x, with the estimate at the link's 100 Mbit/s).
 	for _, r := range []float64{rate1, rate2} {
-		if ratio := r / goodput; ratio < 0.9 || ratio > 1.1 {
-			t.Errorf("delivery rate %.1f Mbit/s is %.2f x the goodput %.1f Mbit/s: want within 10 %%", r*8/1e6, ratio, goodput*8/1e6)
+		if ratio := r / goodput; ratio < 0.9 || r > 1.02*rateBps/8 {
+			t.Errorf("delivery rate %.1f Mbit/s is %.2f x the goodput %.1f Mbit/s: want at least 0.9 x, and at most the link's %.0f Mbit/s",
+				r*8/1e6, ratio, goodput*8/1e6, rateBps/1e6)
 		}
 	}
 	// The tunnel's bytes carry headers beyond the client's, but the near
