@@ -471,7 +471,7 @@ func (f *Far) handleTCP(b []byte) {
 			return
 		}
 	}
-	f.pass.seen(e, &p, true)
+	f.pass.seen(e, p.flags, p.len, true)
 	if err := f.cfg.WriteTCP(b[:p.len]); err != nil {
 		f.ctr.socketErrors.Add(1)
 		return
@@ -496,7 +496,7 @@ func (f *Far) DivertTCP(pkt []byte) bool {
 	if e == nil {
 		return false
 	}
-	f.pass.seen(e, &p, false)
+	f.pass.seen(e, p.flags, p.len, false)
 	box := f.sender.Load()
 	if box == nil {
 		f.ctr.noTunnel.Add(1)

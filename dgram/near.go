@@ -368,7 +368,7 @@ func (n *Near) DivertTCP(pkt []byte) bool {
 	if e == nil {
 		return false
 	}
-	n.pass.seen(e, &p, true)
+	n.pass.seen(e, p.flags, p.len, true)
 	s := n.cfg.Route(p.dst.Addr())
 	if s == nil {
 		n.ctr.noTunnel.Add(1)
@@ -410,7 +410,7 @@ func (n *Near) deliverTCP(pkt []byte) {
 		n.ctr.notAllowed.Add(1)
 		return
 	}
-	n.pass.seen(e, &p, false)
+	n.pass.seen(e, p.flags, p.len, false)
 	if err := n.cfg.Write(pkt[:p.len]); err != nil {
 		n.ctr.socketErrors.Add(1)
 		return
