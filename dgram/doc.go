@@ -72,7 +72,7 @@
 // that a full segment fits one datagram, as routers clamp it for a tunnel;
 // an aggregate from the TUN's offload (GRO, up to 64 KiB) is cut into
 // segments that fit (segmentTCP). The far edge can send such packets on
-// only from its own TUN (--egress transparent, FarConfig.WriteTCP): it
+// only from its own TUN (--egress transparent, FarConfig.WritePacket): it
 // checks the flow's server against the egress policy, learns the flow from
 // its packets up, writes them out of the TUN (its kernel routes them to the
 // server from the client's address), and its stack hands the server's

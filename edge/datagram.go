@@ -42,7 +42,7 @@ func (e *Edge) newNear() *dgram.Near {
 // edge knows whether it can send the passed packets on.
 const PassTCPWarning = "a --near-rule passes TCP unterminated: the far edge must run with --egress transparent (its own TUN, from which it sends the clients' packets on); a far edge with kernel egress drops them and counts them as unsupported datagrams ('wanopt status' there)"
 
-// farTCP returns the far side's FarConfig.WriteTCP: with transparent
+// farTCP returns the far side's FarConfig.WritePacket: with transparent
 // egress, passed TCP packets go out of the TUN, whose kernel routes them
 // to the servers from the clients' addresses; nil without.
 func (e *Edge) farTCP() func([]byte) error {
@@ -96,7 +96,7 @@ func (e *Edge) datagramRoute(dst netip.Addr) dgram.Sender {
 // startFar starts the far side for eg's policy (Run); the returned
 // function stops it.
 func (e *Edge) startFar(eg *egress.Egress) (stop func()) {
-	far := dgram.NewFar(dgram.FarConfig{Check: eg.Check, WriteTCP: e.farTCP(), Logger: e.log.With("sub", "dgram")})
+	far := dgram.NewFar(dgram.FarConfig{Check: eg.Check, WritePacket: e.farTCP(), Logger: e.log.With("sub", "dgram")})
 	e.far.Store(far)
 	return far.Close
 }
