@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"github.com/wanopt/wanopt/bench/exp"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
+	"github.com/wanopt/wanopt/dgram"
 )
 
 // Lab UDP ports of TestEdgeTransparentDatagrams' server: one answers with
@@ -197,4 +200,106 @@ func serveUDPWhoamiAt(t *testing.T, ns string, addr netip.AddrPort) {
 		}
 	}()
 	t.Cleanup(func() { c.Close(); wg.Wait() })
+}
+
+// TestEdgeHubTransparentDatagrams: a hub with transparent egress serves
+// two branches (20 ms, 100 Mbit/s). Each branch's client sends a UDP
+// datagram to the server, which sees that client's own address and port
+// and answers it; the answer, routed into the hub's TUN, reaches the
+// branch that sent the request, each branch's counters showing its own
+// exchange alone; and each branch's client pings the server through the
+// hub, which has no ping sockets.
+func TestEdgeHubTransparentDatagrams(t *testing.T) {
+	needLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const rtt = 20 * time.Millisecond
+	link := wanem.Config{Delay: rtt / 2, RateBps: 100_000_000}
+	l := newLab(t, ctx, link, link)
+	srv := netip.AddrPortFrom(netip.MustParseAddr("198.18.2.2"), udpWhoamiPort)
+	serveUDPWhoamiAt(t, l.Server.NS, srv)
+	dir := t.TempDir()
+	wanopt := filepath.Join(dir, "wanopt")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", wanopt, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build wanopt: %v\n%s", err, out)
+	}
+	hub, err := exp.StartHub(ctx, l, exp.HubOptions{Wanopt: wanopt, Dir: dir, Branches: 2, Transparent: true,
+		Lines: []string{"allow = 198.18.2.2/32", "wan-rate = 100mbit"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"a", "b"}
+	t.Cleanup(func() {
+		hub.Stop()
+		if t.Failed() {
+			for _, n := range append([]string{"hub"}, names...) {
+				t.Logf("%s's log (tail):\n%s", n, hub.Log(n, 3000))
+			}
+		}
+	})
+	if err := l.Sysctl(ctx, l.EdgeB, "net.ipv4.ping_group_range", "1 0"); err != nil {
+		t.Fatal(err)
+	}
+	branchStats := func() map[string]dgram.Stats {
+		t.Helper()
+		hs, err := hub.Status("hub")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]dgram.Stats{}
+		for _, p := range hs.Peers {
+			if p.Datagrams != nil {
+				m[p.Name] = *p.Datagrams
+			}
+		}
+		return m
+	}
+	for i, name := range names {
+		ns := hub.ClientNS(i)
+		before := branchStats()
+		c := dialUDPTo(t, ns, srv)
+		local := c.LocalAddr().(*net.UDPAddr).AddrPort()
+		if _, err := c.Write([]byte("who am I?")); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		buf := make([]byte, 256)
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("branch %s: no answer through the hub: %v", name, err)
+		}
+		seen, err := netip.ParseAddrPort(string(buf[:n]))
+		if err != nil {
+			t.Fatalf("branch %s: answer %q: %v", name, buf[:n], err)
+		}
+		t.Logf("branch %s: the server saw %v; the client's socket is %v", name, seen, local)
+		if seen != local || local.Addr() != hub.ClientAddr(i) {
+			t.Errorf("branch %s: the server saw %v, want the client's own %v, from %v", name, seen, local, hub.ClientAddr(i))
+		}
+		after := branchStats()
+		for _, other := range names {
+			up := after[other].UDP.PacketsUp - before[other].UDP.PacketsUp
+			down := after[other].UDP.PacketsDown - before[other].UDP.PacketsDown
+			want := uint64(0)
+			if other == name {
+				want = 1
+			}
+			if up != want || down != want {
+				t.Errorf("branch %s's exchange: branch %s's counters moved %d up, %d down; want %d each", name, other, up, down, want)
+			}
+		}
+		// The branch's client may ping from its namespace.
+		if err := l.Sysctl(ctx, &lab.Host{NS: ns}, "net.ipv4.ping_group_range", "0 2147483647"); err != nil {
+			t.Fatal(err)
+		}
+		rtts := pingIn(t, ns, "198.18.2.2", 3, 50*time.Millisecond)
+		t.Logf("branch %s: ping through the hub %v", name, rtts)
+		if st := branchStats()[name]; st.ICMP.PacketsDown < after[name].ICMP.PacketsDown+3 {
+			t.Errorf("branch %s's ICMP counters: %+v → %+v", name, after[name].ICMP, st.ICMP)
+		}
+	}
+	hs, _ := hub.Status("hub")
+	if d := hs.DatagramEgress; d != nil {
+		t.Logf("hub datagrams: udp %+v, icmp %+v, flows %d, drops %+v", d.UDP, d.ICMP, d.Flows, d.Drops)
+	}
 }
