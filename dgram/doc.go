@@ -9,6 +9,11 @@
 //	client ─ TUN ─ stack (Config.Divert) ─ Near.Divert ══ datagram ══ Far ─ kernel socket ─ server
 //	client ─ TUN ─ stack.WritePacket ─ Near.Deliver ══ datagram ══ Far's flow reader ─ server
 //
+// or, with transparent egress at the far edge:
+//
+//	... ══ datagram ══ Far ─ WritePacket ─ far TUN ─ far kernel ─ server
+//	... ══ datagram ══ Far.Divert ─ far stack (Config.Divert) ─ far TUN ─ far kernel ─ server
+//
 // The near edge's stack hands every IPv4 and IPv6 packet that is not TCP
 // to Near.Divert before gVisor sees it. Near takes UDP and ICMP/ICMPv6
 // echo requests (so gVisor never answers a ping itself, which would fake
@@ -30,8 +35,9 @@
 //	            near edge to deliver to its client (a reply)
 //	bytes 1...  one IPv4 or IPv6 packet, headers and checksums as on the
 //	            wire: UDP, an ICMP (ICMPv6) echo request (up) or reply
-//	            (down), or a passed flow's TCP segment; no fragments, no
-//	            IPv6 extension headers
+//	            (down), a passed flow's TCP segment, or (down, from a far
+//	            edge with transparent egress) an ICMP error about a
+//	            client's packet; no fragments, no IPv6 extension headers
 //
 // The kind byte lets an edge that both intercepts and egresses (TUN and
 // --allow) tell a request from a reply, which the IP header alone cannot;
@@ -45,7 +51,7 @@
 // TooBigLimited). So the client's path MTU discovery (RFC 1191, 8201)
 // finds the tunnel's; an answer too big for the tunnel on its way back
 // from the far edge is only dropped. Every parser of bytes from the network here returns an error,
-// never panics (FuzzParse, FuzzFar, FuzzNear).
+// never panics (FuzzParse, FuzzFar, FuzzNear, FuzzTCP, FuzzICMPError).
 //
 // # Near rules
 //
@@ -72,7 +78,7 @@
 // that a full segment fits one datagram, as routers clamp it for a tunnel;
 // an aggregate from the TUN's offload (GRO, up to 64 KiB) is cut into
 // segments that fit (segmentTCP). The far edge can send such packets on
-// only from its own TUN (--egress transparent, FarConfig.WriteTCP): it
+// only from its own TUN (--egress transparent, FarConfig.WritePacket): it
 // checks the flow's server against the egress policy, learns the flow from
 // its packets up, writes them out of the TUN (its kernel routes them to the
 // server from the client's address), and its stack hands the server's
@@ -92,4 +98,24 @@
 // governs ICMPv6). A flow ends after IdleTimeout without a packet either
 // way; at most MaxFlows exist at once, and packets that would open more
 // are dropped and counted.
+//
+// # Transparent egress for UDP and ping
+//
+// A far edge with its own TUN (FarConfig.WritePacket) opens no socket: a
+// UDP packet or echo request is written out of the TUN as the client sent
+// it (its source the client's address, its TTL and checksums the
+// client's), after the same policy check, and its flow — keyed as above,
+// an echo by its identifier — enters a table bounded by MaxFlows and
+// forgotten after IdleTimeout. The far kernel routes the servers' answers
+// into the TUN, and its stack hands each non-TCP packet to Far.Divert,
+// which sends back the ones that answer a flow in the table: UDP to the
+// client's address and port, echo replies, and ICMP (ICMPv6) errors —
+// destination unreachable, packet too big, time exceeded, parameter
+// problem — whose quoted packet is a flow's (parseICMPError; an error
+// about a passed TCP flow too). Near.Deliver writes the errors to the
+// client, counted as ICMP. Answers of those kinds to no flow are dropped
+// (Drops.Unmatched); the rest (errors about the stack's own TCP
+// connections, other ICMP) stays the stack's. A hub's branches each own a
+// table; DivertAmong gives an answer to the branch whose table holds its
+// flow.
 package dgram

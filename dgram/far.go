@@ -45,16 +45,19 @@ type FarConfig struct {
 	// Check returns why the egress policy refuses dst, or "" if it allows
 	// it (egress.Egress.Check); ICMP is checked with port 0. Required.
 	Check func(dst netip.AddrPort) string
-	// WriteTCP, if set, writes a passed TCP packet from a near edge's
-	// client (NearRule Pass) out of this edge's TUN, whose kernel routes
-	// it to the server from the client's own address (transparent
-	// egress); the server's answers come back through DivertTCP. Nil: no
-	// TUN, and passed TCP is dropped (Drops.Unsupported), with one
+	// WritePacket, if set, writes a client's packet out of this edge's
+	// TUN, whose kernel routes it to the server from the client's own
+	// address (transparent egress): passed TCP (NearRule Pass), UDP and
+	// ICMP echo requests, each as it came. The answers the kernel routes
+	// back into the TUN come through DivertTCP (TCP) and Divert (the
+	// rest). Nil: no TUN (kernel egress): UDP and echo go out of kernel
+	// sockets, and passed TCP is dropped (Drops.Unsupported), with one
 	// warning. pkt is only valid during the call.
-	WriteTCP func(pkt []byte) error
+	WritePacket func(pkt []byte) error
 	// MaxFlows, IdleTimeout, QueueLen: see the defaults (used when 0).
-	// MaxFlows and the table of passed TCP flows' bound are separate
-	// (DefaultMaxPassFlows, DefaultPassIdleTimeout).
+	// MaxFlows and IdleTimeout bound the table of UDP and echo flows,
+	// whether kernel sockets or transparent; the passed TCP flows' table
+	// has its own (DefaultMaxPassFlows, DefaultPassIdleTimeout).
 	MaxFlows    int
 	IdleTimeout time.Duration
 	QueueLen    int
@@ -88,8 +91,9 @@ type Far struct {
 	warnedPing atomic.Bool
 	warnedSock atomic.Bool
 	warnedTCP  atomic.Bool
-	pass       *tcpTable // passed TCP flows, learnt from their packets up
-	bufs       sync.Pool // *[]byte: DivertTCP's datagrams
+	pass       *tcpTable         // passed TCP flows, learnt from their packets up
+	tr         *flowTable[dgKey] // transparent UDP and echo flows (WritePacket)
+	bufs       sync.Pool         // *[]byte: DivertTCP's and Divert's datagrams
 
 	// The worker's own.
 	udp  map[udpKey]*farFlow
@@ -104,6 +108,17 @@ type icmpKey struct {
 	client, server netip.Addr
 	id             uint16
 }
+
+// dgKey names a transparent datagram flow: a UDP flow by its endpoints,
+// an echo flow by its client's address with the echo identifier as the
+// port, and its server's address with port 0. proto is the packet's
+// (ProtoUDP, ProtoICMP or ProtoICMPv6).
+type dgKey struct {
+	proto          uint8
+	client, server netip.AddrPort
+}
+
+func (k dgKey) endpoints() (client, server netip.AddrPort) { return k.client, k.server }
 
 // farFlow is one entry of the NAT table.
 type farFlow struct {
@@ -139,6 +154,7 @@ func NewFar(cfg FarConfig) *Far {
 		f.log = slog.New(slog.DiscardHandler)
 	}
 	f.pass = newTCPTable(cfg.now, 0, 0)
+	f.tr = newFlowTable[dgKey](cfg.now, cfg.IdleTimeout, cfg.MaxFlows)
 	f.bufs.New = func() any { b := make([]byte, 0, readBufBytes); return &b }
 	go f.run()
 	return f
@@ -157,7 +173,8 @@ func (f *Far) SetTunnel(s Sender) {
 // Stats returns the far side's counters and the size of its table.
 func (f *Far) Stats() Stats {
 	s := f.ctr.Stats()
-	s.Flows = int(f.nflows.Load())
+	s.Flows = int(f.nflows.Load() + f.tr.n.Load())
+	s.FlowsExpired += f.tr.expired.Load()
 	s.TCPFlows = int(f.pass.n.Load())
 	return s
 }
@@ -216,6 +233,7 @@ func (f *Far) run() {
 		case <-tick.C:
 			f.expire()
 			f.pass.sweep()
+			f.tr.sweep()
 		case <-f.stop:
 			for k, fl := range f.udp {
 				f.closeFlow(fl)
@@ -239,6 +257,10 @@ func (f *Far) handle(b []byte) {
 	p, err := Parse(b)
 	if err != nil {
 		f.ctr.parseError(err)
+		return
+	}
+	if f.cfg.WritePacket != nil {
+		f.handleTransparent(b, &p)
 		return
 	}
 	now := f.clock()
@@ -442,7 +464,7 @@ func (f *Far) send(proto uint8, b []byte) {
 // is learnt from its first packet (any but a RST, so that a flow outlives
 // a restart of this edge), if the policy allows its server.
 func (f *Far) handleTCP(b []byte) {
-	if f.cfg.WriteTCP == nil {
+	if f.cfg.WritePacket == nil {
 		f.ctr.unsupported.Add(1)
 		if f.warnedTCP.CompareAndSwap(false, true) {
 			f.log.Warn("the near edge passes TCP unterminated (--near-rule pass:tcp:...), which this edge can only send on with --egress transparent (its own TUN); dropping those packets, further ones only counted")
@@ -471,8 +493,8 @@ func (f *Far) handleTCP(b []byte) {
 			return
 		}
 	}
-	f.pass.seen(e, &p, true)
-	if err := f.cfg.WriteTCP(b[:p.len]); err != nil {
+	f.pass.seen(e, p.flags, p.len, true)
+	if err := f.cfg.WritePacket(b[:p.len]); err != nil {
 		f.ctr.socketErrors.Add(1)
 		return
 	}
@@ -496,7 +518,7 @@ func (f *Far) DivertTCP(pkt []byte) bool {
 	if e == nil {
 		return false
 	}
-	f.pass.seen(e, &p, false)
+	f.pass.seen(e, p.flags, p.len, false)
 	box := f.sender.Load()
 	if box == nil {
 		f.ctr.noTunnel.Add(1)
@@ -535,5 +557,177 @@ func (f *Far) DivertTCP(pkt []byte) bool {
 		return true
 	}
 	f.ctr.down(ProtoTCP, p.len)
+	return true
+}
+
+// handleTransparent writes a client's UDP packet or echo request, parsed
+// as p, out of the TUN as it came (worker): its source is the client's
+// address, and its TTL and checksums the client's (the near edge's TUN
+// reader completed any partial checksum; the kernels on the way each
+// take one from the TTL, as routers do). A flow is learnt from its first
+// packet if the policy allows its server and the table has room.
+func (f *Far) handleTransparent(b []byte, p *Packet) {
+	var k dgKey
+	switch {
+	case p.IsUDP():
+		k = dgKey{ProtoUDP, p.SrcAddrPort(), p.DstAddrPort()}
+	case p.IsEchoRequest():
+		k = dgKey{p.Proto, netip.AddrPortFrom(p.Src, p.ID), netip.AddrPortFrom(p.Dst, 0)}
+	default:
+		f.ctr.unsupported.Add(1)
+		return
+	}
+	e := f.tr.get(k)
+	if e == nil {
+		dst := netip.AddrPortFrom(p.Dst.Unmap(), p.DstPort)
+		if why := f.cfg.Check(dst); why != "" {
+			f.ctr.notAllowed.Add(1)
+			f.log.Debug("datagram destination refused", "src", p.SrcAddrPort(), "dst", dst, "proto", p.Proto, "why", why)
+			return
+		}
+		if e = f.tr.add(k); e == nil {
+			f.ctr.flowLimit.Add(1)
+			return
+		}
+		f.ctr.flowsOpened.Add(1)
+		f.log.Debug("transparent datagram flow opened", "client", k.client, "server", k.server, "proto", p.Proto)
+	}
+	f.tr.seen(e, 0, p.Len, true)
+	if err := f.cfg.WritePacket(b[:p.Len]); err != nil {
+		f.ctr.socketErrors.Add(1)
+		return
+	}
+	f.ctr.up(p.Proto, p.Len)
+}
+
+// Divert is the far edge's stack's Config.Divert with transparent egress
+// (WritePacket): it takes the packets the kernel routes into the TUN that
+// answer a transparent flow — UDP to a client's address and port, echo
+// replies, and ICMP errors about a flow's packets (a passed TCP flow's
+// too) — and sends each, whole, to the near edge. An answer of those
+// kinds to no flow seen here (one forgotten idle, or never sent) is
+// dropped and counted (Drops.Unmatched), rather than left to the stack,
+// which would answer for the client. It leaves the rest to the stack:
+// ICMP errors about the stack's own TCP connections, other ICMP, other
+// protocols, what does not parse. It does not block; without WritePacket
+// it takes nothing.
+func (f *Far) Divert(pkt []byte) bool {
+	if f.cfg.WritePacket == nil {
+		return false
+	}
+	return DivertAmong(pkt, f)
+}
+
+// DivertAmong is Divert for a hub's far sides, one a branch (all with
+// WritePacket): the packet is read once and goes to the far side whose
+// table holds the flow it answers. An answer of no flow in any is counted
+// (Drops.Unmatched) by the first far side, the hub's first branch.
+func DivertAmong(pkt []byte, fars ...*Far) bool {
+	if len(fars) == 0 {
+		return false
+	}
+	a, ok := readAnswer(pkt)
+	if !ok {
+		return false
+	}
+	for _, f := range fars {
+		if f.take(pkt, &a) {
+			return true
+		}
+	}
+	if a.aboutTCP {
+		return false // about the stack's own connection
+	}
+	fars[0].ctr.unmatched.Add(1)
+	return true
+}
+
+// answer is what readAnswer read of a packet that may answer a flow.
+type answer struct {
+	// aboutTCP: an ICMP error about a TCP segment (tk); else the
+	// datagram flow dk.
+	aboutTCP bool
+	tk       tcpKey
+	dk       dgKey
+	n        int   // the packet's length
+	proto    uint8 // the protocol it is counted as
+}
+
+// readAnswer reads pkt, from the TUN, as an answer to a flow the far
+// side may have sent on: UDP, an echo reply, or an ICMP error about UDP,
+// an echo request or TCP; false for anything else (the stack's).
+func readAnswer(pkt []byte) (answer, bool) {
+	var a answer
+	proto, ok := Protocol(pkt)
+	if !ok {
+		return a, false
+	}
+	switch {
+	case maybeICMPError(pkt, proto):
+		ie, err := parseICMPError(pkt)
+		if err != nil {
+			return a, false // the stack's to use or drop, as before
+		}
+		a.n, a.proto = ie.len, ProtoICMP // counted as ICMP, whatever it is about
+		if ie.proto == ProtoTCP {
+			a.aboutTCP, a.tk = true, tcpKey{ie.from, ie.to}
+		} else {
+			a.dk = dgKey{ie.proto, ie.from, ie.to}
+		}
+		return a, true
+	case proto == ProtoUDP || proto == ProtoICMP || proto == ProtoICMPv6:
+		p, err := Parse(pkt)
+		if err != nil {
+			return a, false // other ICMP, fragments, malformed: the stack's
+		}
+		switch {
+		case p.IsUDP():
+			a.dk = dgKey{ProtoUDP, p.DstAddrPort(), p.SrcAddrPort()}
+		case p.IsEchoReply():
+			a.dk = dgKey{p.Proto, netip.AddrPortFrom(p.Dst, p.ID), netip.AddrPortFrom(p.Src, 0)}
+		default:
+			return a, false // an echo request to a client's address: the stack's
+		}
+		a.n, a.proto = p.Len, p.Proto
+		return a, true
+	}
+	return a, false
+}
+
+// take sends pkt, read as a, to the near edge if it answers a flow in
+// f's tables, and reports whether it did (a drop on the way counted).
+func (f *Far) take(pkt []byte, a *answer) bool {
+	if a.aboutTCP {
+		e := f.pass.get(a.tk)
+		if e == nil {
+			return false
+		}
+		f.pass.seen(e, 0, 0, false)
+	} else {
+		e := f.tr.get(a.dk)
+		if e == nil {
+			return false
+		}
+		f.tr.seen(e, 0, a.n, false)
+	}
+	box := f.sender.Load()
+	if box == nil {
+		f.ctr.noTunnel.Add(1)
+		return true
+	}
+	if 1+a.n > box.s.MaxDatagramBytes() {
+		f.ctr.tooBig.Add(1)
+		return true
+	}
+	bp := f.bufs.Get().(*[]byte)
+	b := append(append((*bp)[:0], KindDown), pkt[:a.n]...)
+	err := box.s.SendDatagram(b)
+	*bp = b
+	f.bufs.Put(bp)
+	if err != nil {
+		countSendError(&f.ctr, err)
+		return true
+	}
+	f.ctr.down(a.proto, a.n)
 	return true
 }

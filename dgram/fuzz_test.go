@@ -67,15 +67,36 @@ func FuzzNear(f *testing.F) {
 }
 
 // FuzzFar: the far edge's worker takes any bytes (its policy refuses
-// everything here, so no socket is opened).
+// everything here, so no socket is opened); so does a transparent far
+// side (WritePacket), which allows everything, from the tunnel and from
+// its TUN (Divert), within its table's bound, writing out only packets
+// Parse accepts.
 func FuzzFar(f *testing.F) {
 	far := NewFar(FarConfig{Check: func(netip.AddrPort) string { return "refused" }})
 	far.Close() // the test calls handle itself, as the worker would
+	const maxFlows = 16
+	tr := NewFar(FarConfig{Check: func(netip.AddrPort) string { return "" }, MaxFlows: maxFlows,
+		WritePacket: func(p []byte) error {
+			if proto, _ := Protocol(p); proto == ProtoTCP {
+				return nil
+			}
+			if _, err := Parse(p); err != nil {
+				panic("wrote out a packet Parse refuses: " + err.Error())
+			}
+			return nil
+		}})
+	tr.Close()
+	tr.SetTunnel(discardSender{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		far.handle(b)
 		Demux(b, nil, far)
 		if far.nflows.Load() != 0 {
 			t.Fatal("a refused destination opened a flow")
+		}
+		tr.handle(b)
+		tr.Divert(b)
+		if n := tr.tr.n.Load(); n > maxFlows {
+			t.Fatalf("%d transparent flows, bound %d", n, maxFlows)
 		}
 	})
 }

@@ -260,11 +260,15 @@ var limitedBroadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 const ipv6FragmentHeader = 44
 
 // Deliver takes a KindDown datagram's packet (the kind byte removed) and
-// writes it to the TUN. Only UDP, echo replies and the packets of passed
-// TCP flows are written.
+// writes it to the TUN. Only UDP, echo replies, the packets of passed TCP
+// flows and ICMP errors about the clients' packets (from a far edge with
+// transparent egress; about TCP, only a passed flow's) are written.
 func (n *Near) Deliver(pkt []byte) {
 	if proto, ok := Protocol(pkt); ok && proto == ProtoTCP {
 		n.deliverTCP(pkt)
+		return
+	} else if ok && maybeICMPError(pkt, proto) {
+		n.deliverICMPError(pkt)
 		return
 	}
 	p, err := Parse(pkt)
@@ -368,7 +372,7 @@ func (n *Near) DivertTCP(pkt []byte) bool {
 	if e == nil {
 		return false
 	}
-	n.pass.seen(e, &p, true)
+	n.pass.seen(e, p.flags, p.len, true)
 	s := n.cfg.Route(p.dst.Addr())
 	if s == nil {
 		n.ctr.noTunnel.Add(1)
@@ -410,7 +414,7 @@ func (n *Near) deliverTCP(pkt []byte) {
 		n.ctr.notAllowed.Add(1)
 		return
 	}
-	n.pass.seen(e, &p, false)
+	n.pass.seen(e, p.flags, p.len, false)
 	if err := n.cfg.Write(pkt[:p.len]); err != nil {
 		n.ctr.socketErrors.Add(1)
 		return
@@ -436,4 +440,24 @@ func (n *Near) sendSegments(s Sender, pkt []byte, p *tcpPacket, limit int) {
 		n.ctr.tooBig.Add(1)
 		n.answerTooBig(pkt, &Packet{Src: p.src.Addr(), Dst: p.dst.Addr(), Len: p.len}, limit-1)
 	}
+}
+
+// deliverICMPError writes an ICMP error about a client's packet to the
+// TUN. An error about TCP is written only for a passed flow (the stack
+// terminates the others: their errors are the far edge's own).
+func (n *Near) deliverICMPError(pkt []byte) {
+	ie, err := parseICMPError(pkt)
+	if err != nil {
+		n.ctr.parseError(err)
+		return
+	}
+	if ie.proto == ProtoTCP && n.pass.get(tcpKey{ie.from, ie.to}) == nil {
+		n.ctr.notAllowed.Add(1)
+		return
+	}
+	if err := n.cfg.Write(pkt[:ie.len]); err != nil {
+		n.ctr.socketErrors.Add(1)
+		return
+	}
+	n.ctr.down(ProtoICMP, ie.len)
 }

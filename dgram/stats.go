@@ -10,14 +10,17 @@ import (
 // packet bytes, and the packets dropped, by reason.
 type Stats struct {
 	UDP ProtoStats `json:"udp"`
-	// ICMP counts echo requests (up) and replies (down), IPv4 and IPv6.
+	// ICMP counts echo requests (up) and replies (down), IPv4 and IPv6,
+	// and (down) the ICMP errors about a flow that a far edge with
+	// transparent egress sends back, whatever the flow's protocol.
 	ICMP ProtoStats `json:"icmp"`
 	// TCP counts the packets of TCP flows a near edge's rule passes
 	// (--near-rule pass:tcp:...), carried whole instead of terminated;
 	// TCPFlows is the passed flows' table now (either edge's).
 	TCP      ProtoStats `json:"tcp"`
 	TCPFlows int        `json:"tcp_flows"`
-	// Flows is the far edge's NAT table now; FlowsOpened and FlowsExpired
+	// Flows is the far edge's NAT table now (with transparent egress:
+	// its table of UDP and echo flows, which hold no socket); FlowsOpened and FlowsExpired
 	// count its entries since start (expired: idle for IdleTimeout).
 	Flows        int    `json:"flows"`
 	FlowsOpened  uint64 `json:"flows_opened"`
@@ -42,7 +45,7 @@ func (s Stats) Add(o Stats) Stats {
 		FlowsOpened: s.FlowsOpened + o.FlowsOpened, FlowsExpired: s.FlowsExpired + o.FlowsExpired,
 		Drops: Drops{NotAllowed: d.NotAllowed + x.NotAllowed, TooBig: d.TooBig + x.TooBig, QueueFull: d.QueueFull + x.QueueFull,
 			Malformed: d.Malformed + x.Malformed, Unsupported: d.Unsupported + x.Unsupported, NoTunnel: d.NoTunnel + x.NoTunnel,
-			FlowLimit: d.FlowLimit + x.FlowLimit, Policy: d.Policy + x.Policy, SocketErrors: d.SocketErrors + x.SocketErrors},
+			FlowLimit: d.FlowLimit + x.FlowLimit, Policy: d.Policy + x.Policy, Unmatched: d.Unmatched + x.Unmatched, SocketErrors: d.SocketErrors + x.SocketErrors},
 		TooBigAnswered: s.TooBigAnswered + o.TooBigAnswered, TooBigLimited: s.TooBigLimited + o.TooBigLimited}
 }
 
@@ -78,6 +81,10 @@ type Drops struct {
 	FlowLimit uint64 `json:"flow_limit"`
 	// Policy: a near edge's rule (--near-rule) says drop.
 	Policy uint64 `json:"policy"`
+	// Unmatched: at a far edge with transparent egress, a UDP packet,
+	// echo reply or ICMP error the kernel routed into its TUN that
+	// answers no flow in its table (forgotten idle, or never sent).
+	Unmatched uint64 `json:"unmatched"`
 	// SocketErrors: the far edge's socket could not be opened or failed
 	// to send or receive (e.g. ping sockets not allowed: see
 	// net.ipv4.ping_group_range), or the near edge's TUN queue refused
@@ -87,7 +94,7 @@ type Drops struct {
 
 // Total is the sum of the drops.
 func (d Drops) Total() uint64 {
-	return d.NotAllowed + d.TooBig + d.QueueFull + d.Malformed + d.Unsupported + d.NoTunnel + d.FlowLimit + d.Policy + d.SocketErrors
+	return d.NotAllowed + d.TooBig + d.QueueFull + d.Malformed + d.Unsupported + d.NoTunnel + d.FlowLimit + d.Policy + d.Unmatched + d.SocketErrors
 }
 
 // Counters are the live counters behind Stats, safe for concurrent use.
@@ -97,7 +104,7 @@ type Counters struct {
 	tooBigAnswered           atomic.Uint64
 	tooBigLimited            atomic.Uint64
 
-	notAllowed, tooBig, queueFull, malformed, unsupported, noTunnel, flowLimit, policy, socketErrors atomic.Uint64
+	notAllowed, tooBig, queueFull, malformed, unsupported, noTunnel, flowLimit, policy, unmatched, socketErrors atomic.Uint64
 }
 
 type protoCounters struct{ pktUp, bytesUp, pktDown, bytesDown atomic.Uint64 }
@@ -140,6 +147,6 @@ func (c *Counters) Stats() Stats {
 	}
 	return Stats{UDP: ps(&c.udp), ICMP: ps(&c.icmp), TCP: ps(&c.tcp), FlowsOpened: c.flowsOpened.Load(), FlowsExpired: c.flowsExpire.Load(),
 		Drops: Drops{NotAllowed: c.notAllowed.Load(), TooBig: c.tooBig.Load(), QueueFull: c.queueFull.Load(), Malformed: c.malformed.Load(),
-			Unsupported: c.unsupported.Load(), NoTunnel: c.noTunnel.Load(), FlowLimit: c.flowLimit.Load(), Policy: c.policy.Load(), SocketErrors: c.socketErrors.Load()},
+			Unsupported: c.unsupported.Load(), NoTunnel: c.noTunnel.Load(), FlowLimit: c.flowLimit.Load(), Policy: c.policy.Load(), Unmatched: c.unmatched.Load(), SocketErrors: c.socketErrors.Load()},
 		TooBigAnswered: c.tooBigAnswered.Load(), TooBigLimited: c.tooBigLimited.Load()}
 }

@@ -309,7 +309,7 @@ func TestFarPassTCP(t *testing.T) {
 		}
 		return "not allowed by policy"
 	}
-	far := NewFar(FarConfig{Check: check, WriteTCP: func(p []byte) error {
+	far := NewFar(FarConfig{Check: check, WritePacket: func(p []byte) error {
 		mu.Lock()
 		defer mu.Unlock()
 		out = append(out, bytes.Clone(p))
@@ -385,7 +385,7 @@ func FuzzTCP(f *testing.F) {
 				t.Fatalf("sent %d bytes of a %d-byte packet", len(d)-1, p.len)
 			}
 		}
-		far := NewFar(FarConfig{Check: func(netip.AddrPort) string { return "" }, WriteTCP: func([]byte) error { return nil }})
+		far := NewFar(FarConfig{Check: func(netip.AddrPort) string { return "" }, WritePacket: func([]byte) error { return nil }})
 		far.Close() // the test calls handleTCP itself, as the worker would
 		far.SetTunnel(s)
 		far.handleTCP(b)

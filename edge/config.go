@@ -81,7 +81,9 @@ type Config struct {
 	// send the client's own packets on.
 	NearRules dgram.NearRules
 	// Transparent connects flows from the client's address through the
-	// TUN's stack (--egress transparent) instead of a kernel socket.
+	// TUN's stack (--egress transparent) instead of a kernel socket, and
+	// sends the clients' UDP, pings and passed TCP out of the TUN from
+	// their own addresses instead of from kernel sockets.
 	Transparent bool
 	DialTimeout time.Duration // --dial-timeout
 	// MaxFlows caps the flows open at once (--max-flows); the memory

@@ -78,6 +78,9 @@ type Edge struct {
 	// sends the peer's on (set by Run). See datagram.go.
 	near *dgram.Near
 	far  atomic.Pointer[dgram.Far]
+	// hubFars are a hub's branches' far sides (storeHubFarsLocked), for
+	// the stack's divert functions.
+	hubFars atomic.Pointer[[]*dgram.Far]
 }
 
 // New checks cfg and returns an edge ready to Run. It opens nothing yet.
@@ -268,9 +271,7 @@ func (e *Edge) openIngress(ctx context.Context) error {
 		SendBuffer:    stack.BufferRange{Min: 4 << 10, Default: bp.SendFloor, Max: bp.SendGrown},
 		Budget:        e.budget,
 	}
-	if e.near != nil {
-		scfg.Divert = e.near.Divert
-	}
+	scfg.Divert = e.divert()
 	scfg.DivertTCP = e.divertTCP()
 	var capt *tun.Capture
 	if cfg.CaptureDir != "" {

@@ -219,8 +219,9 @@ func (e *Edge) startBranch(cfg Config, b Branch) {
 			Budget: e.budget, Logger: e.log.With("sub", "egress", "branch", b.Name)})}
 	// Check reads the policy in force: a reload's SetPolicy holds for the
 	// next new datagram flow (flows open stay, as TCP flows do).
-	br.far = dgram.NewFar(dgram.FarConfig{Check: br.eg.Check, Logger: e.log.With("sub", "dgram", "branch", b.Name)})
+	br.far = dgram.NewFar(dgram.FarConfig{Check: br.eg.Check, WritePacket: e.farWrite(), Logger: e.log.With("sub", "dgram", "branch", b.Name)})
 	e.branches = append(e.branches, br)
+	e.storeHubFarsLocked()
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
@@ -239,6 +240,7 @@ func (e *Edge) stopBranch(name string) {
 		if b.Name == name {
 			br = b
 			e.branches = append(e.branches[:i:i], e.branches[i+1:]...)
+			e.storeHubFarsLocked()
 			break
 		}
 	}

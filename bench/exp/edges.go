@@ -31,6 +31,7 @@ const (
 	// With EdgeOptions.IPv6 the near edge also intercepts the server's
 	// IPv6 LAN; with TunnelIPv6 the tunnel crosses the link over IPv6.
 	serverLAN6     = "2001:2:0:2::/64"
+	clientLAN6     = "2001:2:0:1::/64" // routed into the far edge's TUN with IPv6 and Transparent
 	farEdgeListen6 = "[2001:2::2]:4500"
 )
 
@@ -56,7 +57,8 @@ type EdgeOptions struct {
 	Args, NearArgs, FarArgs []string
 	// IPv6 routes the server's IPv6 LAN (2001:2:0:2::/64) into the near
 	// edge's TUN too, so the client's IPv6 flows to the server are
-	// intercepted (the far edge still needs an Allow rule for them).
+	// intercepted (the far edge still needs an Allow rule for them); with
+	// Transparent, the client's IPv6 LAN into the far edge's TUN too.
 	IPv6 bool
 	// TunnelIPv6 runs the tunnel itself over IPv6: the far edge listens on,
 	// and the near edge dials, [2001:2::2]:4500 instead of 198.18.0.2:4500.
@@ -81,6 +83,7 @@ type Edges struct {
 	routeMoved bool // edgeA's route to the server's LAN points into wo0
 	route6     bool // and so does its route to the server's IPv6 LAN
 	farRoute   bool // edgeB's route to the client's LAN points into wo1
+	farRoute6  bool // and so does its route to the client's IPv6 LAN
 	caps       []*cgroup.CPUCap
 }
 
@@ -139,6 +142,10 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	if o.Transparent {
 		e.farRoute = true // --tun-setup moves it; Stop puts it back
 		farArgs = append(farArgs, "--egress", "transparent", "--tun", farEdgeTUN, "--tun-setup", "--route", clientLAN)
+		if o.IPv6 {
+			e.farRoute6 = true
+			farArgs = append(farArgs, "--route", clientLAN6)
+		}
 	}
 	farArgs = append(append(farArgs, o.Args...), o.FarArgs...)
 	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", o.EdgeCPU, farArgs...); err != nil {
@@ -411,6 +418,11 @@ func (e *Edges) Stop() error {
 	}
 	if e.farRoute {
 		if err := routeReplace(ctx, e.l.EdgeB, clientLAN, "wan0"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if e.farRoute6 {
+		if err := routeReplace(ctx, e.l.EdgeB, clientLAN6, "wan0"); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -3,7 +3,9 @@ package exp
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -27,6 +29,14 @@ type HubOptions struct {
 	Lines []string
 	// Up bounds the wait for the listed branches' tunnels (default 20 s).
 	Up time.Duration
+	// Transparent runs the hub with transparent egress on its own TUN
+	// (wo1), every branch's clients' addresses routed into it, so servers
+	// see each branch's clients' own addresses. Branch a's clients are the
+	// lab's client LAN; a further branch's near edge and clients share its
+	// namespace, whose own address carries the tunnel, so its clients get
+	// a second address (ClientAddr), the source of its route to the
+	// server's LAN, and the hub routes only that one into its TUN.
+	Transparent bool
 }
 
 // Hub is a far edge serving several branches in an edges lab (wanopt run
@@ -118,6 +128,17 @@ func StartHub(ctx context.Context, l *lab.Lab, o HubOptions) (*Hub, error) {
 	if err := routeReplace(ctx, l.EdgeA, serverLAN, edgeTUN); err != nil {
 		return nil, err
 	}
+	if o.Transparent {
+		for k := 1; k < o.Branches; k++ {
+			b, a := h.branches[k], h.ClientAddr(k).String()
+			if out, err := exec.CommandContext(ctx, "ip", "-n", b.NS, "addr", "add", a+"/24", "dev", "lan0").CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("branch %s's client address %s: %w: %s", BranchName(k), a, err, strings.TrimSpace(string(out)))
+			}
+			if out, err := exec.CommandContext(ctx, "ip", "-n", b.NS, "route", "replace", serverLAN, "dev", edgeTUN, "src", a).CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("branch %s's route to the server's LAN from %s: %w: %s", BranchName(k), a, err, strings.TrimSpace(string(out)))
+			}
+		}
+	}
 	ok = true
 	return h, nil
 }
@@ -130,6 +151,14 @@ func (h *Hub) ConfigFile() string { return filepath.Join(h.dir, "hub.conf") }
 // Reload.
 func (h *Hub) Configure(n int, extra ...string) error {
 	lines := []string{"key = " + h.hubKey, "listen = " + farEdgeListen}
+	if h.o.Transparent {
+		// Branch a's clients are the lab's client LAN; a further branch's
+		// are its namespace's own LAN (lab.AddBranch).
+		lines = append(lines, "egress = transparent", "tun = "+farEdgeTUN, "tun-setup = true", "route = "+clientLAN)
+		for k := 1; k < h.o.Branches; k++ {
+			lines = append(lines, "route = "+h.ClientAddr(k).String()+"/32")
+		}
+	}
 	lines = append(lines, h.o.Lines...)
 	for i := range n {
 		lines = append(lines, "branch = "+BranchName(i)+":"+h.pubs[i])
@@ -185,6 +214,16 @@ func (h *Hub) WaitUp(ctx context.Context, name string, d time.Duration) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// ClientAddr is the address branch i's clients connect from with
+// HubOptions.Transparent: the lab's client for branch a, the branch
+// namespace's second address (198.18.2K.3) for the others.
+func (h *Hub) ClientAddr(i int) netip.Addr {
+	if i == 0 {
+		return netip.MustParseAddr("198.18.1.2")
+	}
+	return netip.AddrFrom4([4]byte{198, 18, byte(20 + i), 3})
 }
 
 // ClientNS is the namespace branch i's clients connect from.

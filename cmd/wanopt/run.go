@@ -255,10 +255,10 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		s, x := d.s, d.s.Drops
-		fmt.Fprintf(stdout, "%s: udp %d pkts/%d B up, %d pkts/%d B down; ping %d up, %d down; passed tcp %d pkts/%d B up, %d pkts/%d B down, %d flows; %d flows (%d opened, %d expired); dropped: %d by near rules, %d not allowed, %d too big (%d answered, %d over the answers' rate), %d queue full, %d malformed, %d unsupported, %d no tunnel, %d flow limit, %d socket errors\n",
+		fmt.Fprintf(stdout, "%s: udp %d pkts/%d B up, %d pkts/%d B down; ping %d up, %d down; passed tcp %d pkts/%d B up, %d pkts/%d B down, %d flows; %d flows (%d opened, %d expired); dropped: %d by near rules, %d not allowed, %d too big (%d answered, %d over the answers' rate), %d queue full, %d malformed, %d unsupported, %d no tunnel, %d flow limit, %d unmatched answers, %d socket errors\n",
 			d.name, s.UDP.PacketsUp, s.UDP.BytesUp, s.UDP.PacketsDown, s.UDP.BytesDown, s.ICMP.PacketsUp, s.ICMP.PacketsDown,
 			s.TCP.PacketsUp, s.TCP.BytesUp, s.TCP.PacketsDown, s.TCP.BytesDown, s.TCPFlows, s.Flows, s.FlowsOpened, s.FlowsExpired,
-			x.Policy, x.NotAllowed, x.TooBig, s.TooBigAnswered, s.TooBigLimited, x.QueueFull, x.Malformed, x.Unsupported, x.NoTunnel, x.FlowLimit, x.SocketErrors)
+			x.Policy, x.NotAllowed, x.TooBig, s.TooBigAnswered, s.TooBigLimited, x.QueueFull, x.Malformed, x.Unsupported, x.NoTunnel, x.FlowLimit, x.Unmatched, x.SocketErrors)
 	}
 	m := r.Memory
 	fmt.Fprintf(stdout, "memory: %d of %d flows admitted (%d KiB floor each), %d refused; grants %.1f of %.1f MiB held, %d taken, %d refused\n",

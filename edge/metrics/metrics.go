@@ -136,7 +136,7 @@ func newDgramDescs(prefix string, labels ...string) dgramDescs {
 	return dgramDescs{
 		packets: desc(prefix+"datagram_packets_total", "UDP and ICMP echo packets, and the packets of TCP flows a near rule passes, carried as tunnel datagrams, by side (ingress: the clients' here; egress: sent on to the servers from here), protocol (udp, icmp, tcp) and direction (up: toward the servers; down: the answers).", l("side", "protocol", "direction")...),
 		bytes:   desc(prefix+"datagram_bytes_total", "IP packet bytes of the datagram packets, by side, protocol and direction.", l("side", "protocol", "direction")...),
-		dropped: desc(prefix+"datagram_dropped_packets_total", "Datagram packets dropped, by side and reason: not_allowed, too_big, queue_full, malformed, unsupported, no_tunnel, flow_limit, policy (a near rule drops them), socket_error.", l("side", "reason")...),
+		dropped: desc(prefix+"datagram_dropped_packets_total", "Datagram packets dropped, by side and reason: not_allowed, too_big, queue_full, malformed, unsupported, no_tunnel, flow_limit, policy (a near rule drops them), unmatched (an answer at a far edge with transparent egress to no flow it sent on), socket_error.", l("side", "reason")...),
 		flows:   desc(prefix+"datagram_flows", "Datagram flows (UDP or ping sockets) the egress holds open now.", labels...),
 		tooBig:  desc(prefix+"datagram_too_big_answers_total", "Packets too big for a tunnel datagram, by whether the client was sent an ICMP packet-too-big answer (sent) or the answers' rate limit held it back (rate_limited).", l("result")...),
 	}
@@ -168,7 +168,7 @@ func collectDatagrams(gauge func(*prometheus.Desc, float64, ...string), counter 
 		reason string
 		n      uint64
 	}{{"not_allowed", x.NotAllowed}, {"too_big", x.TooBig}, {"queue_full", x.QueueFull}, {"malformed", x.Malformed},
-		{"unsupported", x.Unsupported}, {"no_tunnel", x.NoTunnel}, {"flow_limit", x.FlowLimit}, {"policy", x.Policy}, {"socket_error", x.SocketErrors}} {
+		{"unsupported", x.Unsupported}, {"no_tunnel", x.NoTunnel}, {"flow_limit", x.FlowLimit}, {"policy", x.Policy}, {"unmatched", x.Unmatched}, {"socket_error", x.SocketErrors}} {
 		counter(d.dropped, r.n, l(side, r.reason)...)
 	}
 	if side == "egress" {
