@@ -217,7 +217,12 @@ func (b *BBR) updateCongestionSignals(rs *RateSample, ev *AckEvent) {
 		b.lossEventsInRound++
 		b.lostInRound += rs.NewlyLost
 	}
-	if rs.RTT > 0 && (b.minRTTInRound == 0 || rs.RTT < b.minRTTInRound) {
+	// Only a packet sent while the flow pushed (not application-limited)
+	// tells whether the flow's own sending left the queue empty: after
+	// idle, a burst's first flight goes out app-limited into an empty
+	// queue, and its samples at the min RTT would make the round quiet
+	// even when the rest of the burst overflowed the queue.
+	if rs.RTT > 0 && !rs.IsAppLimited && (b.minRTTInRound == 0 || rs.RTT < b.minRTTInRound) {
 		b.minRTTInRound = rs.RTT
 	}
 	if !b.lossRoundStart {

@@ -208,6 +208,19 @@ type F5Run struct {
 	// keep-alive held.
 	Connections int    `json:"connections"`
 	Capture     string `json:"capture,omitempty"`
+	// Files are curl's timings of each file, by connection (chain) and
+	// in request order.
+	Files []F5FileTiming `json:"files,omitempty"`
+}
+
+// F5FileTiming is curl's account of one file: its connection (from 0)
+// and, from the start of its request, when the first byte of the answer
+// arrived and when the last did (time_starttransfer, time_total).
+type F5FileTiming struct {
+	Name   string  `json:"name"`
+	Conn   int     `json:"conn"`
+	FirstS float64 `json:"first_byte_s"`
+	TotalS float64 `json:"total_s"`
 }
 
 // F5Row is one RTT, profile and number of connections: plain TCP through
@@ -494,7 +507,7 @@ func (f *f5Lab) fetch(ctx context.Context, files []F5File, conns int, timeout ti
 	errs := make([]*strings.Builder, len(chains))
 	for i, chain := range chains {
 		args := []string{"curl", "--http1.1", "--silent", "--show-error", "--fail", "--noproxy", "*",
-			"--output-dir", dir, "--remote-name-all", "--write-out", "%{http_code} %{size_download} %{num_connects} %{url_effective}\\n"}
+			"--output-dir", dir, "--remote-name-all", "--write-out", "%{http_code} %{size_download} %{num_connects} %{time_starttransfer} %{time_total} %{url_effective}\\n"}
 		for _, file := range chain {
 			args = append(args, fmt.Sprintf("http://%s:%d/%s", f.l.Server.Addr, f5Port, file.Name))
 		}
@@ -526,7 +539,7 @@ func (f *f5Lab) fetch(ctx context.Context, files []F5File, conns int, timeout ti
 		return run, err
 	}
 	for i, chain := range chains {
-		n, err := checkCurlReport(outs[i].String(), chain)
+		n, timings, err := checkCurlReport(outs[i].String(), chain)
 		if err != nil {
 			return run, fmt.Errorf("connection %d of %d: %w", i+1, conns, err)
 		}
@@ -534,46 +547,52 @@ func (f *f5Lab) fetch(ctx context.Context, files []F5File, conns int, timeout ti
 			return run, fmt.Errorf("connection %d of %d: curl opened %d TCP connections for its %d files, want one kept alive", i+1, conns, n, len(chain))
 		}
 		run.Connections += n
+		for _, t := range timings {
+			t.Conn = i
+			run.Files = append(run.Files, t)
+		}
 	}
 	return run, verifyFiles(dir, files)
 }
 
 // checkCurlReport reads curl's --write-out lines ("code size connects
-// url", one per file) and checks each file's status and size; it returns
-// the TCP connections curl opened.
-func checkCurlReport(out string, files []F5File) (connects int, err error) {
+// first-byte-s total-s url", one per file) and checks each file's status
+// and size; it returns the TCP connections curl opened and each file's
+// timings in the report's order.
+func checkCurlReport(out string, files []F5File) (connects int, timings []F5FileTiming, err error) {
 	want := map[string]int64{}
 	for _, f := range files {
 		want[f.Name] = f.Size
 	}
-	seen := 0
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) != 4 {
-			return 0, fmt.Errorf("unexpected curl report line %q", sc.Text())
+		if len(fields) != 6 {
+			return 0, nil, fmt.Errorf("unexpected curl report line %q", sc.Text())
 		}
-		name := fields[3][strings.LastIndexByte(fields[3], '/')+1:]
+		name := fields[5][strings.LastIndexByte(fields[5], '/')+1:]
 		size, ok := want[name]
 		if !ok {
-			return 0, fmt.Errorf("curl reports %s, which it was not asked for (or twice)", fields[3])
+			return 0, nil, fmt.Errorf("curl reports %s, which it was not asked for (or twice)", fields[5])
 		}
 		delete(want, name)
 		got, err1 := strconv.ParseInt(fields[1], 10, 64)
 		n, err2 := strconv.Atoi(fields[2])
-		if err := errors.Join(err1, err2); err != nil {
-			return 0, fmt.Errorf("curl report line %q: %w", sc.Text(), err)
+		first, err3 := strconv.ParseFloat(fields[3], 64)
+		total, err4 := strconv.ParseFloat(fields[4], 64)
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
+			return 0, nil, fmt.Errorf("curl report line %q: %w", sc.Text(), err)
 		}
 		if fields[0] != "200" || got != size {
-			return 0, fmt.Errorf("%s: HTTP %s, %d bytes; want 200 and %d bytes", name, fields[0], got, size)
+			return 0, nil, fmt.Errorf("%s: HTTP %s, %d bytes; want 200 and %d bytes", name, fields[0], got, size)
 		}
 		connects += n
-		seen++
+		timings = append(timings, F5FileTiming{Name: name, FirstS: first, TotalS: total})
 	}
-	if seen != len(files) {
-		return 0, fmt.Errorf("curl reported %d of %d files", seen, len(files))
+	if len(timings) != len(files) {
+		return 0, nil, fmt.Errorf("curl reported %d of %d files", len(timings), len(files))
 	}
-	return connects, nil
+	return connects, timings, nil
 }
 
 // verifyFiles checks the SHA-256 of every file fetched into dir.
