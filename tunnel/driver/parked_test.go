@@ -46,6 +46,20 @@ func TestReadGather(t *testing.T) {
 		t.Fatalf("gather after its wait: %q, %v after %v", buf[:n], err, el)
 	}
 
+	// Bytes that come after the read waited with nothing for longer than
+	// its wait start a new burst: they are returned at once, not held
+	// for the wait (an answer on a keep-alive connection).
+	wrote := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		wrote <- time.Now()
+		s.Write([]byte("late"))
+	}()
+	n, err = c.ReadGather(buf, 8000, 200*time.Millisecond)
+	if el := time.Since(<-wrote); err != nil || string(buf[:n]) != "late" || el > 150*time.Millisecond {
+		t.Fatalf("gather after a pause: %q, %v %v after the write; want it at once, not after the 200 ms wait", buf[:n], err, el)
+	}
+
 	// A buffer smaller than min is satisfied once full.
 	s.Write([]byte("full"))
 	if n, err = c.ReadGather(buf[:4], 8000, time.Hour); err != nil || string(buf[:n]) != "full" {

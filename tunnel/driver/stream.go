@@ -112,7 +112,9 @@ func (s *Stream) Read(p []byte) (int, error) { return s.ReadGather(p, 1, 0) }
 // holds atLeast bytes (at most len(p)), or wait has passed since those first bytes, or the
 // stream ends (whatever came is returned; the end comes with the next
 // call). A passed read deadline also returns the bytes gathered so far.
-// The first byte itself is not delayed. The driver fills p as data
+// The first byte itself is not delayed, and bytes that come after the
+// read has waited with nothing for longer than wait (the flow paused)
+// are returned at once, without gathering. The driver fills p as data
 // arrives, so the caller wakes once per gathered buffer.
 func (s *Stream) ReadGather(p []byte, atLeast int, wait time.Duration) (int, error) {
 	s.rmu.Lock()
