@@ -54,7 +54,9 @@ type CiscoOptions struct {
 	// and the forwarding-only edges of the plain runs are never capped.
 	EdgeCPU float64
 	// EdgeProcs, if positive, runs each wanopt edge with --procs EdgeProcs
-	// (GOMAXPROCS); the lab's own processes keep Go's default.
+	// (GOMAXPROCS); the lab's own processes keep Go's default. 0: 1 when
+	// EdgeCPU is one CPU or less (what the edge would choose itself if it
+	// could see its cgroup in the lab), else Go's default.
 	EdgeProcs int
 	// PlainRuns is the number of plain-TCP runs per point (default Runs):
 	// on a lossy link plain TCP crawls (5 Mbit/s at 1 % loss and 100 ms),
@@ -148,6 +150,13 @@ type CiscoResult struct {
 
 func (o *CiscoOptions) defaults() {
 	o.Published.defaults()
+	if o.EdgeProcs == 0 && o.EdgeCPU > 0 && o.EdgeCPU <= 1 {
+		// An edge held to one CPU or less runs on one thread
+		// (internal/cpulimit), but an edge the lab starts cannot see
+		// its cgroup: 'ip netns exec' mounts a fresh /sys without the
+		// cgroup hierarchy. So the lab says it for it.
+		o.EdgeProcs = 1
+	}
 	if len(o.Profiles) == 0 {
 		o.Profiles = []Profile{Modern, Legacy}
 	}

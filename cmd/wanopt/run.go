@@ -21,6 +21,7 @@ import (
 	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/edge"
 	"github.com/wanopt/wanopt/edge/control"
+	"github.com/wanopt/wanopt/internal/cpulimit"
 )
 
 // runRun is 'wanopt run': the edge daemon.
@@ -44,11 +45,18 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})
 	}
 	log := slog.New(h)
-	if cfg.Procs > 0 {
-		runtime.GOMAXPROCS(cfg.Procs)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.Procs > 0 {
+		runtime.GOMAXPROCS(cfg.Procs)
+	} else {
+		followed := make(chan struct{})
+		go func() {
+			defer close(followed)
+			cpulimit.Self.Follow(ctx, 2*time.Second, log.With("sub", "cpulimit"))
+		}()
+		defer func() { stop(); <-followed }()
+	}
 	cfg.Reload = reloader(args, cfg)
 	if dir := os.Getenv("WANOPT_CPUPROFILE_DIR"); dir != "" {
 		stopProfile, err := startCPUProfile(dir, cfg.Role(), log)
