@@ -4,7 +4,7 @@ BIN     := bin
 PKGS    := ./...
 OUT     ?= out
 
-.PHONY: help build install uninstall test vet fmt-check unit flood bench-path lab-deps check baseline baseline-quick demo clean
+.PHONY: help build install uninstall test vet fmt-check unit allocs flood bench-path lab-deps check baseline baseline-quick demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -53,13 +53,16 @@ fmt-check: ## fail if any file is not gofmt-clean
 unit: ## race-enabled tests (end-to-end tests skip unless root)
 	$(GO) test -race -count=1 -timeout 40m $(PKGS)
 
+allocs: ## the hot paths' allocation checks without the race detector (whose instrumentation allocates, so some skip under -race)
+	$(GO) test -count=1 -run 'Alloc|DoNotAllocate' $(PKGS)
+
 bench-path: ## the data path's cost, in process and without root: Gbit/s, cpu-s/GB, allocs per MiB
 	$(GO) test -run '^$$' -bench 'EdgePath|LoopbackThroughput' -benchtime 100x ./edge/bridge/ ./tunnel/driver/
 
 flood: ## the handshake flood test at full rate (20,000 initiations/s for 10 s; the race detector's run goes at a tenth)
 	bash -o pipefail -c "$(GO) test -count=1 -v -run 'TestHandshakeFlood' ./tunnel/driver/ | grep -E '^(---|ok|FAIL)|initiations in'"
 
-test: vet fmt-check unit flood bench-path ## the project's test command (what .ci/run runs); its log ends with the data path's cost
+test: vet fmt-check unit allocs flood bench-path ## the project's test command (what .ci/run runs); its log ends with the data path's cost
 
 # The lab needs root: sudo when not already root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -369,6 +369,9 @@ func TestDivertAmong(t *testing.T) {
 // TestFarDivertAllocs: an answer's path allocates nothing in steady
 // state.
 func TestFarDivertAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates; run without -race")
+	}
 	f := NewFar(FarConfig{Check: func(netip.AddrPort) string { return "" }, WritePacket: func([]byte) error { return nil }})
 	defer f.Close()
 	f.SetTunnel(discardSender{})

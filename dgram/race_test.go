@@ -1,0 +1,5 @@
+//go:build race
+
+package dgram
+
+const raceEnabled = true
