@@ -186,6 +186,13 @@ func serveAt(t *testing.T, ns string, addr netip.AddrPort, handle func(c *net.TC
 // test ends.
 func serveUDPEchoAt(t *testing.T, ns string, addr netip.AddrPort) {
 	t.Helper()
+	serveUDPAt(t, ns, addr, func(b []byte, _ netip.AddrPort) []byte { return b })
+}
+
+// serveUDPAt answers each UDP datagram to addr in namespace ns with
+// answer(its payload, its source), until the test ends.
+func serveUDPAt(t *testing.T, ns string, addr netip.AddrPort, answer func(b []byte, from netip.AddrPort) []byte) {
+	t.Helper()
 	var c *net.UDPConn
 	err := lab.InNetns(ns, func() error {
 		var err error
@@ -193,7 +200,7 @@ func serveUDPEchoAt(t *testing.T, ns string, addr netip.AddrPort) {
 		return err
 	})
 	if err != nil {
-		t.Fatalf("UDP echo on %v in %s: %v", addr, ns, err)
+		t.Fatalf("UDP server on %v in %s: %v", addr, ns, err)
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -205,7 +212,7 @@ func serveUDPEchoAt(t *testing.T, ns string, addr netip.AddrPort) {
 			if err != nil {
 				return
 			}
-			c.WriteToUDPAddrPort(b[:n], from)
+			c.WriteToUDPAddrPort(answer(b[:n], from), from)
 		}
 	}()
 	t.Cleanup(func() { c.Close(); wg.Wait() })

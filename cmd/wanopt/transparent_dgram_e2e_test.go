@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -177,29 +176,7 @@ func TestEdgeTransparentDatagrams(t *testing.T) {
 // with the source address and port it came from, until the test ends.
 func serveUDPWhoamiAt(t *testing.T, ns string, addr netip.AddrPort) {
 	t.Helper()
-	var c *net.UDPConn
-	err := lab.InNetns(ns, func() error {
-		var err error
-		c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr))
-		return err
-	})
-	if err != nil {
-		t.Fatalf("UDP whoami on %v in %s: %v", addr, ns, err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		b := make([]byte, 2048)
-		for {
-			_, from, err := c.ReadFromUDPAddrPort(b)
-			if err != nil {
-				return
-			}
-			c.WriteToUDPAddrPort([]byte(from.String()), from)
-		}
-	}()
-	t.Cleanup(func() { c.Close(); wg.Wait() })
+	serveUDPAt(t, ns, addr, func(_ []byte, from netip.AddrPort) []byte { return []byte(from.String()) })
 }
 
 // TestEdgeHubTransparentDatagrams: a hub with transparent egress serves
