@@ -55,9 +55,7 @@ func TestEdgeDatagrams(t *testing.T) {
 	// Ping sockets (unprivileged ICMP) for the far edge's egress and for
 	// the test's own client.
 	for _, h := range []*lab.Host{l.EdgeB, l.Client} {
-		if err := l.Sysctl(ctx, h, "net.ipv4.ping_group_range", "0 2147483647"); err != nil {
-			t.Fatal(err)
-		}
+		allowPing(t, ctx, l, h, true)
 	}
 	serveUDPEcho(t, l.Server.NS, udpEchoPort)
 	serveUDPEcho(t, l.Server.NS, udpDeniedPort)
@@ -65,21 +63,14 @@ func TestEdgeDatagrams(t *testing.T) {
 	t.Run("UDP request and answer", func(t *testing.T) {
 		c := dialUDPIn(t, l.Client.NS, udpEchoPort)
 		query := []byte("\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01")
-		start := time.Now()
-		if _, err := c.Write(query); err != nil {
-			t.Fatal(err)
-		}
-		c.SetReadDeadline(time.Now().Add(3 * time.Second))
-		buf := make([]byte, 2048)
-		n, err := c.Read(buf)
+		answer, el, err := udpAsk(c, query)
 		if err != nil {
 			t.Fatalf("no answer through the edges: %v", err)
 		}
-		el := time.Since(start)
-		if !bytes.Equal(buf[:n], query) {
-			t.Fatalf("answer %q, want the query echoed", buf[:n])
+		if !bytes.Equal(answer, query) {
+			t.Fatalf("answer %q, want the query echoed", answer)
 		}
-		t.Logf("UDP answer of %d bytes after %v", n, el.Round(100*time.Microsecond))
+		t.Logf("UDP answer of %d bytes after %v", len(answer), el.Round(100*time.Microsecond))
 		if el < rtt {
 			t.Errorf("the answer came after %v, under the link's %v round trip: it did not cross the link", el, rtt)
 		}

@@ -308,6 +308,55 @@ func newLab(t *testing.T, ctx context.Context, ab, ba wanem.Config) *lab.Lab {
 	return l
 }
 
+// buildWanopt builds the wanopt binary into dir and returns its path.
+func buildWanopt(t *testing.T, ctx context.Context, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "wanopt")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build wanopt: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startHub builds the wanopt binary and starts a hub and its branches in
+// l with the bench's harness (o.Wanopt and o.Dir are filled in). They are
+// stopped when the test ends, and their logs shown if it failed.
+func startHub(t *testing.T, ctx context.Context, l *lab.Lab, o exp.HubOptions) *exp.Hub {
+	t.Helper()
+	o.Dir = t.TempDir()
+	o.Wanopt = buildWanopt(t, ctx, o.Dir)
+	hub, err := exp.StartHub(ctx, l, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		hub.Stop()
+		if t.Failed() {
+			names := []string{"hub"}
+			for i := range o.Branches {
+				names = append(names, exp.BranchName(i))
+			}
+			for _, n := range names {
+				t.Logf("%s's log (tail):\n%s", n, hub.Log(n, 3000))
+			}
+		}
+	})
+	return hub
+}
+
+// allowPing lets the processes of h open ping sockets (ICMP and ICMPv6
+// echo without privileges), or with allow false forbids them.
+func allowPing(t *testing.T, ctx context.Context, l *lab.Lab, h *lab.Host, allow bool) {
+	t.Helper()
+	groups := "1 0" // an empty range
+	if allow {
+		groups = "0 2147483647"
+	}
+	if err := l.Sysctl(ctx, h, "net.ipv4.ping_group_range", groups); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // startEdges builds the wanopt binary and starts the edges in l with the
 // bench's harness (o.Wanopt and o.Dir are filled in; the edges log at
 // debug level). They are stopped when the test ends, and their logs shown
@@ -315,10 +364,7 @@ func newLab(t *testing.T, ctx context.Context, ab, ba wanem.Config) *lab.Lab {
 func startEdges(t *testing.T, ctx context.Context, l *lab.Lab, o exp.EdgeOptions) *exp.Edges {
 	t.Helper()
 	o.Dir = t.TempDir()
-	o.Wanopt = filepath.Join(o.Dir, "wanopt")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", o.Wanopt, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build wanopt: %v\n%s", err, out)
-	}
+	o.Wanopt = buildWanopt(t, ctx, o.Dir)
 	o.Args = append([]string{"--log-level", "debug"}, o.Args...)
 	edges, err := exp.StartEdges(ctx, l, o)
 	if err != nil {

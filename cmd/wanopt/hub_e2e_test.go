@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -42,26 +40,10 @@ func TestEdgeHubLab(t *testing.T) {
 	serveIn(t, l.Server.NS, forbiddenPort, tcptest.Echo) // branch a's only
 	serveIn(t, l.Server.NS, sourcePort, handleSource)
 	serveUDPEcho(t, l.Server.NS, udpEchoPort) // branch a's only
-	dir := t.TempDir()
-	wanopt := filepath.Join(dir, "wanopt")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", wanopt, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build wanopt: %v\n%s", err, out)
-	}
-	hub, err := exp.StartHub(ctx, l, exp.HubOptions{Wanopt: wanopt, Dir: dir, Branches: 3, Listed: 2,
+	hub := startHub(t, ctx, l, exp.HubOptions{Branches: 3, Listed: 2,
 		Lines: []string{fmt.Sprintf("allow = 198.18.2.2/32:%d,%d", echoPort, sourcePort), fmt.Sprintf("branch-allow = a:198.18.2.2/32:%d", forbiddenPort),
 			fmt.Sprintf("branch-allow = a:198.18.2.2/32:%d", udpEchoPort)}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	names := []string{"a", "b", "c"}
-	t.Cleanup(func() {
-		hub.Stop()
-		if t.Failed() {
-			for _, n := range append([]string{"hub"}, names...) {
-				t.Logf("%s's log (tail):\n%s", n, hub.Log(n, 3000))
-			}
-		}
-	})
 	time.Sleep(2 * time.Second) // c's initiations meanwhile
 	if s, err := hub.Status("c"); err != nil || s.Tunnel != nil {
 		t.Fatalf("branch c before the hub lists it: %v, tunnel %v; want no tunnel", err, s.Tunnel != nil)
@@ -188,14 +170,9 @@ func TestEdgeHubLab(t *testing.T) {
 	// UDP through the hub: a's request is answered, b's dropped.
 	query := []byte("branch a asks")
 	ca := dialUDPIn(t, clientNS[0], udpEchoPort)
-	start := time.Now()
-	ca.Write(query)
-	ca.SetReadDeadline(time.Now().Add(3 * time.Second))
-	buf := make([]byte, 2048)
-	if n, err := ca.Read(buf); err != nil || !bytes.Equal(buf[:n], query) {
-		t.Errorf("branch a's UDP request through the hub: %q, %v; want it echoed", buf[:n], err)
+	if answer, el, err := udpAsk(ca, query); err != nil || !bytes.Equal(answer, query) {
+		t.Errorf("branch a's UDP request through the hub: %q, %v; want it echoed", answer, err)
 	} else {
-		el := time.Since(start)
 		t.Logf("branch a's UDP answer through the hub after %v", el.Round(100*time.Microsecond))
 		if el < 2*link.Delay {
 			t.Errorf("the answer came after %v, under the link's %v round trip: it did not cross the link", el, 2*link.Delay)
@@ -204,6 +181,7 @@ func TestEdgeHubLab(t *testing.T) {
 	cb := dialUDPIn(t, clientNS[1], udpEchoPort)
 	cb.Write([]byte("branch b asks"))
 	cb.SetReadDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 2048)
 	if n, err := cb.Read(buf); err == nil {
 		t.Errorf("branch b reached a UDP port only a may: %q", buf[:n])
 	}

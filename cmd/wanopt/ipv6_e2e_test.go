@@ -40,9 +40,7 @@ func TestEdgeIPv6(t *testing.T) {
 	serveUDPEchoAt(t, l.Server.NS, udp6)
 	// Ping sockets (ICMPv6 too) for the far edge's egress and the client.
 	for _, h := range []*lab.Host{l.EdgeB, l.Client} {
-		if err := l.Sysctl(ctx, h, "net.ipv4.ping_group_range", "0 2147483647"); err != nil {
-			t.Fatal(err)
-		}
+		allowPing(t, ctx, l, h, true)
 	}
 
 	for _, tc := range []struct {
@@ -98,19 +96,12 @@ func TestEdgeIPv6(t *testing.T) {
 			dBefore, fBefore := datagramStats(t, e)
 			c := dialUDPTo(t, l.Client.NS, udp6)
 			query := []byte("wanopt IPv6 datagram")
-			start := time.Now()
-			if _, err := c.Write(query); err != nil {
-				t.Fatal(err)
-			}
-			c.SetReadDeadline(time.Now().Add(3 * time.Second))
-			buf := make([]byte, 2048)
-			n, err := c.Read(buf)
+			answer, udpEl, err := udpAsk(c, query)
 			if err != nil {
 				t.Fatalf("no UDP answer from %v through the edges: %v", udp6, err)
 			}
-			udpEl := time.Since(start)
-			if !bytes.Equal(buf[:n], query) {
-				t.Fatalf("UDP answer %q, want the query echoed", buf[:n])
+			if !bytes.Equal(answer, query) {
+				t.Fatalf("UDP answer %q, want the query echoed", answer)
 			}
 			dAfter, fAfter := datagramStats(t, e)
 			t.Logf("UDP %v: answer after %v", udp6, udpEl.Round(100*time.Microsecond))
@@ -216,6 +207,22 @@ func serveUDPAt(t *testing.T, ns string, addr netip.AddrPort, answer func(b []by
 		}
 	}()
 	t.Cleanup(func() { c.Close(); wg.Wait() })
+}
+
+// udpAsk sends query on c and returns the answer and the time from the
+// write to it; err if none came within 3 s.
+func udpAsk(c *net.UDPConn, query []byte) ([]byte, time.Duration, error) {
+	start := time.Now()
+	if _, err := c.Write(query); err != nil {
+		return nil, 0, err
+	}
+	c.SetReadDeadline(start.Add(3 * time.Second))
+	buf := make([]byte, 2048)
+	n, err := c.Read(buf)
+	if err != nil {
+		return nil, 0, err
+	}
+	return buf[:n], time.Since(start), nil
 }
 
 // dialUDPTo opens a UDP socket in ns connected to dst, closed when the

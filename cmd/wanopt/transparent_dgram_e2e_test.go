@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -47,12 +45,8 @@ func TestEdgeTransparentDatagrams(t *testing.T) {
 	link := wanem.Config{Delay: rtt / 2, RateBps: 100_000_000}
 	l := newLab(t, ctx, link, link)
 	// Ping sockets for the test's client only: the far edge has none.
-	if err := l.Sysctl(ctx, l.Client, "net.ipv4.ping_group_range", "0 2147483647"); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Sysctl(ctx, l.EdgeB, "net.ipv4.ping_group_range", "1 0"); err != nil {
-		t.Fatal(err)
-	}
+	allowPing(t, ctx, l, l.Client, true)
+	allowPing(t, ctx, l, l.EdgeB, false)
 	srv4, srv6 := netip.MustParseAddr("198.18.2.2"), l.Server.Addr6
 	for _, a := range []netip.Addr{srv4, srv6} {
 		serveUDPWhoamiAt(t, l.Server.NS, netip.AddrPortFrom(a, udpWhoamiPort))
@@ -70,20 +64,13 @@ func TestEdgeTransparentDatagrams(t *testing.T) {
 			near0, far0 := datagramStats(t, e)
 			c := dialUDPTo(t, l.Client.NS, netip.AddrPortFrom(srv, udpWhoamiPort))
 			local := c.LocalAddr().(*net.UDPAddr).AddrPort()
-			start := time.Now()
-			if _, err := c.Write([]byte("who am I?")); err != nil {
-				t.Fatal(err)
-			}
-			c.SetReadDeadline(time.Now().Add(3 * time.Second))
-			buf := make([]byte, 256)
-			n, err := c.Read(buf)
+			answer, el, err := udpAsk(c, []byte("who am I?"))
 			if err != nil {
 				t.Fatalf("no answer through the edges: %v", err)
 			}
-			el := time.Since(start)
-			seen, err := netip.ParseAddrPort(string(buf[:n]))
+			seen, err := netip.ParseAddrPort(string(answer))
 			if err != nil {
-				t.Fatalf("answer %q: %v", buf[:n], err)
+				t.Fatalf("answer %q: %v", answer, err)
 			}
 			t.Logf("the server saw the datagram from %v; the client's socket is %v; answer after %v", seen, local, el.Round(100*time.Microsecond))
 			if seen.Addr().Unmap() != local.Addr().Unmap() || seen.Port() != local.Port() {
@@ -100,9 +87,7 @@ func TestEdgeTransparentDatagrams(t *testing.T) {
 
 			// A closed port: the server's port unreachable comes back.
 			cc := dialUDPTo(t, l.Client.NS, netip.AddrPortFrom(srv, udpClosedPort))
-			cc.Write([]byte("anyone?"))
-			cc.SetReadDeadline(time.Now().Add(3 * time.Second))
-			if _, err := cc.Read(buf); !errors.Is(err, syscall.ECONNREFUSED) {
+			if _, _, err := udpAsk(cc, []byte("anyone?")); !errors.Is(err, syscall.ECONNREFUSED) {
 				t.Errorf("a closed port: the client's read returned %v, want connection refused (the port unreachable carried back)", err)
 			}
 			near2, far2 := datagramStats(t, e)
@@ -114,7 +99,7 @@ func TestEdgeTransparentDatagrams(t *testing.T) {
 			dc := dialUDPTo(t, l.Client.NS, netip.AddrPortFrom(srv, udpDenyPort))
 			dc.Write([]byte("let me in"))
 			dc.SetReadDeadline(time.Now().Add(3 * rtt))
-			if n, err := dc.Read(buf); err == nil {
+			if n, err := dc.Read(make([]byte, 256)); err == nil {
 				t.Errorf("the denied port answered %d bytes", n)
 			}
 			if _, far3 := datagramStats(t, e); far3.Drops.NotAllowed != far2.Drops.NotAllowed+1 {
@@ -195,28 +180,10 @@ func TestEdgeHubTransparentDatagrams(t *testing.T) {
 	l := newLab(t, ctx, link, link)
 	srv := netip.AddrPortFrom(netip.MustParseAddr("198.18.2.2"), udpWhoamiPort)
 	serveUDPWhoamiAt(t, l.Server.NS, srv)
-	dir := t.TempDir()
-	wanopt := filepath.Join(dir, "wanopt")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", wanopt, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build wanopt: %v\n%s", err, out)
-	}
-	hub, err := exp.StartHub(ctx, l, exp.HubOptions{Wanopt: wanopt, Dir: dir, Branches: 2, Transparent: true,
+	hub := startHub(t, ctx, l, exp.HubOptions{Branches: 2, Transparent: true,
 		Lines: []string{"allow = 198.18.2.2/32", "wan-rate = 100mbit"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	names := []string{"a", "b"}
-	t.Cleanup(func() {
-		hub.Stop()
-		if t.Failed() {
-			for _, n := range append([]string{"hub"}, names...) {
-				t.Logf("%s's log (tail):\n%s", n, hub.Log(n, 3000))
-			}
-		}
-	})
-	if err := l.Sysctl(ctx, l.EdgeB, "net.ipv4.ping_group_range", "1 0"); err != nil {
-		t.Fatal(err)
-	}
+	allowPing(t, ctx, l, l.EdgeB, false)
 	branchStats := func() map[string]dgram.Stats {
 		t.Helper()
 		hs, err := hub.Status("hub")
@@ -236,18 +203,13 @@ func TestEdgeHubTransparentDatagrams(t *testing.T) {
 		before := branchStats()
 		c := dialUDPTo(t, ns, srv)
 		local := c.LocalAddr().(*net.UDPAddr).AddrPort()
-		if _, err := c.Write([]byte("who am I?")); err != nil {
-			t.Fatal(err)
-		}
-		c.SetReadDeadline(time.Now().Add(3 * time.Second))
-		buf := make([]byte, 256)
-		n, err := c.Read(buf)
+		answer, _, err := udpAsk(c, []byte("who am I?"))
 		if err != nil {
 			t.Fatalf("branch %s: no answer through the hub: %v", name, err)
 		}
-		seen, err := netip.ParseAddrPort(string(buf[:n]))
+		seen, err := netip.ParseAddrPort(string(answer))
 		if err != nil {
-			t.Fatalf("branch %s: answer %q: %v", name, buf[:n], err)
+			t.Fatalf("branch %s: answer %q: %v", name, answer, err)
 		}
 		t.Logf("branch %s: the server saw %v; the client's socket is %v", name, seen, local)
 		if seen != local || local.Addr() != hub.ClientAddr(i) {
@@ -266,9 +228,7 @@ func TestEdgeHubTransparentDatagrams(t *testing.T) {
 			}
 		}
 		// The branch's client may ping from its namespace.
-		if err := l.Sysctl(ctx, &lab.Host{NS: ns}, "net.ipv4.ping_group_range", "0 2147483647"); err != nil {
-			t.Fatal(err)
-		}
+		allowPing(t, ctx, l, &lab.Host{NS: ns}, true)
 		rtts := pingIn(t, ns, "198.18.2.2", 3, 50*time.Millisecond)
 		t.Logf("branch %s: ping through the hub %v", name, rtts)
 		if st := branchStats()[name]; st.ICMP.PacketsDown < after[name].ICMP.PacketsDown+3 {
