@@ -42,7 +42,7 @@ const (
 //
 // The search: probe the ceiling first (the common case is a path that
 // carries it), then halve the interval between the largest size
-// confirmed (lo) and the smallest found too big (hi) until they meet.
+// confirmed (size) and the smallest found too big (hi) until they meet.
 // Each probe is sent once at a time; a probe not acknowledged within its
 // timeout (or declared lost) counts as lost, and PMTUMaxProbes losses of
 // one size make it hi.
@@ -51,7 +51,7 @@ type pmtud struct {
 	size          int // the confirmed size: what data packets may use
 
 	searching bool
-	lo, hi    int // confirmed size; smallest size deemed too big (ceiling+1: none)
+	hi        int // the smallest size deemed too big (ceiling+1: none)
 
 	probeSize     int    // size of the probe in flight, 0 if none
 	probeID       uint64 // names the probe in flight; earlier IDs are stale
@@ -86,13 +86,13 @@ type PathMTUStats struct {
 
 func newPMTUD(ceiling int) pmtud {
 	base := min(BasePLPMTUBytes, ceiling)
-	return pmtud{base: base, ceiling: ceiling, size: base, lo: base, hi: ceiling + 1}
+	return pmtud{base: base, ceiling: ceiling, size: base, hi: ceiling + 1}
 }
 
 // start begins a search from the confirmed size up to the ceiling.
 func (m *pmtud) start() {
 	m.raiseAt = 0
-	if m.lo >= m.ceiling {
+	if m.size >= m.ceiling {
 		return
 	}
 	m.searching = true
@@ -109,7 +109,7 @@ func (m *pmtud) nextProbe() int {
 	if m.hi == m.ceiling+1 {
 		return m.ceiling
 	}
-	return m.lo + (m.hi-m.lo)/2
+	return m.size + (m.hi-m.size)/2
 }
 
 // probeDue reports whether a probe waits to be sent.
@@ -134,7 +134,7 @@ func (m *pmtud) onProbeAcked(id uint64, size int, now monotime.Time) bool {
 		m.probeSize = 0
 		m.probeLosses = 0
 	}
-	if size <= m.lo {
+	if size <= m.size {
 		return false // stale: a larger size is confirmed already
 	}
 	if size >= m.hi {
@@ -144,7 +144,6 @@ func (m *pmtud) onProbeAcked(id uint64, size int, now monotime.Time) bool {
 		// the next search (PMTURaiseInterval).
 		m.hi = size + 1
 	}
-	m.lo = size
 	m.size = size
 	m.maybeComplete(now)
 	return true
@@ -178,14 +177,14 @@ func (m *pmtud) tooBig(size int, now monotime.Time) {
 	m.maybeComplete(now)
 }
 
-// maybeComplete ends the search when no size is left between lo and hi.
+// maybeComplete ends the search when no size is left between size and hi.
 func (m *pmtud) maybeComplete(now monotime.Time) {
-	if m.hi-m.lo > 1 {
+	if m.hi-m.size > 1 {
 		return
 	}
 	m.searching = false
 	m.probeSize = 0
-	if m.lo < m.ceiling {
+	if m.size < m.ceiling {
 		m.raiseAt = now.Add(PMTURaiseInterval)
 	}
 }
@@ -237,7 +236,7 @@ func (m *pmtud) checkBlackHole() bool {
 	}
 	m.stats.PMTUBlackHoles++
 	m.bigLostRun, m.smallAckedRun = 0, false
-	m.size, m.lo = m.base, m.base
+	m.size = m.base
 	m.probeSize = 0
 	m.start()
 	return true

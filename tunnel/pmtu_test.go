@@ -141,7 +141,7 @@ func TestPMTUDSearchSteps(t *testing.T) {
 		t.Helper()
 		for i := range PMTUMaxProbes {
 			if got := m.nextProbe(); got != size {
-				t.Fatalf("probe %d: size %d, want %d (lo %d, hi %d)", i, got, size, m.lo, m.hi)
+				t.Fatalf("probe %d: size %d, want %d (confirmed %d, hi %d)", i, got, size, m.size, m.hi)
 			}
 			id := m.onProbeSent(now, size, time.Second)
 			now = now.Add(time.Second)
@@ -154,7 +154,7 @@ func TestPMTUDSearchSteps(t *testing.T) {
 	ack := func(size int) {
 		t.Helper()
 		if got := m.nextProbe(); got != size {
-			t.Fatalf("probe size %d, want %d (lo %d, hi %d)", got, size, m.lo, m.hi)
+			t.Fatalf("probe size %d, want %d (confirmed %d, hi %d)", got, size, m.size, m.hi)
 		}
 		id := m.onProbeSent(now, size, time.Second)
 		if !m.onProbeAcked(id, size, now) || m.size != size {
