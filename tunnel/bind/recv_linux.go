@@ -79,11 +79,13 @@ func (r *receiver) init(batch int, gro bool) {
 }
 
 // recvmmsg is the raw.Read callback: one system call, retried on EINTR,
-// reporting false on EAGAIN so the poller parks the goroutine.
+// reporting false on EAGAIN so the poller parks the goroutine. Like
+// sendmmsg it never waits (the socket is non-blocking), so it is a raw
+// system call for the same reason.
 func (r *receiver) recvmmsg(fd uintptr) bool {
 	for {
 		r.calls++
-		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.msgs[0])),
+		n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.msgs[0])),
 			uintptr(r.vlen), 0, 0, 0)
 		switch e {
 		case unix.EINTR:

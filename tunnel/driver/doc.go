@@ -61,9 +61,12 @@
 // fires after 1.26 ms on average), and every wakeup later than 1 ms loses
 // pacer credit. So after any wakeup the driver sends everything the Conn
 // allows, as one batch; and deadlines nearer than 2 ms go to a sleeper
-// goroutine that blocks its thread in nanosleep(2) until then (no sooner
-// than 0.5 ms, so that a wakeup carries several packets) and wakes the
-// driver, about 60 µs late. Further deadlines (ACK delay, loss and probe
+// goroutine that arms a timerfd and waits for it in Go's poller (no
+// sooner than 0.5 ms, so that a wakeup carries several packets) and wakes
+// the driver. Its system calls, like the socket's, are raw: made through
+// the scheduler, each one wakes the runtime's monitor thread, which then
+// polls every 20 µs, and on one thread (GOMAXPROCS 1) a call that spans
+// one of its ticks loses the P (see sleeper). Further deadlines (ACK delay, loss and probe
 // timeouts, keepalive, idle) use the Go timer. Config.TimerOnly turns the
 // sleeper off. TestLoopbackPacing checks that a fixed rate is kept, and
 // compares the sleeper with the timer alone.

@@ -179,14 +179,16 @@ func (d *driverState) arm(now, next monotime.Time) {
 }
 
 // sleepLoop is the sleeper goroutine (Linux): it takes a wake time from
-// sleepReq, sleeps the thread until then and signals sleepWake. Sleeps
+// sleepReq, sleeps until then (a sleeper) and signals sleepWake. Sleeps
 // are shorter than sleepThreshold, so it notices ctx's end within 2 ms.
 func (t *Tunnel) sleepLoop() {
 	defer close(t.sleeperDone)
+	s := newSleeper()
+	defer s.close()
 	for {
 		select {
 		case until := <-t.d.sleepReq:
-			sleepUntil(until)
+			s.until(until)
 			select {
 			case t.d.sleepWake <- struct{}{}:
 			default:

@@ -79,6 +79,11 @@ func (t *Tunnel) readLoop() {
 	if havePreciseSleep {
 		hold.max = t.cfg.RxHold // negative: never
 	}
+	var sl *sleeper
+	if hold.max > 0 {
+		sl = newSleeper()
+		defer sl.close()
+	}
 	for {
 		var b *rxBatch
 		select {
@@ -126,7 +131,7 @@ func (t *Tunnel) readLoop() {
 		if hold.max > 0 {
 			now := monotime.Now()
 			if d := hold.after(now, b.sizes[:n]); d > 0 {
-				sleepUntil(now.Add(d))
+				sl.until(now.Add(d))
 				t.rxHolds.Add(1)
 			}
 		}

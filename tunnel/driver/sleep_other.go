@@ -7,4 +7,9 @@ import "github.com/wanopt/wanopt/internal/monotime"
 // havePreciseSleep is false: the driver uses only its Go timer.
 const havePreciseSleep = false
 
-func sleepUntil(monotime.Time) {}
+// sleeper is never used where havePreciseSleep is false.
+type sleeper struct{}
+
+func newSleeper() *sleeper           { return &sleeper{} }
+func (*sleeper) until(monotime.Time) {}
+func (*sleeper) close()              {}

@@ -1,0 +1,45 @@
+package driver
+
+import (
+	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/internal/monotime"
+)
+
+func TestSleeperNeverEarly(t *testing.T) {
+	s := newSleeper()
+	defer s.close()
+	if s.f == nil {
+		t.Fatal("no timerfd: the sleeper fell back to nanosleep")
+	}
+	for _, d := range []time.Duration{-time.Millisecond, 0, 50 * time.Microsecond, 300 * time.Microsecond, 2 * time.Millisecond} {
+		for range 20 {
+			until := monotime.Now().Add(d)
+			s.until(until)
+			if now := monotime.Now(); now.Before(until) {
+				t.Fatalf("sleep of %v returned %v early", d, until.Sub(now))
+			}
+		}
+	}
+}
+
+func TestSleeperAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates")
+	}
+	s := newSleeper()
+	defer s.close()
+	if n := testing.AllocsPerRun(50, func() { s.until(monotime.Now().Add(100 * time.Microsecond)) }); n != 0 {
+		t.Fatalf("%.1f allocations per sleep, want 0", n)
+	}
+}
+
+// The sleeper's fallback is a plain nanosleep: also never early.
+func TestNanosleepNeverEarly(t *testing.T) {
+	until := monotime.Now().Add(200 * time.Microsecond)
+	nanosleep(until)
+	if now := monotime.Now(); now.Before(until) {
+		t.Fatalf("returned %v early", until.Sub(now))
+	}
+}
