@@ -99,7 +99,7 @@ func (d *KernelDialer) Dial(ctx context.Context, _, dst netip.AddrPort) (flow.Co
 	if err != nil {
 		return nil, err
 	}
-	return c.(*net.TCPConn), nil
+	return wrapRaw(c.(*net.TCPConn)), nil
 }
 
 // Defaults for Options.

@@ -26,7 +26,7 @@ func receiveBuffer(t *testing.T, d *KernelDialer) int {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	rc, err := c.(*net.TCPConn).SyscallConn()
+	rc, err := c.(syscall.Conn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}

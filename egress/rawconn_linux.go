@@ -1,0 +1,132 @@
+package egress
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// rawConn is a kernel TCP connection whose Read and Write are raw system
+// calls on its non-blocking socket, waiting in Go's poller when it has
+// nothing to give or no room. A read or write through net.TCPConn goes
+// through the scheduler, which wakes the runtime's monitor thread; on an
+// edge limited to one thread (GOMAXPROCS 1) the monitor then polls every
+// 20 µs and takes the P from any call that spans one of its ticks. A far
+// edge reads its servers 64 KiB at a time, about 500 calls a second per
+// 250 Mbit/s. Deadlines, Close and the rest are net.TCPConn's.
+type rawConn struct {
+	*net.TCPConn
+	rc syscall.RawConn
+
+	// One reader and one writer at a time (the relay's two directions):
+	// each has its own state, bound once so that a call allocates nothing.
+	rp      []byte
+	rn      int
+	rerrno  syscall.Errno
+	readFn  func(fd uintptr) bool
+	wp      []byte
+	wn      int
+	werrno  syscall.Errno
+	writeFn func(fd uintptr) bool
+}
+
+// wrapRaw returns c with raw reads and writes, or c itself if its socket
+// cannot be reached.
+func wrapRaw(c *net.TCPConn) interface {
+	io.ReadWriteCloser
+	CloseWrite() error
+} {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return c
+	}
+	r := &rawConn{TCPConn: c, rc: rc}
+	r.readFn, r.writeFn = r.read, r.write
+	return r
+}
+
+func (c *rawConn) read(fd uintptr) bool {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(c.rp))), uintptr(len(c.rp)))
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		c.rn, c.rerrno = int(n), e
+		return true
+	}
+}
+
+// Read reads like net.TCPConn.Read.
+func (c *rawConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.rp, c.rn, c.rerrno = p, 0, 0
+	err := c.rc.Read(c.readFn)
+	c.rp = nil
+	switch {
+	case err != nil:
+		return 0, c.opError("read", err)
+	case c.rerrno != 0:
+		return 0, c.opError("read", os.NewSyscallError("read", c.rerrno))
+	case c.rn == 0:
+		return 0, io.EOF
+	}
+	return c.rn, nil
+}
+
+func (c *rawConn) write(fd uintptr) bool {
+	for c.wn < len(c.wp) {
+		rest := c.wp[c.wn:]
+		n, _, e := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(rest))), uintptr(len(rest)))
+		switch e {
+		case 0:
+			c.wn += int(n)
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return false
+		default:
+			c.werrno = e
+			return true
+		}
+	}
+	return true
+}
+
+// Write writes all of p like net.TCPConn.Write.
+func (c *rawConn) Write(p []byte) (int, error) {
+	c.wp, c.wn, c.werrno = p, 0, 0
+	err := c.rc.Write(c.writeFn)
+	c.wp = nil
+	switch {
+	case err != nil:
+		return c.wn, c.opError("write", err)
+	case c.werrno != 0:
+		return c.wn, c.opError("write", os.NewSyscallError("write", c.werrno))
+	}
+	return c.wn, nil
+}
+
+// opError wraps err as net.TCPConn would: errors.Is still finds
+// net.ErrClosed and os.ErrDeadlineExceeded, and a deadline is a Timeout.
+func (c *rawConn) opError(op string, err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) { // the RawConn's own "raw-read" wrapping
+		err = oe.Err
+	}
+	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// Abort resets the connection (flow.Aborter): SO_LINGER 0, then close.
+func (c *rawConn) Abort() error {
+	_ = c.SetLinger(0)
+	return c.Close()
+}
