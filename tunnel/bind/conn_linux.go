@@ -9,17 +9,19 @@ import (
 	"net"
 	"net/netip"
 	"sync/atomic"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
 // linuxConn is the Linux Conn: recvmmsg and sendmmsg on the socket's file
-// descriptor through its syscall.RawConn, so the Go runtime's poller still
-// parks a blocked call and Close still wakes it.
+// descriptor, which it takes from the net.UDPConn that opened it (a
+// duplicate: the original is closed, and leaves Go's poller). A call that
+// would block waits in Go's poller through a oneshot, one for each
+// direction; Close wakes it.
 type linuxConn struct {
-	udp    *net.UDPConn
-	raw    syscall.RawConn
+	sock   int
+	rxw    *oneshot // EPOLLIN
+	txw    *oneshot // EPOLLOUT
 	local  Endpoint
 	family int  // unix.AF_INET or unix.AF_INET6
 	v6only bool // an AF_INET6 socket that cannot reach IPv4
@@ -43,13 +45,32 @@ func newConn(uc *net.UDPConn, _ string, o Options) (Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get raw socket: %w", err)
 	}
-	c := &linuxConn{udp: uc, raw: raw, batch: o.BatchSize, log: o.Logger}
+	c := &linuxConn{sock: -1, batch: o.BatchSize, log: o.Logger}
 	var setupErr error
-	if err := raw.Control(func(fd uintptr) { setupErr = c.setup(int(fd), o) }); err != nil {
+	if err := raw.Control(func(fd uintptr) {
+		if setupErr = c.setup(int(fd), o); setupErr == nil {
+			c.sock, setupErr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+		}
+	}); err != nil {
+		uc.Close()
 		return nil, err
 	}
+	uc.Close() // the duplicate keeps the socket (and its port); Go's poller lets go of it
 	if setupErr != nil {
 		return nil, setupErr
+	}
+	var err1, err2 error
+	c.rxw, err1 = newOneshot(c.sock, unix.EPOLLIN)
+	c.txw, err2 = newOneshot(c.sock, unix.EPOLLOUT)
+	if err := errors.Join(err1, err2); err != nil {
+		if c.rxw != nil {
+			c.rxw.close()
+		}
+		if c.txw != nil {
+			c.txw.close()
+		}
+		unix.Close(c.sock)
+		return nil, fmt.Errorf("bind: waiting for the socket: %w", err)
 	}
 	c.rx.init(c.batch, c.stats.gro.Load())
 	c.tx.init(c.batch)
@@ -147,11 +168,24 @@ func (c *linuxConn) BatchSize() int      { return c.batch }
 func (c *linuxConn) LocalAddr() Endpoint { return c.local }
 func (c *linuxConn) Stats() Stats        { return c.stats.snapshot() }
 
+// Close wakes a read or write that waits, waits for calls in progress to
+// return, and closes the socket (so its number cannot be reused under
+// one).
 func (c *linuxConn) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	return c.udp.Close()
+	c.rxw.close()
+	c.txw.close()
+	c.rx.mu.Lock()
+	c.tx.mu.Lock()
+	err := unix.Close(c.sock)
+	c.tx.mu.Unlock()
+	c.rx.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("bind: closing the socket on %v: %w", c.local, err)
+	}
+	return nil
 }
 
 // ioError wraps an error of the socket's poller (net.ErrClosed after

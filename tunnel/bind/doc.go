@@ -42,6 +42,16 @@
 // route's MTU, checksums disabled), the Conn turns GSO off for good, resends
 // the unsent datagrams one per message, and logs it once.
 //
+// # Waiting (Linux)
+//
+// The system calls are raw ones on the non-blocking socket, made without
+// telling Go's scheduler (each call through it wakes the runtime's monitor
+// thread, which then polls every 20 µs). A call that finds nothing to
+// read, or no room, waits in Go's poller through an epoll instance of the
+// Conn's own, armed for one event per wait (see oneshot): a socket in Go's
+// own poller would wake the process for every datagram that arrives, also
+// while the driver's reader holds its next read on purpose.
+//
 // # Addresses
 //
 // Endpoints are netip.AddrPort values. IPv4 addresses are always plain

@@ -94,10 +94,8 @@ func TestGSOFallback(t *testing.T) {
 	}
 	watchdog(t, 10*time.Second, a, b)
 	var serr error
-	if err := a.(*linuxConn).raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_NO_CHECK, 1)
-	}); err != nil || serr != nil {
-		t.Fatalf("set SO_NO_CHECK: %v %v", err, serr)
+	if serr = unix.SetsockoptInt(a.(*linuxConn).sock, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1); serr != nil {
+		t.Fatalf("set SO_NO_CHECK: %v", serr)
 	}
 
 	out := make([][]byte, 0, 20)
@@ -158,10 +156,8 @@ func TestGSOErrorSurfaces(t *testing.T) {
 	leaktest.Check(t)
 	a := listen(t, "udp4", "127.0.0.1:0", Options{})
 	var serr error
-	if err := a.(*linuxConn).raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_BROADCAST, 0)
-	}); err != nil || serr != nil {
-		t.Fatalf("clear SO_BROADCAST: %v %v", err, serr)
+	if serr = unix.SetsockoptInt(a.(*linuxConn).sock, unix.SOL_SOCKET, unix.SO_BROADCAST, 0); serr != nil {
+		t.Fatalf("clear SO_BROADCAST: %v", serr)
 	}
 	err := a.WriteBatch([][]byte{make([]byte, 100), make([]byte, 100)}, netip.MustParseAddrPort("255.255.255.255:9"))
 	if !errors.Is(err, unix.EACCES) {

@@ -156,7 +156,7 @@ func (c *linuxConn) recv(vlen int, bufs [][]byte) error {
 		}
 	}
 	r.vlen, r.calls = vlen, 0
-	err := c.raw.Read(r.readFn)
+	err := c.rxw.do(r.readFn)
 	c.stats.readSyscalls.Add(r.calls)
 	if bufs != nil {
 		for i := range vlen {

@@ -198,7 +198,7 @@ func (c *linuxConn) send(m int) (int, error) {
 	}()
 	for s.start < m {
 		s.calls = 0
-		err := c.raw.Write(s.writeFn)
+		err := c.txw.do(s.writeFn)
 		c.stats.writeSyscalls.Add(s.calls)
 		if err != nil {
 			return done, c.ioError("sendmmsg", err)

@@ -8,8 +8,8 @@ import (
 )
 
 // TestRxHold: the reader holds its next read only while full-size
-// datagrams keep coming a few at a time, for about what eight take at
-// their spacing, at most the configured hold.
+// datagrams keep coming and its reads empty the socket, for about what
+// eight take at their spacing, at most the configured hold.
 func TestRxHold(t *testing.T) {
 	full := func(n int) []int {
 		s := make([]int, n)
@@ -22,7 +22,7 @@ func TestRxHold(t *testing.T) {
 
 	// 50 Mbit/s: one datagram every 240 µs. The first read is never held;
 	// then the hold grows to the 1 ms cap and each read gathers about 4.
-	h := rxHolder{max: time.Millisecond}
+	h := rxHolder{max: time.Millisecond, batch: 64}
 	if d := h.after(us(0), full(1)); d != 0 {
 		t.Fatalf("first read held %v", d)
 	}
@@ -41,7 +41,7 @@ func TestRxHold(t *testing.T) {
 	}
 
 	// ACKs are never held, however close.
-	h = rxHolder{max: time.Millisecond}
+	h = rxHolder{max: time.Millisecond, batch: 64}
 	for i := range 10 {
 		if d := h.after(us(float64(100*i)), []int{60}); d != 0 {
 			t.Fatalf("ACK-sized datagrams held %v", d)
@@ -49,17 +49,31 @@ func TestRxHold(t *testing.T) {
 	}
 
 	// A datagram after a pause is not held; full reads are not either.
-	h = rxHolder{max: time.Millisecond}
+	h = rxHolder{max: time.Millisecond, batch: 64}
 	h.after(us(0), full(1))
 	if d := h.after(us(5000), full(1)); d != 0 {
 		t.Fatalf("a datagram after a 5 ms pause held %v", d)
 	}
-	if d := h.after(us(5100), full(rxHoldDatagrams)); d != 0 {
-		t.Fatalf("a read of %d datagrams held %v", rxHoldDatagrams, d)
+	if d := h.after(us(5100), full(64)); d != 0 {
+		t.Fatalf("a full read (64 datagrams) held %v", d)
+	}
+
+	// 250 Mbit/s (a datagram every 48 µs): reads that gathered eight and
+	// emptied the socket are held again, for what eight take, so the
+	// datagram after them does not wake the reader alone.
+	h = rxHolder{max: time.Millisecond, batch: 64}
+	at = 0
+	h.after(us(at), full(1))
+	for range 20 {
+		at += 48 * 8
+		d = h.after(us(at), full(8))
+	}
+	if want := 8 * 48 * time.Microsecond; d < want*9/10 || d > want*11/10 {
+		t.Fatalf("hold at 250 Mbit/s after reads of eight: %v, want about %v", d, want)
 	}
 
 	// At high rates the hold would be too short to be worth a sleep.
-	h = rxHolder{max: time.Millisecond}
+	h = rxHolder{max: time.Millisecond, batch: 64}
 	at = 0
 	for range 20 {
 		at += 10
@@ -69,7 +83,7 @@ func TestRxHold(t *testing.T) {
 	}
 
 	// Off.
-	h = rxHolder{max: -1}
+	h = rxHolder{max: -1, batch: 64}
 	h.after(us(0), full(1))
 	if d := h.after(us(240), full(1)); d != 0 {
 		t.Fatalf("hold off, held %v", d)
