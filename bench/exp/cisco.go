@@ -130,7 +130,8 @@ type CiscoResult struct {
 	WANRateHint bool `json:"wan_rate_hint,omitempty"`
 	// EdgeCPU is the CPUs each wanopt edge was held to; 0: no cap.
 	EdgeCPU float64 `json:"edge_cpu_cores"`
-	// EdgeProcs is the edges' --procs (GOMAXPROCS); 0: Go's default.
+	// EdgeProcs is the edges' --procs (GOMAXPROCS); 0: the edge's own
+	// choice (see wanopt run --procs).
 	EdgeProcs int `json:"edge_procs,omitempty"`
 	// QueueDelayMs is the queue as given in time at the link rate, if it
 	// was (QueueBytes is then its size in bytes).

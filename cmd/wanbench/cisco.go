@@ -44,7 +44,7 @@ Flags:
 	queueS := fs.String("queue", "", "drop-tail queue: bytes (2MB is 2 MiB) or time at the link rate (50ms); default the published 2,000,000 bytes")
 	streams := fs.Int("streams", 4, "parallel streams (iperf -P)")
 	seed := fs.Int64("seed", 1, "random seed of the link's impairments (one way; the other uses seed+1)")
-	edgeProcs := fs.Int("edge-procs", 0, "run each wanopt edge with --procs N (GOMAXPROCS); 0: 1 with an --edge-cpu of 1 or less (as an edge in such a cgroup chooses itself), else Go's default")
+	edgeProcs := fs.Int("edge-procs", 0, "run each wanopt edge with --procs N (GOMAXPROCS); 0: 1 with an --edge-cpu of 1 or less (as an edge in such a cgroup chooses itself), else the edge's own choice (one thread while it uses well under a core)")
 	wanRateHint := fs.Bool("wan-rate-hint", false, "tell the edges the link's rate (wanopt run --wan-rate), so a new tunnel starts at it instead of probing (the cold column)")
 	edgeCPU := fs.Float64("edge-cpu", 0, "hold each wanopt edge (near and far apart) to this many CPUs with a CPU-bandwidth cgroup, e.g. 0.5; 0: no cap")
 	plainRuns := fs.Int("plain-runs", 0, "plain-TCP runs per point (default --runs): on a lossy link one plain run can take minutes")

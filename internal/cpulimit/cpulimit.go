@@ -1,6 +1,7 @@
 // Package cpulimit reads the CPU bandwidth limit of the cgroup a process
 // runs in (cgroup v1 cpu.cfs_quota_us, v2 cpu.max) and keeps GOMAXPROCS
-// at 1 while that limit is one CPU or less.
+// at 1 while that limit is one CPU or less, or while the process uses
+// well under one core.
 //
 // Go's own default follows the limit too, but never below 2 and only for
 // the cgroup the process started in. An edge held to a fraction of a core
@@ -21,6 +22,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -163,37 +165,90 @@ func Procs(cpus float64, ok bool) int {
 	return 0
 }
 
-// Follow checks the limit every interval until ctx ends, and keeps
-// GOMAXPROCS at Procs of it: 1 while the process is held to one CPU or
-// less, Go's default otherwise. It checks again rather than once because
-// a process can be moved into a cgroup after it starts (wanbench's
-// --edge-cpu does that).
+// Thresholds of AdaptiveProcs, in cores of CPU the process used over the
+// last interval. One thread can give at most one core, so a process on one
+// thread that uses more than moreAbove gets Go's default back; one on the
+// default that uses less than oneBelow, well within a core, goes to one
+// thread. The gap keeps it from switching back and forth.
+const (
+	moreAbove = 0.7
+	oneBelow  = 0.35
+)
+
+// AdaptiveProcs is the GOMAXPROCS for a limit, the cores the process used
+// over the last interval and what it runs on now (cur: 1, or 0 for Go's
+// default): 1 at a limit of one CPU or less; otherwise one thread while
+// it uses well under a core, Go's default once one thread is not enough.
+//
+// Why one thread when it suffices: an edge's goroutines hand work to each
+// other at every packet batch, and with two threads the idle one spins
+// looking for it and the scheduler moves goroutines between threads. In
+// the lab at 50 Mbit/s (wanbench cisco --rate 50mbit --rtt 100ms) the
+// edges took 18 and 16 % of a core on Go's default, 11 and 10 % on one
+// thread; at 250 Mbit/s and 0 ms, 11.5 and 6.4 CPU-seconds per GB, then
+// 7.8 and 5.2.
+func AdaptiveProcs(cpus float64, limited bool, usedCores float64, cur int) int {
+	if Procs(cpus, limited) == 1 {
+		return 1
+	}
+	if cur == 1 {
+		if usedCores > moreAbove {
+			return 0
+		}
+		return 1
+	}
+	if usedCores < oneBelow {
+		return 1
+	}
+	return 0
+}
+
+// Follow checks the limit and the process's CPU use every interval until
+// ctx ends, and keeps GOMAXPROCS at AdaptiveProcs of them. It checks again
+// rather than once because a process can be moved into a cgroup after it
+// starts (wanbench's --edge-cpu does that), and its load changes.
 func (f Files) Follow(ctx context.Context, interval time.Duration, log *slog.Logger) {
 	set := 0 // what Follow set: 0 is Go's default
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	warned := false
+	lastCPU, lastAt := processCPU(), time.Now()
+	used := 0.0 // a process starts idle
 	for {
 		cpus, ok, err := f.Limit()
-		switch {
-		case err != nil && !warned:
-			log.Warn("cannot read the CPU limit; GOMAXPROCS stays as it is", "err", err)
-			warned = true
-		case err == nil:
-			if want := Procs(cpus, ok); want != set {
-				if want == 0 {
-					runtime.SetDefaultGOMAXPROCS()
-				} else {
-					runtime.GOMAXPROCS(want)
-				}
-				set = want
-				log.Info("GOMAXPROCS follows the CPU limit", "cpus", cpus, "limited", ok, "gomaxprocs", runtime.GOMAXPROCS(0))
+		if err != nil {
+			if !warned {
+				log.Warn("cannot read the CPU limit; GOMAXPROCS follows the CPU use alone", "err", err)
+				warned = true
 			}
+			ok = false
+		}
+		if want := AdaptiveProcs(cpus, ok, used, set); want != set {
+			if want == 0 {
+				runtime.SetDefaultGOMAXPROCS()
+			} else {
+				runtime.GOMAXPROCS(want)
+			}
+			set = want
+			log.Info("GOMAXPROCS follows the CPU limit and use", "cpus", cpus, "limited", ok,
+				"used_cores", fmt.Sprintf("%.2f", used), "gomaxprocs", runtime.GOMAXPROCS(0))
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		cpu, at := processCPU(), time.Now()
+		used = (cpu - lastCPU).Seconds() / at.Sub(lastAt).Seconds()
+		lastCPU, lastAt = cpu, at
 	}
+}
+
+// processCPU is the user and system CPU time the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

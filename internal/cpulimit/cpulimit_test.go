@@ -141,3 +141,29 @@ func TestSelf(t *testing.T) {
 	}
 	t.Logf("this process's CPU limit: %g (limited: %v)", cpus, ok)
 }
+
+func TestAdaptiveProcs(t *testing.T) {
+	for _, tc := range []struct {
+		cpus    float64
+		limited bool
+		used    float64
+		cur     int
+		want    int
+	}{
+		{0.25, true, 0.25, 0, 1}, // held to a quarter core: one thread, whatever the use
+		{1, true, 0.99, 1, 1},
+		{0, false, 0, 0, 1},    // idle, unlimited: one thread
+		{0, false, 0.2, 0, 1},  // 50 Mbit/s
+		{0, false, 0.5, 0, 0},  // busy on the default: stays (inside the gap)
+		{0, false, 0.5, 1, 1},  // busy on one thread: stays (inside the gap)
+		{0, false, 0.69, 1, 1}, // near the edge of one thread
+		{0, false, 0.95, 1, 0}, // one thread is not enough: Go's default
+		{0, false, 0.34, 0, 1}, // load gone: back to one
+		{2, true, 0.9, 1, 0},   // a two-CPU limit allows more than one
+		{1.5, true, 0.1, 0, 1},
+	} {
+		if got := AdaptiveProcs(tc.cpus, tc.limited, tc.used, tc.cur); got != tc.want {
+			t.Errorf("AdaptiveProcs(limit %v %v, used %v, now %d) = %d, want %d", tc.cpus, tc.limited, tc.used, tc.cur, got, tc.want)
+		}
+	}
+}
