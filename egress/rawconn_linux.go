@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wanopt/wanopt/flow"
 )
 
 // rawConn is a kernel TCP connection whose Read and Write are raw system
@@ -37,10 +39,7 @@ type rawConn struct {
 
 // wrapRaw returns c with raw reads and writes, or c itself if its socket
 // cannot be reached.
-func wrapRaw(c *net.TCPConn) interface {
-	io.ReadWriteCloser
-	CloseWrite() error
-} {
+func wrapRaw(c *net.TCPConn) flow.Conn {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return c

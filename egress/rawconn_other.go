@@ -3,14 +3,12 @@
 package egress
 
 import (
-	"io"
 	"net"
+
+	"github.com/wanopt/wanopt/flow"
 )
 
 // wrapRaw returns c: raw system calls are used on Linux only.
-func wrapRaw(c *net.TCPConn) interface {
-	io.ReadWriteCloser
-	CloseWrite() error
-} {
+func wrapRaw(c *net.TCPConn) flow.Conn {
 	return c
 }

@@ -47,7 +47,7 @@ type receiver struct {
 	seg              int
 	from             Endpoint
 
-	// recvmmsg arguments and results around raw.Read.
+	// recvmmsg arguments and results around oneshot.do.
 	vlen, got int
 	errno     syscall.Errno
 	calls     uint64
@@ -78,8 +78,8 @@ func (r *receiver) init(batch int, gro bool) {
 	r.readFn = r.recvmmsg
 }
 
-// recvmmsg is the raw.Read callback: one system call, retried on EINTR,
-// reporting false on EAGAIN so the poller parks the goroutine. Like
+// recvmmsg is the oneshot.do callback: one system call, retried on EINTR,
+// reporting false on EAGAIN so the goroutine waits for the socket. Like
 // sendmmsg it never waits (the socket is non-blocking), so it is a raw
 // system call for the same reason.
 func (r *receiver) recvmmsg(fd uintptr) bool {

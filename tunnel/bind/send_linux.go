@@ -29,7 +29,7 @@ type sender struct {
 	namelen uint32
 	dest    Endpoint
 
-	// sendmmsg arguments and results around raw.Write.
+	// sendmmsg arguments and results around oneshot.do.
 	start, vlen, sent int
 	errno             syscall.Errno
 	calls             uint64
@@ -53,9 +53,9 @@ func (s *sender) init(batch int) {
 	s.writeFn = s.sendmmsg
 }
 
-// sendmmsg is the raw.Write callback: one system call for messages
-// [start, vlen), retried on EINTR, reporting false on EAGAIN so the poller
-// parks the goroutine until the socket is writable.
+// sendmmsg is the oneshot.do callback: one system call for messages
+// [start, vlen), retried on EINTR, reporting false on EAGAIN so the
+// goroutine waits until the socket is writable.
 //
 // The socket is non-blocking, so the call is CPU work that never waits,
 // and it is made without telling the scheduler (RawSyscall6). Through

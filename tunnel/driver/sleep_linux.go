@@ -61,8 +61,12 @@ func (s *sleeper) set(fd uintptr) {
 // read is the RawConn.Read callback: false (wait in the poller) until the
 // timer has expired.
 func (s *sleeper) read(fd uintptr) bool {
-	_, _, s.errno = unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&s.buf[0])), uintptr(len(s.buf)))
-	return s.errno != unix.EAGAIN
+	for {
+		_, _, s.errno = unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&s.buf[0])), uintptr(len(s.buf)))
+		if s.errno != unix.EINTR {
+			return s.errno != unix.EAGAIN
+		}
+	}
 }
 
 // until returns when the monotonic clock reaches t (or at once if the
@@ -81,7 +85,7 @@ func (s *sleeper) until(t monotime.Time) {
 		nanosleep(t)
 		return
 	}
-	if err := s.rc.Read(s.readFn); err != nil || (s.errno != 0 && s.errno != unix.EINTR) {
+	if err := s.rc.Read(s.readFn); err != nil || s.errno != 0 {
 		nanosleep(t)
 	}
 }
