@@ -13,16 +13,26 @@ import (
 // product rate×elapsed and no rounding error accumulates.
 const creditPerByte = 8 * uint64(time.Second)
 
-// maxPacerBurstBytes caps the burst at very high rates (1 ms at 10 Gbit/s
-// is 1.25 MB); it keeps credit arithmetic far from overflow.
+// maxPacerBurstBytes caps the burst at very high rates (2 ms at 10 Gbit/s
+// is 2.5 MB); it keeps credit arithmetic far from overflow.
 const maxPacerBurstBytes = 4 << 20
 
 // Pacer spreads packets at a rate set by the congestion controller. It is a
 // byte bucket: credit accrues at the rate, up to a burst of
-// max(2 packets, 1 ms at the rate), and each sent packet spends its size.
+// max(2 packets, 2 ms at the rate), and each sent packet spends its size.
 // A packet may be sent when the credit is positive; the credit may then go
 // negative by less than one packet, which delays the next send by exactly
 // that much, so the long-run rate is exact (integer arithmetic, no drift).
+//
+// Once the credit is spent, the pacer waits for a quantum of half a burst
+// (1 ms at the rate, at least one packet) before it releases more, so a
+// sender that is also woken by ACKs between its pacing waits sends its
+// packets in batches of that size instead of one or two at each wake-up,
+// and its pacing wake-ups are a millisecond apart. The long-run rate is
+// the same; a batch leaves at most 1 ms later than it would have, and the
+// bottleneck's queue takes at most 1 ms of extra burst, as Linux's TSO
+// autosizing allows. (At 250 Mbit/s the far edge went from 6,100 sends a
+// second to 940, with a tenth less CPU; see the README.)
 //
 // A rate of 0 means unpaced: Budget is unlimited and NextSendTime is now.
 // A Pacer is not safe for concurrent use.
@@ -31,6 +41,8 @@ type Pacer struct {
 	rateBps    uint64
 	credit     int64 // in creditPerByte units; may be negative
 	maxCredit  int64
+	quantum    int64 // credit a sender waits for once it has spent it all
+	waiting    bool  // the credit ran out: hold until it reaches quantum
 	lastUpdate monotime.Time
 	started    bool
 }
@@ -48,7 +60,7 @@ func NewPacer(mss int) *Pacer {
 func (p *Pacer) RateBps() uint64 { return p.rateBps }
 
 // BurstBytes returns the largest number of bytes the pacer releases at
-// once after an idle period: max(2×mss, 1 ms at the rate).
+// once after an idle period: max(2×mss, 2 ms at the rate).
 func (p *Pacer) BurstBytes() int { return int(p.maxCredit / int64(creditPerByte)) }
 
 // SetRate changes the rate at now. Credit earned before now is kept at the
@@ -63,10 +75,11 @@ func (p *Pacer) SetRate(now monotime.Time, rateBps uint64) {
 	p.rateBps = rateBps
 	burst := uint64(2 * p.mss)
 	if rateBps > 0 {
-		burst = max(burst, bytesAtRate(rateBps, time.Millisecond))
+		burst = max(burst, bytesAtRate(rateBps, 2*time.Millisecond))
 	}
 	burst = min(burst, maxPacerBurstBytes)
 	p.maxCredit = int64(burst * creditPerByte)
+	p.quantum = max(p.maxCredit/2, int64(creditPerByte))
 	if !p.started {
 		p.started = true
 		p.credit = p.maxCredit
@@ -99,31 +112,42 @@ func (p *Pacer) refill(now monotime.Time) {
 }
 
 // Budget returns how many bytes may be sent at now without waiting: the
-// accumulated credit rounded down, or math.MaxInt when unpaced. A packet
-// may be sent whenever Budget > 0, even if it is larger than the budget.
+// accumulated credit rounded down, 0 while the pacer waits for its
+// quantum, or math.MaxInt when unpaced. A packet may be sent whenever
+// Budget > 0, even if it is larger than the budget.
 func (p *Pacer) Budget(now monotime.Time) int {
 	if p.rateBps == 0 {
 		return math.MaxInt
 	}
-	p.refill(now)
-	if p.credit <= 0 {
+	if !p.ready(now) {
 		return 0
 	}
 	return int(uint64(p.credit) / creditPerByte)
 }
 
-// NextSendTime returns the earliest instant, not before now, at which a
-// packet may be sent (credit positive by at least one byte). It returns
-// now when a packet may go immediately or the pacer is unpaced.
-func (p *Pacer) NextSendTime(now monotime.Time) monotime.Time {
-	if p.rateBps == 0 {
-		return now
-	}
+// ready refills at now and says whether a packet may be sent: the credit
+// is at least one byte, and at least the quantum if it ran out before.
+func (p *Pacer) ready(now monotime.Time) bool {
 	p.refill(now)
-	if p.credit >= int64(creditPerByte) {
+	if p.credit < int64(creditPerByte) {
+		p.waiting = true
+		return false
+	}
+	if p.waiting && p.credit < p.quantum {
+		return false
+	}
+	p.waiting = false
+	return true
+}
+
+// NextSendTime returns the earliest instant, not before now, at which a
+// packet may be sent (see ready). It returns now when a packet may go
+// immediately or the pacer is unpaced.
+func (p *Pacer) NextSendTime(now monotime.Time) monotime.Time {
+	if p.rateBps == 0 || p.ready(now) {
 		return now
 	}
-	need := uint64(int64(creditPerByte) - p.credit) // ns×rate units
+	need := uint64(p.quantum - p.credit) // ns×rate units
 	waitNs := (need + p.rateBps - 1) / p.rateBps
 	return now.Add(time.Duration(waitNs))
 }

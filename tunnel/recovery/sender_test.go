@@ -480,8 +480,10 @@ func TestTimeToSendAndPacing(t *testing.T) {
 	if !next.After(t0) {
 		t.Fatalf("pacer let a 4th packet go at once")
 	}
-	if d := next.Sub(t0); d > time.Millisecond {
-		t.Fatalf("pacing delay %v, want under 1ms", d)
+	// The debt (900 bytes) and the pacer's quantum (half its burst: one
+	// MSS, 1350 bytes) at 1.5 MB/s: 1.5 ms.
+	if d := next.Sub(t0); d > 1500*time.Microsecond {
+		t.Fatalf("pacing delay %v, want at most 1.5ms", d)
 	}
 	if s.TimeToSend(next) != next {
 		t.Fatal("not allowed at the pacer's own time")
