@@ -9,7 +9,7 @@ import (
 
 // TestRxHold: the reader holds its next read only while full-size
 // datagrams keep coming and its reads empty the socket, for about what
-// eight take at their spacing, at most the configured hold.
+// sixteen take at their spacing, at most the configured hold.
 func TestRxHold(t *testing.T) {
 	full := func(n int) []int {
 		s := make([]int, n)
@@ -58,18 +58,18 @@ func TestRxHold(t *testing.T) {
 		t.Fatalf("a full read (64 datagrams) held %v", d)
 	}
 
-	// 250 Mbit/s (a datagram every 48 µs): reads that gathered eight and
-	// emptied the socket are held again, for what eight take, so the
-	// datagram after them does not wake the reader alone.
+	// 250 Mbit/s (a datagram every 48 µs): reads that gathered sixteen
+	// and emptied the socket are held again, for what sixteen take, so
+	// the datagram after them does not wake the reader alone.
 	h = rxHolder{max: time.Millisecond, batch: 64}
 	at = 0
 	h.after(us(at), full(1))
 	for range 20 {
-		at += 48 * 8
-		d = h.after(us(at), full(8))
+		at += 48 * 16
+		d = h.after(us(at), full(16))
 	}
-	if want := 8 * 48 * time.Microsecond; d < want*9/10 || d > want*11/10 {
-		t.Fatalf("hold at 250 Mbit/s after reads of eight: %v, want about %v", d, want)
+	if want := 16 * 48 * time.Microsecond; d < want*9/10 || d > want*11/10 {
+		t.Fatalf("hold at 250 Mbit/s after reads of sixteen: %v, want about %v", d, want)
 	}
 
 	// At high rates the hold would be too short to be worth a sleep.
