@@ -113,13 +113,16 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant, wait
 // one large TSO segment. The tunnel's driver fills the buffer as data
 // arrives (driver.Stream's ReadGather), so this loop wakes once per
 // gathered buffer. The first read after a pause is never delayed, so a
-// request's answer or a keystroke goes out at once. The wait is 2 ms
-// rather than 0.5 ms so that slower flows gather too: at 250 Mbit/s
-// 32 KiB arrive within about 1 ms anyway; at 50 Mbit/s 0.5 ms gathered
-// only 3 KB per TUN write and the near edge spent 62.6 CPU-s/GB, 51.0 with
-// 2 ms (wanbench cisco --rate 50mbit --rtt 100ms --bytes 25MB).
+// request's answer or a keystroke goes out at once. The wait is 4 ms so
+// that slower flows gather too, and a link's rate is shared by its flows:
+// at 50 Mbit/s with four flows each read gathered 3 KB in 0.5 ms (the
+// near edge spent 62.6 CPU-s/GB) and 4.3 KB in 2 ms (51.0; later, after
+// other changes, 17.6 to 21.5 in four runs); 4 ms gave 15.4 in two
+// (wanbench cisco --rate 50mbit --rtt 100ms --bytes 25MB). At 250 Mbit/s
+// no difference showed (5.2 against 5.3). It delays a streaming flow's
+// bytes by at most the wait.
 const (
-	coalesceWait  = 2 * time.Millisecond
+	coalesceWait  = 4 * time.Millisecond
 	coalesceBytes = 32 << 10
 	streamingGap  = 2 * time.Millisecond
 )
