@@ -141,24 +141,32 @@ func TestTimerFloor(t *testing.T) {
 	mc := faketime.NewManualClock()
 	c := flooredClock{Clock: mc, floor: minTimer}
 	var fired atomic.Int32
-	// firesAfter checks that the timer armed last fires d from now, not
-	// a microsecond earlier (its firing is the count's want-th).
-	firesAfter := func(what string, d time.Duration, want int32) {
-		t.Helper()
-		mc.Advance(d - time.Microsecond)
-		if fired.Load() != want-1 {
-			t.Fatalf("%s fired before %v", what, d)
-		}
-		mc.Advance(time.Microsecond)
-		if fired.Load() != want {
-			t.Fatalf("%s did not fire at %v", what, d)
-		}
-	}
 	tm := c.AfterFunc(time.Millisecond, func() { fired.Add(1) })
-	firesAfter("a 1 ms timer", minTimer, 1)
+	mc.Advance(minTimer - time.Microsecond)
+	if fired.Load() != 0 {
+		t.Fatalf("a 1 ms timer fired before the %v floor", minTimer)
+	}
+	mc.Advance(time.Microsecond)
+	if fired.Load() != 1 {
+		t.Fatalf("a 1 ms timer did not fire at the %v floor", minTimer)
+	}
 	tm.Reset(0)
-	firesAfter("a timer Reset to 0", minTimer, 2)
+	mc.Advance(minTimer - time.Microsecond)
+	if fired.Load() != 1 {
+		t.Fatal("a timer Reset to 0 fired before the floor")
+	}
+	mc.Advance(time.Microsecond)
+	if fired.Load() != 2 {
+		t.Fatal("a timer Reset to 0 did not fire at the floor")
+	}
 	long := 3 * minTimer
 	c.AfterFunc(long, func() { fired.Add(1) })
-	firesAfter("a timer longer than the floor", long, 3)
+	mc.Advance(long - time.Microsecond)
+	if fired.Load() != 2 {
+		t.Fatal("a timer longer than the floor fired early")
+	}
+	mc.Advance(time.Microsecond)
+	if fired.Load() != 3 {
+		t.Fatal("a timer longer than the floor did not fire on time")
+	}
 }
