@@ -106,7 +106,7 @@ func TestEdgeDatagrams(t *testing.T) {
 		}
 		t.Logf("ping through the edges: %v on a %v link (the tunnel's own min RTT %v, srtt %v)",
 			rtts, rtt, ns.Tunnel.MinRTT, ns.Tunnel.SmoothedRTT)
-		checkPingRTT(t, rtts, rtt)
+		checkPingRTT(t, rtts, rtt, ns.Tunnel.MinRTT)
 		near, far := datagramStats(t, e)
 		if near.ICMP.PacketsUp < 5 || near.ICMP.PacketsDown < 5 || far.ICMP.PacketsDown < 5 {
 			t.Errorf("ICMP counters: near %+v, far %+v", near.ICMP, far.ICMP)
@@ -168,13 +168,19 @@ func TestEdgeDatagrams(t *testing.T) {
 // and the median within 10 ms. The median alone failed CI once at 2.24 ms
 // over (102.24 ms): a busy host (CI runs packages side by side on two
 // cores, under -race) delays some echoes in the edges' scheduling.
-func checkPingRTT(t *testing.T, rtts []time.Duration, rtt time.Duration) {
+//
+// The least echo may be 2 ms above the link's RTT, or above the tunnel's
+// own least RTT sample (tunnelMin, 0 if unknown) when that is higher: on
+// a host busy with other tests the tunnel itself measured 102.6 ms on the
+// 100 ms link, and the datagram path is not to blame for that.
+func checkPingRTT(t *testing.T, rtts []time.Duration, rtt, tunnelMin time.Duration) {
 	t.Helper()
 	sorted := slices.Clone(rtts)
 	slices.Sort(sorted)
 	least, med := sorted[0], sorted[len(sorted)/2]
-	if d := least - rtt; d < 0 || d > 2*time.Millisecond {
-		t.Errorf("least echo RTT %v of %v: want within 2 ms above the link's %v", least, rtts, rtt)
+	base := max(rtt, tunnelMin)
+	if least < rtt || least-base > 2*time.Millisecond {
+		t.Errorf("least echo RTT %v of %v: want within 2 ms above the link's %v (the tunnel's own least RTT %v)", least, rtts, rtt, tunnelMin)
 	}
 	if d := med - rtt; d < 0 || d > 10*time.Millisecond {
 		t.Errorf("median echo RTT %v of %v: want within 10 ms above the link's %v", med, rtts, rtt)
