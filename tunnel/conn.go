@@ -307,6 +307,10 @@ func (c *Conn) PollEvent() (Event, bool) {
 	return ev, ok
 }
 
+// DatagramsWaiting returns how many received datagrams (EventDatagram)
+// wait to be polled; beyond Config.MaxDatagramQueue the next are dropped.
+func (c *Conn) DatagramsWaiting() int { return c.dgPending }
+
 // HandleDatagram processes one datagram received from the peer at now. b
 // is only read during the call. A datagram that is malformed, does not
 // authenticate, is a replay or belongs to no session is counted in Stats

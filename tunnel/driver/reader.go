@@ -182,6 +182,13 @@ func (d *driverState) handleRx(b *rxBatch) {
 	d.ctr.rxBatches++
 	d.ctr.datagramsIn += uint64(b.n)
 	for i := range b.n {
+		// Hand on the application datagrams the last packet carried
+		// before decoding the next: after a stall the backlog of batches
+		// holds more of them than the Conn keeps (MaxDatagramQueue), and
+		// polling only after the whole backlog dropped the rest.
+		if d.conn.DatagramsWaiting() > 0 {
+			d.pollEvents()
+		}
 		p := b.bufs[i][:b.sizes[i]]
 		if d.next != nil && (d.next.IsHandshakeResponse(p) || d.next.OwnsDatagram(p)) {
 			d.next.HandleDatagram(now, p) // the new handshake's answer, or its first data
