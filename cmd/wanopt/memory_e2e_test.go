@@ -14,6 +14,7 @@ import (
 	"github.com/wanopt/wanopt/bench/exp"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/edge"
+	"github.com/wanopt/wanopt/edge/control"
 )
 
 // stallPort's server writes to each connection until it closes and never
@@ -157,6 +158,18 @@ func TestEdgeMemoryBudget(t *testing.T) {
 	}
 	writers.Wait()
 	if err := e.edges.WaitNoFlows(30 * time.Second); err != nil {
+		// What each edge holds, to tell a flow stuck on the LAN side
+		// (its netstack connection) from one stuck in the tunnel.
+		for _, side := range []string{"near", "far"} {
+			var fl []control.Flow
+			if err := control.Query(e.sock(side), "flows", &fl); err != nil {
+				t.Logf("%s edge: %v", side, err)
+			}
+			for _, f := range fl {
+				t.Logf("%s edge still lists %s -> %s: %s, %s, %d bytes up, %d down, age %v",
+					side, f.Src, f.Dst, f.State, f.Why, f.BytesUp, f.BytesDown, f.Age.Round(time.Second))
+			}
+		}
 		t.Fatal(err)
 	}
 	echoHashed(t, ctx, e.l.Client.NS, 1<<20, 7, 20*time.Second)
