@@ -386,24 +386,35 @@ func tcpExtCounter(ctx context.Context, l *lab.Lab, h *lab.Host, name string) (u
 // parseTCPExt finds the TcpExt counter name in the text of
 // /proc/net/netstat.
 func parseTCPExt(text, name string) (uint64, error) {
+	if v, ok := ProcNetCounters(text, "TcpExt")[name]; ok {
+		return v, nil
+	}
+	return 0, fmt.Errorf("no TcpExt counter %s in /proc/net/netstat (is this Linux?)", name)
+}
+
+// ProcNetCounters returns the counters of group ("TcpExt", "Udp", ...)
+// in the text of /proc/net/netstat or /proc/net/snmp, where each group
+// is a line of names followed by a line of values.
+func ProcNetCounters(text, group string) map[string]uint64 {
+	m := map[string]uint64{}
 	var names []string
-	for _, line := range strings.Split(text, "\n") {
+	for line := range strings.Lines(text) {
 		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != "TcpExt:" {
+		if len(f) == 0 || f[0] != group+":" {
 			continue
 		}
 		if names == nil {
 			names = f[1:]
 			continue
 		}
-		for i, n := range names {
-			if n == name && i+1 < len(f) {
-				return strconv.ParseUint(f[i+1], 10, 64)
+		for i, v := range f[1:] {
+			if n, err := strconv.ParseUint(v, 10, 64); err == nil && i < len(names) {
+				m[names[i]] = n
 			}
 		}
 		break
 	}
-	return 0, fmt.Errorf("no TcpExt counter %s in /proc/net/netstat (is this Linux?)", name)
+	return m
 }
 
 // analyzeSackCapture runs the capture analyser on the plain run's capture

@@ -317,22 +317,9 @@ func dropCounts(ctx context.Context, l *lab.Lab) map[string]uint64 {
 		if err != nil {
 			continue
 		}
-		// Two "Udp:" lines: the counters' names, then their values.
-		var names []string
-		for line := range strings.Lines(string(out)) {
-			f := strings.Fields(line)
-			if len(f) == 0 || f[0] != "Udp:" {
-				continue
-			}
-			if names == nil {
-				names = f[1:]
-				continue
-			}
-			for i, v := range f[1:] {
-				n, _ := strconv.ParseUint(v, 10, 64)
-				if i < len(names) && strings.HasSuffix(names[i], "Errors") && n > 0 {
-					m[h.Role+" udp "+names[i]] = n
-				}
+		for name, n := range exp.ProcNetCounters(string(out), "Udp") {
+			if strings.HasSuffix(name, "Errors") && n > 0 {
+				m[h.Role+" udp "+name] = n
 			}
 		}
 	}
