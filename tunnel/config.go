@@ -65,7 +65,7 @@ const (
 	// after an edge was off the CPU for a while, what the TUN held for it
 	// (up to 500 packets) comes at once. 1,024 is a Linux interface's
 	// default queue (txqueuelen 1000): 200 ms of 50 Mbit/s of 1,200-byte
-	// datagrams, about 1.5 MB each way at most. 128 dropped 250-480 of
+	// datagrams, about 1.5 MB each way at most. 128 dropped 76-445 of
 	// iperf3's datagrams in 5 s at 50 Mbit/s beside CI's tests.
 	DefaultMaxDatagramQueue = 1024
 )

@@ -16,7 +16,7 @@ import (
 // kept off the CPU while the caller's ran (256 refused 8-41 of iperf3's
 // datagrams in 5 s at 50 Mbit/s beside CI's tests); a flood beyond it is
 // the application's to drop.
-const DefaultDatagramQueue = 1024
+const DefaultDatagramQueue = tunnel.DefaultMaxDatagramQueue
 
 // MaxDatagramBytes returns the largest datagram SendDatagram accepts now:
 // what one tunnel packet of the path MTU confirmed so far carries beside
