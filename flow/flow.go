@@ -37,6 +37,19 @@ type Aborter interface {
 	Abort() error
 }
 
+// A ResetWatcher is a Conn that can report that its connection failed (the
+// other side reset it, or it timed out) while no Read or Write waits on
+// it. Relay watches each end that is one: a flow whose two directions both
+// wait on the other end (an upload held by the far side's window while the
+// download waits for the far side's data) would otherwise not see this
+// end's RST until the other end moves again, which may be never.
+type ResetWatcher interface {
+	// WatchReset calls f once, on a goroutine of its own, when the
+	// connection fails, unless stop was called first. f may still run
+	// shortly after stop returns.
+	WatchReset(f func()) (stop func())
+}
+
 // Abort resets c: with its Abort method if it has one, as a RST for a
 // kernel TCP socket (SO_LINGER 0), else by closing it.
 func Abort(c Conn) error {

@@ -47,6 +47,7 @@ type RelayOptions struct {
 //	reading src fails (RST, error)     reset both ends
 //	writing dst fails                  reset both ends
 //	ctx done                           reset both ends
+//	an idle end fails (ResetWatcher)   reset both ends
 //	both ways ended with a FIN         close both ends (gracefully)
 //
 // So a FIN travels end to end one direction at a time (a half-closed flow
@@ -69,6 +70,18 @@ func Relay(ctx context.Context, lan, wan Conn, o RelayOptions) {
 	}
 	stop := context.AfterFunc(ctx, resetBoth)
 	defer stop()
+	var unwatch []func()
+	for _, c := range []struct {
+		conn Conn
+		name string
+	}{{lan, "lan"}, {wan, "wan"}} {
+		if w, ok := c.conn.(ResetWatcher); ok {
+			unwatch = append(unwatch, w.WatchReset(func() {
+				log.Debug(c.name + " end failed; resetting the flow")
+				resetBoth()
+			}))
+		}
+	}
 	if o.LANToWAN == nil {
 		o.LANToWAN = new(atomic.Uint64)
 	}
@@ -134,6 +147,12 @@ func Relay(ctx context.Context, lan, wan Conn, o RelayOptions) {
 	}()
 	direction(lan, wan, o.WANToLAN, false, "wan to lan")
 	<-upDone
+	// Both ways ended: a watch that fires now (or its f, running late)
+	// must not reset an end that still delivers its last bytes.
+	once.Do(func() {})
+	for _, stop := range unwatch {
+		stop()
+	}
 	_ = wan.Close()
 	_ = lan.Close()
 }

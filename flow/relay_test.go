@@ -252,3 +252,58 @@ func TestRelayIdleTimeout(t *testing.T) {
 		f.client.Close()
 	})
 }
+
+// watchedEnd is an end whose failure the test signals through WatchReset,
+// as a netstack connection reports its client's RST.
+type watchedEnd struct {
+	*end
+	fail    chan struct{}
+	stopped atomic.Bool
+}
+
+func (e *watchedEnd) WatchReset(f func()) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-e.fail:
+			f()
+		case <-done:
+		}
+	}()
+	return func() { e.stopped.Store(true); close(done) }
+}
+
+// TestRelayWatchesReset: the LAN end fails while both directions wait on
+// the WAN end (the upload on a receiver that does not read, the download
+// on data that does not come): the flow is reset at once, not when the WAN
+// end next moves.
+func TestRelayWatchesReset(t *testing.T) {
+	leaktest.Check(t)
+	client, lanEnd := pair()
+	wan, server := pair()
+	lan := &watchedEnd{end: lanEnd, fail: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Relay(context.Background(), lan, wan, RelayOptions{})
+	}()
+	go client.Write([]byte("held")) // the relay's Write to the server blocks: it never reads
+	time.Sleep(50 * time.Millisecond)
+	close(lan.fail)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		server.Abort() // unblock the relay's Write so the goroutines end
+		client.Abort()
+		<-done
+		t.Fatal("Relay still waiting on the WAN end 5 s after the LAN end failed")
+	}
+	if !wan.aborted.Load() || !lan.aborted.Load() {
+		t.Errorf("ends aborted: lan %v, wan %v; want both", lan.aborted.Load(), wan.aborted.Load())
+	}
+	if !lan.stopped.Load() {
+		t.Error("Relay returned without stopping the watch")
+	}
+	client.Close()
+	server.Close()
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
 )
 
@@ -85,6 +86,28 @@ func (c *Conn) Close() error {
 func (c *Conn) Abort() error {
 	c.ep.Abort()
 	return c.Close()
+}
+
+// WatchReset calls f, on a goroutine of its own, once the connection has
+// failed: the peer's RST, a keepalive or retransmission timeout, or an
+// Abort (flow.ResetWatcher). A graceful close is not a failure.
+func (c *Conn) WatchReset(f func()) (stop func()) {
+	ep, ok := c.ep.(interface{ EndpointState() tcp.EndpointState })
+	if !ok {
+		return func() {}
+	}
+	var once sync.Once
+	check := func() {
+		// The error state is reached, and waiters notified, with the
+		// endpoint's locks held: only read the state here.
+		if ep.EndpointState() == tcp.StateError {
+			once.Do(func() { go f() })
+		}
+	}
+	e := waiter.NewFunctionEntry(waiter.EventErr, func(waiter.EventMask) { check() })
+	c.wq.EventRegister(&e)
+	check() // it may have failed before the watch began
+	return func() { c.wq.EventUnregister(&e) }
 }
 
 // WaitReadable blocks until Read would not block (data, FIN or an error is

@@ -247,3 +247,62 @@ func TestDialTCPAfterClose(t *testing.T) {
 		t.Fatalf("DialTCP after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestWatchReset: a Conn's WatchReset reports the peer's RST although no
+// Read or Write waits on the Conn, and reports nothing for a graceful
+// close.
+func TestWatchReset(t *testing.T) {
+	st, srv := outboundPair(t)
+	ln := listenServer(t, srv, 80)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		for range 2 {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func(port uint16) (*Conn, net.Conn, <-chan struct{}) {
+		t.Helper()
+		c, err := st.DialTCP(ctx, netip.AddrPortFrom(netip.MustParseAddr("198.18.1.2"), port), netip.MustParseAddrPort("198.18.2.2:80"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fired := make(chan struct{})
+		stop := c.WatchReset(func() { close(fired) })
+		t.Cleanup(stop)
+		return c, <-accepted, fired
+	}
+
+	// The server closes with our bytes unread: a RST.
+	c, s, fired := dial(40010)
+	if _, err := c.Write([]byte("never read")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // let the bytes reach the server
+	s.Close()
+	select {
+	case <-fired:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server's RST did not fire the watch within 5 s")
+	}
+
+	// Both sides close after the other's FIN: no failure.
+	c, s, fired = dial(40011)
+	s.Close()
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("read to the server's FIN: %v", err)
+	}
+	c.CloseWrite()
+	time.Sleep(200 * time.Millisecond) // the FINs and their ACKs cross
+	select {
+	case <-fired:
+		t.Fatal("a graceful close fired the watch")
+	default:
+	}
+}
