@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/wanopt/wanopt/flow"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
@@ -87,6 +88,8 @@ func (c *Conn) Abort() error {
 	c.ep.Abort()
 	return c.Close()
 }
+
+var _ flow.ResetWatcher = (*Conn)(nil)
 
 // WatchReset calls f, on a goroutine of its own, once the connection has
 // failed: the peer's RST, a keepalive or retransmission timeout, or an

@@ -95,6 +95,10 @@ func (d *Dialer) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, 
 	return s, nil
 }
 
+// A stream reports its peer's reset to the relay even while the relay waits
+// on the client both ways.
+var _ flow.ResetWatcher = (*driver.Stream)(nil)
+
 // classify maps a driver error to the stack error that gives the client the
 // outcome it would have seen without wanopt, and counts it.
 func (d *Dialer) classify(err error) error {

@@ -331,7 +331,7 @@ func (d *driverState) pollEvents() {
 			}
 		case tunnel.EventStreamReset:
 			if s := d.streams[ev.StreamID]; s != nil {
-				s.d.peerReset, s.d.resetCode = true, ev.Code
+				s.markPeerReset(ev.Code)
 				d.continueRead(s)
 			}
 		case tunnel.EventStreamStopSending:

@@ -184,7 +184,7 @@ func (d *driverState) switchConn() {
 	for id, s := range d.streams {
 		s.d.gone = true
 		if !s.d.peerReset {
-			s.d.peerReset, s.d.resetCode = true, CodePeerRestarted
+			s.markPeerReset(CodePeerRestarted)
 		}
 		if !s.d.stopped {
 			s.d.stopped, s.d.stopCode = true, CodePeerRestarted

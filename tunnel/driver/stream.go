@@ -46,6 +46,12 @@ type Stream struct {
 	werr   error // sticky write error; guarded by wmu
 	wdl    deadline
 
+	// watch is WatchReset's f until the peer's reset calls it or the watch
+	// stops; peerReset is set (by the driver) once the peer reset the
+	// stream or its session ended.
+	watch     atomic.Pointer[func()]
+	peerReset atomic.Bool
+
 	// d is the driver's view; only the driver goroutine touches it.
 	d struct {
 		gone      bool // the Conn forgot the stream (or refused/rejected it)
@@ -237,6 +243,33 @@ func (s *Stream) SendLimit() stream.SendLimit {
 		return stream.SendFree
 	}
 	return stream.SendLimit(r.n)
+}
+
+// WatchReset calls f, on a goroutine of its own, once the peer has reset
+// the stream (its RESET_STREAM, or a new session with a restarted peer),
+// even while no Read waits on it (flow.ResetWatcher). The peer's graceful
+// close, and STOP_SENDING alone, are not resets.
+func (s *Stream) WatchReset(f func()) (stop func()) {
+	s.watch.Store(&f)
+	if s.peerReset.Load() {
+		s.fireWatch()
+	}
+	return func() { s.watch.CompareAndSwap(&f, nil) }
+}
+
+// markPeerReset records, on the driver goroutine, that the peer reset the
+// stream with code (or its session ended), and tells a WatchReset.
+func (s *Stream) markPeerReset(code wire.ErrorCode) {
+	s.d.peerReset, s.d.resetCode = true, code
+	s.peerReset.Store(true)
+	s.fireWatch()
+}
+
+// fireWatch calls WatchReset's f if it has not been called or stopped.
+func (s *Stream) fireWatch() {
+	if f := s.watch.Swap(nil); f != nil {
+		go (*f)()
+	}
 }
 
 // Reset aborts both halves at once, as a TCP RST does: bytes written and

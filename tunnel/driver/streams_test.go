@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"sync"
 	"testing"
@@ -204,4 +205,68 @@ func TestLossyManyStreams(t *testing.T) {
 	if st.Tunnel.PacketsLost == 0 {
 		t.Error("no loss detected on a lossy path")
 	}
+}
+
+// TestStreamWatchReset: WatchReset reports the peer's Reset with no Read
+// waiting, and nothing for a graceful close (whose STOP_SENDING is not a
+// reset).
+func TestStreamWatchReset(t *testing.T) {
+	leaktest.Check(t)
+	cli, srv := memPair(t, 23, nil)
+	watch := func(c *Stream) (<-chan struct{}, func()) {
+		fired := make(chan struct{})
+		return fired, c.WatchReset(func() { close(fired) })
+	}
+
+	c, s := openAccepted(t, cli, srv)
+	fired, stop := watch(c)
+	if err := s.Reset(CodeTCPReset); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-fired:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the peer's Reset did not fire the watch within 2 s")
+	}
+	stop()
+	c.Close()
+
+	// A watch begun after the reset fires too.
+	c, s = openAccepted(t, cli, srv)
+	s.Reset(CodeTCPReset)
+	waitFor(t, func() bool {
+		_, err := c.Read(make([]byte, 1))
+		return err != nil
+	})
+	fired, stop = watch(c)
+	select {
+	case <-fired:
+	case <-time.After(2 * time.Second):
+		t.Fatal("a watch begun after the peer's Reset did not fire")
+	}
+	stop()
+	c.Close()
+
+	// Both sides pass a FIN, read the other's and close.
+	c, s = openAccepted(t, cli, srv)
+	fired, stop = watch(c)
+	c.CloseWrite()
+	s.CloseWrite()
+	if _, err := io.ReadAll(s); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return srv.Stats().Tunnel.StreamsOpen == 0 })
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-fired:
+		t.Fatal("a graceful close fired the watch")
+	default:
+	}
+	stop()
+	c.Close()
+	waitFor(t, func() bool { return cli.Stats().Tunnel.StreamsOpen == 0 })
 }
