@@ -75,10 +75,14 @@ func newStack(ctx context.Context, ep gstack.LinkEndpoint, link string, d flow.D
 		sndFloor: cfg.SendBuffer.Default, sndGrown: cfg.SendBuffer.Max}}
 	st.ctx, st.cancel = context.WithCancel(context.WithoutCancel(ctx))
 
+	clock := cfg.clock
+	if clock == nil {
+		clock = tcpip.NewStdClock()
+	}
 	s := gstack.New(gstack.Options{
 		NetworkProtocols:   []gstack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol},
-		Clock:              cfg.clock,
+		Clock:              flooredClock{Clock: clock, floor: minTimer},
 	})
 	st.s = s
 	nicCreated := false
