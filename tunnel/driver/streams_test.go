@@ -217,18 +217,22 @@ func TestStreamWatchReset(t *testing.T) {
 		fired := make(chan struct{})
 		return fired, c.WatchReset(func() { close(fired) })
 	}
+	mustFire := func(fired <-chan struct{}, stop func(), what string) {
+		t.Helper()
+		select {
+		case <-fired:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%s did not fire the watch within 2 s", what)
+		}
+		stop()
+	}
 
 	c, s := openAccepted(t, cli, srv)
 	fired, stop := watch(c)
 	if err := s.Reset(CodeTCPReset); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-fired:
-	case <-time.After(2 * time.Second):
-		t.Fatal("the peer's Reset did not fire the watch within 2 s")
-	}
-	stop()
+	mustFire(fired, stop, "the peer's Reset")
 	c.Close()
 
 	// A watch begun after the reset fires too.
@@ -239,12 +243,7 @@ func TestStreamWatchReset(t *testing.T) {
 		return err != nil
 	})
 	fired, stop = watch(c)
-	select {
-	case <-fired:
-	case <-time.After(2 * time.Second):
-		t.Fatal("a watch begun after the peer's Reset did not fire")
-	}
-	stop()
+	mustFire(fired, stop, "a watch begun after the peer's Reset")
 	c.Close()
 
 	// Both sides pass a FIN, read the other's and close.
