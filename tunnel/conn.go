@@ -86,6 +86,7 @@ type Conn struct {
 	// Streams.
 	flow           *stream.ConnFlow
 	streams        map[uint64]*streamState
+	readyScratch   []*streamState // scheduleAll's, reused
 	nextLocalID    uint64
 	peerSeen       idWindow
 	localOpen      int

@@ -52,9 +52,7 @@ func (c *Conn) handleFrame(now monotime.Time, t wire.FrameType) {
 		}
 	case wire.FrameMaxData:
 		if c.flow.OnMaxData(p.MaxData().Max) {
-			for _, st := range c.streams {
-				c.schedule(st)
-			}
+			c.scheduleAll()
 		}
 	case wire.FrameMaxStreamData:
 		f := p.MaxStreamData()
