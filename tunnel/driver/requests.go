@@ -76,7 +76,7 @@ func (d *driverState) connErr(s *Stream, op opKind, err error) error {
 	// peer's code, EventStreamStopSending) may still be queued.
 	d.pollEvents()
 	if op == opRead && errors.Is(err, tunnel.ErrStreamState) {
-		s.d.peerReset = true // StreamRead's contract: reset by the peer
+		s.markPeerReset(s.d.resetCode) // StreamRead's contract: reset by the peer
 	}
 	return d.streamErr(s, op, err)
 }
@@ -84,7 +84,7 @@ func (d *driverState) connErr(s *Stream, op opKind, err error) error {
 // streamErr says why a stream refuses op, from what the driver saw.
 func (d *driverState) streamErr(s *Stream, op opKind, err error) error {
 	switch {
-	case op == opRead && s.d.peerReset:
+	case op == opRead && s.peerReset.Load():
 		return &StreamError{StreamID: s.id, Code: s.d.resetCode}
 	case op == opWrite && s.d.stopped:
 		return &StreamError{StreamID: s.id, Code: s.d.stopCode, StopSending: true}
@@ -204,7 +204,7 @@ func (d *driverState) closeStream(s *Stream, abort bool, code wire.ErrorCode) {
 		return
 	}
 	s.d.closed = true
-	if !abort && !s.d.peerReset {
+	if !abort && !s.peerReset.Load() {
 		abort = d.conn.StreamReadable(s.id) > 0
 	}
 	if abort {

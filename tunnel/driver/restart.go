@@ -183,7 +183,7 @@ func (d *driverState) switchConn() {
 	}
 	for id, s := range d.streams {
 		s.d.gone = true
-		if !s.d.peerReset {
+		if !s.peerReset.Load() {
 			s.markPeerReset(CodePeerRestarted)
 		}
 		if !s.d.stopped {

@@ -46,18 +46,18 @@ type Stream struct {
 	werr   error // sticky write error; guarded by wmu
 	wdl    deadline
 
-	// watch is WatchReset's f until the peer's reset calls it or the watch
-	// stops; peerReset is set (by the driver) once the peer reset the
-	// stream or its session ended.
-	watch     atomic.Pointer[func()]
+	// peerReset is set, by the driver only (markPeerReset), once the peer
+	// reset the stream or its session ended; atomic so that WatchReset can
+	// read it. watch is WatchReset's f until the reset calls it or the
+	// watch stops.
 	peerReset atomic.Bool
+	watch     atomic.Pointer[func()]
 
 	// d is the driver's view; only the driver goroutine touches it.
 	d struct {
 		gone      bool // the Conn forgot the stream (or refused/rejected it)
 		closed    bool // Close (or an abort) was handled
 		finQueued bool // CloseWrite was handled
-		peerReset bool
 		resetCode wire.ErrorCode
 		answered  bool // opened got its code (streams we open)
 		stopped   bool // the peer sent STOP_SENDING
@@ -260,7 +260,7 @@ func (s *Stream) WatchReset(f func()) (stop func()) {
 // markPeerReset records, on the driver goroutine, that the peer reset the
 // stream with code (or its session ended), and tells a WatchReset.
 func (s *Stream) markPeerReset(code wire.ErrorCode) {
-	s.d.peerReset, s.d.resetCode = true, code
+	s.d.resetCode = code
 	s.peerReset.Store(true)
 	s.fireWatch()
 }
