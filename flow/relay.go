@@ -70,18 +70,17 @@ func Relay(ctx context.Context, lan, wan Conn, o RelayOptions) {
 	}
 	stop := context.AfterFunc(ctx, resetBoth)
 	defer stop()
-	var unwatch []func()
-	for _, c := range []struct {
-		conn Conn
-		name string
-	}{{lan, "lan"}, {wan, "wan"}} {
-		if w, ok := c.conn.(ResetWatcher); ok {
-			unwatch = append(unwatch, w.WatchReset(func() {
-				log.Debug(c.name + " end failed; resetting the flow")
-				resetBoth()
-			}))
+	watch := func(c Conn, name string) (stop func()) {
+		w, ok := c.(ResetWatcher)
+		if !ok {
+			return func() {}
 		}
+		return w.WatchReset(func() {
+			log.Debug(name + " end failed; resetting the flow")
+			resetBoth()
+		})
 	}
+	unwatchLAN, unwatchWAN := watch(lan, "lan"), watch(wan, "wan")
 	if o.LANToWAN == nil {
 		o.LANToWAN = new(atomic.Uint64)
 	}
@@ -150,9 +149,8 @@ func Relay(ctx context.Context, lan, wan Conn, o RelayOptions) {
 	// Both ways ended: a watch that fires now (or its f, running late)
 	// must not reset an end that still delivers its last bytes.
 	once.Do(func() {})
-	for _, stop := range unwatch {
-		stop()
-	}
+	unwatchLAN()
+	unwatchWAN()
 	_ = wan.Close()
 	_ = lan.Close()
 }

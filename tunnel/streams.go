@@ -144,10 +144,15 @@ func (c *Conn) maybeFinish(st *streamState) {
 
 // schedule puts a stream with data to send in the round robin.
 func (c *Conn) schedule(st *streamState) {
-	if !st.inSched && !st.removed && st.open == openOK && st.send.HasData() {
+	if st.wantsSched() {
 		st.inSched = true
 		c.sched.push(st)
 	}
+}
+
+// wantsSched reports whether st has data to send and is not queued yet.
+func (st *streamState) wantsSched() bool {
+	return !st.inSched && !st.removed && st.open == openOK && st.send.HasData()
 }
 
 // scheduleAll schedules every stream with data to send, in ID order: the
@@ -157,7 +162,7 @@ func (c *Conn) schedule(st *streamState) {
 func (c *Conn) scheduleAll() {
 	ready := c.readyScratch[:0]
 	for _, st := range c.streams {
-		if !st.inSched && !st.removed && st.open == openOK && st.send.HasData() {
+		if st.wantsSched() {
 			ready = append(ready, st)
 		}
 	}
