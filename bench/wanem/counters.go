@@ -50,8 +50,13 @@ type Counters struct {
 	WindowsClamped uint64 `json:"windows_clamped"`
 	UDPTampered    uint64 `json:"udp_tampered"`
 	// Lateness is how late packets were released compared with their
-	// release time: the emulator's own precision.
+	// release time: the emulator's own precision. A packet released early
+	// (DequeueEarly) counts as on time here and in EarlyMax.
 	Lateness Lateness `json:"lateness"`
+	// EarlyMax is the most any packet was released before its release
+	// time: at most the early bound the driver passed to DequeueEarly
+	// (a Link's EarlyRelease).
+	EarlyMax time.Duration `json:"early_max"`
 }
 
 // LatenessBuckets is the number of buckets of a Lateness histogram.

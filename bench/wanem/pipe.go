@@ -345,8 +345,16 @@ func (p *Pipe) Preemptible() bool { return p.inOrder.len() == 0 && len(p.held) >
 // until it hands it back with Release (optional: a buffer never released
 // is left to the garbage collector, at the cost of an allocation later).
 func (p *Pipe) Dequeue(now monotime.Time) (pkt []byte, ok bool) {
+	return p.DequeueEarly(now, 0)
+}
+
+// DequeueEarly is Dequeue for a driver that would rather release a packet
+// up to early before its release time than sleep for it (see
+// Link's EarlyRelease). How early it was is recorded in
+// Counters.EarlyMax; the order of release is unchanged.
+func (p *Pipe) DequeueEarly(now monotime.Time, early time.Duration) (pkt []byte, ok bool) {
 	e := p.first()
-	if e == nil || e.release > now {
+	if e == nil || e.release > now.Add(early) {
 		return nil, false
 	}
 	var got entry
@@ -357,7 +365,11 @@ func (p *Pipe) Dequeue(now monotime.Time) (pkt []byte, ok bool) {
 	}
 	p.c.Packets++
 	p.c.Bytes += uint64(len(got.buf))
-	p.c.Lateness.record(now.Sub(got.release))
+	late := now.Sub(got.release)
+	p.c.Lateness.record(late)
+	if -late > p.c.EarlyMax {
+		p.c.EarlyMax = -late
+	}
 	return got.buf, true
 }
 

@@ -816,3 +816,34 @@ func TestFragmentsCounted(t *testing.T) {
 		t.Fatalf("counters %+v; want 4 fragments, 1 MTU drop", c)
 	}
 }
+
+// DequeueEarly releases a packet due within its bound, not one due after
+// it, keeps the release order, and records how early in EarlyMax (and the
+// packet as on time in Lateness).
+func TestDequeueEarly(t *testing.T) {
+	p := mustPipe(t, Config{Delay: time.Millisecond, RateBps: 8_000_000}) // 1500 B: 1.5 ms
+	p.Enqueue(t0, packet(1500, 1))                                        // released at t0 + 1.5 ms + 1 ms
+	p.Enqueue(t0, packet(1500, 2))                                        // t0 + 3 ms + 1 ms
+	due := t0.Add(2500 * time.Microsecond)
+	if _, ok := p.DequeueEarly(due.Add(-51*time.Microsecond), 50*time.Microsecond); ok {
+		t.Fatal("a packet due 51 µs later was released with a bound of 50 µs")
+	}
+	pkt, ok := p.DequeueEarly(due.Add(-50*time.Microsecond), 50*time.Microsecond)
+	if !ok || !bytes.Equal(pkt, packet(1500, 1)) {
+		t.Fatalf("the packet due in 50 µs: ok %v, first packet %v", ok, ok && bytes.Equal(pkt, packet(1500, 1)))
+	}
+	// The second is 1.5 ms later still: not due, even early.
+	if _, ok := p.DequeueEarly(due, 50*time.Microsecond); ok {
+		t.Fatal("the second packet was released 1.5 ms early")
+	}
+	c := p.Counters()
+	if c.EarlyMax != 50*time.Microsecond || c.Lateness.Max != 0 || c.Lateness.Buckets[0] != 1 {
+		t.Fatalf("EarlyMax %v, lateness %+v; want 50µs and one on-time release", c.EarlyMax, c.Lateness)
+	}
+	if _, ok := p.Dequeue(t0.Add(4 * time.Millisecond)); !ok {
+		t.Fatal("the second packet was not released at its time")
+	}
+	if c := p.Counters(); c.EarlyMax != 50*time.Microsecond || c.Packets != 2 {
+		t.Fatalf("after an on-time release: EarlyMax %v, packets %d; want 50µs, 2", c.EarlyMax, c.Packets)
+	}
+}

@@ -38,8 +38,8 @@ func runCheck(ctx context.Context, log *slog.Logger, args []string) error {
 		r.RTTMs, r.RTTMinMs, r.RTTMaxMs, r.RTTErrorMs, r.RTTTolMs)
 	fmt.Printf("rate:     %.2f Mbit/s, error %+.2f %%, tolerance ±%.1f %% (%d of %d probe packets arrived)\n",
 		r.RateMbps, r.RateErrorPct, r.RateTolPct, r.RateProbeRcvd, r.RateProbeSent)
-	fmt.Printf("emulator: %d packets forwarded, %d queue drops, release lateness p99 %v max %v\n",
-		r.Link.AB.Packets, r.Link.AB.QueueDrops, r.Link.AB.Lateness.Quantile(0.99), r.Link.AB.Lateness.Max)
+	fmt.Printf("emulator: %d packets forwarded, %d queue drops, release lateness p99 %v max %v, early at most %v\n",
+		r.Link.AB.Packets, r.Link.AB.QueueDrops, r.Link.AB.Lateness.Quantile(0.99), r.Link.AB.Lateness.Max, r.Link.AB.EarlyMax)
 	if !r.Saturated {
 		fmt.Printf("warning:  the probe offered only %.1f Mbit/s and never filled the link's queue: the rate figure measures the sender, not the link (machine too busy?)\n", r.OfferedMbps)
 	}
