@@ -44,15 +44,15 @@ const (
 // EarlyRelease is how far ahead of its release time a Link's releaser
 // writes a packet instead of sleeping for it. A sleep costs a timer and two
 // context switches whatever its length (on a paravirtualised guest, with a
-// VM exit to program the timer): at 1 Gbit/s, where packets are 12 µs
-// apart, sleeping for each took half of the emulator's CPU, more than a
-// core in all, and it was the machine's CPU, not the link, that held
-// wanopt below the link (wanbench cisco --rate 1gbit --rtt 0ms --queue 8MB:
-// 883 Mbit/s, and 926 with 50 µs; plain TCP 965 both times). 50 µs is
-// well below any RTT the lab sets and below one packet's time at the
-// rates where it matters less (240 µs at 50 Mbit/s), where it changes
-// nothing; the rate limiter's departure times, and so the queue and its
-// drops, are not affected. Counters.EarlyMax shows how early packets went.
+// VM exit to program the timer). At 1 Gbit/s, where packets are 12 µs
+// apart, sleeping for each took half of the emulator's CPU: 1.6 cores in
+// all while plain TCP ran at 965 Mbit/s, 1.3 with this bound (wanbench
+// cisco --rate 1gbit --rtt 0ms --queue 8MB; docs/efficiency/
+// early-release-ab.txt), on a machine of two whose edges needed the rest.
+// 50 µs is well below any RTT the lab sets and below one packet's time at
+// 50 Mbit/s (240 µs), where it changes nothing. The rate limiter's
+// departure times, and so the queue and its drops, are not affected;
+// Counters.EarlyMax shows how early packets went.
 const EarlyRelease = 50 * time.Microsecond
 
 // Link forwards packets between two Devices through one Pipe per

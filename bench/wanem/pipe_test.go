@@ -821,9 +821,11 @@ func TestFragmentsCounted(t *testing.T) {
 // it, keeps the release order, and records how early in EarlyMax (and the
 // packet as on time in Lateness).
 func TestDequeueEarly(t *testing.T) {
-	p := mustPipe(t, Config{Delay: time.Millisecond, RateBps: 8_000_000}) // 1500 B: 1.5 ms
-	p.Enqueue(t0, packet(1500, 1))                                        // released at t0 + 1.5 ms + 1 ms
-	p.Enqueue(t0, packet(1500, 2))                                        // t0 + 3 ms + 1 ms
+	// At 8 Mbit/s a 1500-byte packet takes 1.5 ms: the first is released
+	// at t0 + 1.5 ms + 1 ms, the second at t0 + 3 ms + 1 ms.
+	p := mustPipe(t, Config{Delay: time.Millisecond, RateBps: 8_000_000})
+	p.Enqueue(t0, packet(1500, 1))
+	p.Enqueue(t0, packet(1500, 2))
 	due := t0.Add(2500 * time.Microsecond)
 	if _, ok := p.DequeueEarly(due.Add(-51*time.Microsecond), 50*time.Microsecond); ok {
 		t.Fatal("a packet due 51 µs later was released with a bound of 50 µs")
