@@ -45,10 +45,12 @@ const (
 // writes a packet instead of sleeping for it. A sleep costs a timer and two
 // context switches whatever its length (on a paravirtualised guest, with a
 // VM exit to program the timer). At 1 Gbit/s, where packets are 12 µs
-// apart, sleeping for each took half of the emulator's CPU: 1.6 cores in
-// all while plain TCP ran at 965 Mbit/s, 1.3 with this bound (wanbench
-// cisco --rate 1gbit --rtt 0ms --queue 8MB; docs/efficiency/
-// early-release-ab.txt), on a machine of two whose edges needed the rest.
+// apart, sleeping for each took half of the emulator's CPU, on a machine
+// of two cores whose edges needed the rest. With this bound the emulator
+// used 0.84 cores instead of 1.18 and 0.97 while wanopt ran at 1 Gbit/s,
+// quietly and beside a test loop; while plain TCP ran, 1.26 instead of
+// 1.59 quietly but the same beside the loop (wanbench cisco --rate 1gbit
+// --rtt 0ms --queue 8MB; docs/efficiency/early-release-ab.txt).
 // 50 µs is well below any RTT the lab sets and below one packet's time at
 // 50 Mbit/s (240 µs), where it changes nothing. The rate limiter's
 // departure times, and so the queue and its drops, are not affected;
