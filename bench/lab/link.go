@@ -92,12 +92,12 @@ func readLinkSpec(in io.Reader) (LinkSpec, io.Reader, error) {
 // reader that blocks keeps its reading goroutine alive after RunLinkSpec
 // returns (the helper process exits right after, so that is harmless).
 func RunLinkSpec(ctx context.Context, spec LinkSpec, control io.Reader, out io.Writer) error {
-	a, err := OpenTUN(spec.A.NS, spec.A.Dev)
+	a, err := openLinkTUN(spec.A.NS, spec.A.Dev, os.Stderr)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	b, err := OpenTUN(spec.B.NS, spec.B.Dev)
+	b, err := openLinkTUN(spec.B.NS, spec.B.Dev, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -127,6 +127,11 @@ func RunLinkSpec(ctx context.Context, spec LinkSpec, control io.Reader, out io.W
 	b.Close()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("link stopped: %w", err)
+	}
+	for _, d := range []linkDevice{a, b} {
+		if t, ok := d.(*offloadTUN); ok && t.Dropped() > 0 {
+			fmt.Fprintf(os.Stderr, "link: dropped %d frames of unsupported offload types\n", t.Dropped())
+		}
 	}
 	var st LinkStats
 	st.AB, st.BA = link.Stats()

@@ -2,7 +2,10 @@ package lab
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -45,4 +48,131 @@ func OpenTUN(ns, dev string) (*os.File, error) {
 		return nil
 	})
 	return f, err
+}
+
+// linkDevice is one end of the link helper: an *os.File from OpenTUN or
+// an *offloadTUN.
+type linkDevice interface {
+	Read(pkt []byte) (int, error)
+	Write(pkt []byte) (int, error)
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+	Close() error
+}
+
+// openLinkTUN attaches to TUN dev in namespace ns for the link helper,
+// with UDP segmentation offload (see vnet.go) where the kernel has it
+// (Linux 6.2 and later); elsewhere it falls back to OpenTUN and says so
+// on log.
+func openLinkTUN(ns, dev string, log io.Writer) (linkDevice, error) {
+	t, err := openOffloadTUN(ns, dev)
+	if err == nil {
+		return t, nil
+	}
+	f, err2 := OpenTUN(ns, dev)
+	if err2 != nil {
+		return nil, err2
+	}
+	fmt.Fprintf(log, "link: %s in %s without UDP segmentation offload (%v); reading one datagram at a time\n", dev, ns, err)
+	return f, nil
+}
+
+// offloadTUN is a TUN opened with a virtio-net header and UDP segmentation
+// offload, read and written one IP packet at a time as wanem.Link expects.
+// Reads split UDP GSO frames (gsoSplitter); writes prepend an empty
+// header, so the receiving kernel checks every checksum as it would
+// without offload. One goroutine reads and one writes (wanem.Device).
+type offloadTUN struct {
+	f       *os.File
+	frame   []byte // the last frame read
+	split   gsoSplitter
+	wbuf    []byte // an empty header, then the packet being written
+	frames  uint64 // frames read (the reader's own count)
+	dropped atomic.Uint64
+}
+
+func openOffloadTUN(ns, dev string) (*offloadTUN, error) {
+	var t *offloadTUN
+	err := InNetns(ns, func() error {
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open /dev/net/tun: %w (load the tun module or run as root)", err)
+		}
+		ifr, err := unix.NewIfreq(dev)
+		if err != nil {
+			unix.Close(fd)
+			return err
+		}
+		ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("attach to TUN %s in netns %s: %w", dev, ns, err)
+		}
+		if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, vnetHdrLen); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("set the virtio-net header size: %w", err)
+		}
+		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tunFCsum|tunFUSO4|tunFUSO6); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("enable UDP segmentation offload: %w", err)
+		}
+		if err := unix.SetNonblock(fd, true); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("set TUN %s non-blocking: %w", dev, err)
+		}
+		t = &offloadTUN{
+			f:     os.NewFile(uintptr(fd), "/dev/net/tun:"+dev),
+			frame: make([]byte, vnetMaxFrame),
+			wbuf:  make([]byte, vnetMaxFrame),
+		}
+		return nil
+	})
+	return t, err
+}
+
+// Read returns the next IP packet: the next datagram of the last frame, or
+// the first of a new one. Frames the splitter refuses are counted in
+// Dropped and skipped.
+func (t *offloadTUN) Read(pkt []byte) (int, error) {
+	for {
+		if n, ok := t.split.next(pkt); ok {
+			return n, nil
+		}
+		n, err := t.f.Read(t.frame)
+		if err != nil {
+			return 0, err
+		}
+		t.frames++
+		if t.split.load(t.frame[:n]) != nil {
+			t.dropped.Add(1)
+		}
+	}
+}
+
+// Write writes one IP packet behind an empty virtio-net header.
+func (t *offloadTUN) Write(pkt []byte) (int, error) {
+	if len(pkt) > len(t.wbuf)-vnetHdrLen {
+		return 0, fmt.Errorf("write %d bytes to a TUN: larger than an IP packet", len(pkt))
+	}
+	n := copy(t.wbuf[vnetHdrLen:], pkt)
+	if _, err := t.f.Write(t.wbuf[:vnetHdrLen+n]); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+func (t *offloadTUN) SetReadDeadline(d time.Time) error  { return t.f.SetReadDeadline(d) }
+func (t *offloadTUN) SetWriteDeadline(d time.Time) error { return t.f.SetWriteDeadline(d) }
+
+// Dropped is how many frames could not be split (see gsoSplitter.load).
+func (t *offloadTUN) Dropped() uint64 { return t.dropped.Load() }
+
+// Close turns the offload off again, since the device outlives this
+// file (a later reader without a virtio-net header would get GSO
+// frames), and closes the file.
+func (t *offloadTUN) Close() error {
+	if rc, err := t.f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, 0) })
+	}
+	return t.f.Close()
 }
