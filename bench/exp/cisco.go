@@ -58,6 +58,9 @@ type CiscoOptions struct {
 	// EdgeCPU is one CPU or less (what the edge would choose itself if it
 	// could see its cgroup in the lab), else Go's default.
 	EdgeProcs int
+	// LinkOffload opens the link's ends with UDP segmentation offload
+	// (lab.Options.LinkOffload), for plain TCP and wanopt alike.
+	LinkOffload bool
 	// PlainRuns is the number of plain-TCP runs per point (default Runs):
 	// on a lossy link plain TCP crawls (5 Mbit/s at 1 % loss and 100 ms),
 	// and one run can take minutes.
@@ -133,6 +136,8 @@ type CiscoResult struct {
 	// EdgeProcs is the edges' --procs (GOMAXPROCS); 0: the edge's own
 	// choice (see wanopt run --procs).
 	EdgeProcs int `json:"edge_procs,omitempty"`
+	// LinkOffload: the link took UDP GSO batches whole (--link-offload).
+	LinkOffload bool `json:"link_offload,omitempty"`
 	// QueueDelayMs is the queue as given in time at the link rate, if it
 	// was (QueueBytes is then its size in bytes).
 	QueueDelayMs float64 `json:"queue_delay_ms,omitempty"`
@@ -201,6 +206,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	res.WANRateHint = o.WANRateHint
 	res.EdgeCPU = o.EdgeCPU
 	res.EdgeProcs = o.EdgeProcs
+	res.LinkOffload = o.LinkOffload
 	if o.Wanopt == "" {
 		return res, fmt.Errorf("no wanopt binary given (CiscoOptions.Wanopt)")
 	}
@@ -226,7 +232,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	if o.QueueDelay > 0 {
 		res.QueueDelayMs = ms(o.QueueDelay)
 	}
-	l, closeLab, err := buildEdgesLab(ctx, o.CC, o.LinkCommand, o.Logger)
+	l, closeLab, err := buildEdgesLabOpts(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger, LinkOffload: o.LinkOffload})
 	if err != nil {
 		return res, err
 	}

@@ -74,11 +74,16 @@ const allowedCCPath = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
 // and builds an edges lab (the link helper at real-time priority). close
 // removes the lab and restores the host's list.
 func buildEdgesLab(ctx context.Context, cc string, linkCommand []string, log *slog.Logger) (l *lab.Lab, close func(), err error) {
+	return buildEdgesLabOpts(ctx, cc, lab.Options{Kind: lab.Edges, LinkCommand: linkCommand, Realtime: true, Logger: log})
+}
+
+// buildEdgesLabOpts is buildEdgesLab with the lab's options given.
+func buildEdgesLabOpts(ctx context.Context, cc string, opts lab.Options) (l *lab.Lab, close func(), err error) {
 	restore, err := allowCongestionControl(cc)
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err = lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: linkCommand, Realtime: true, Logger: log})
+	l, err = lab.Build(ctx, opts)
 	if err != nil {
 		restore()
 		return nil, nil, err

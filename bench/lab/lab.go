@@ -76,6 +76,10 @@ type Options struct {
 	// Realtime runs the link helper under 'chrt -f 10' when possible:
 	// without it, release lateness under load reaches tens of milliseconds.
 	Realtime bool
+	// LinkOffload opens the link's TUN devices with UDP segmentation
+	// offload (LinkSpec.Offload): a sender's UDP GSO batch reaches the
+	// link helper whole, as it would a NIC with that offload.
+	LinkOffload bool
 	// MTU of the WAN link's TUN devices; 0 means 1500.
 	MTU    int
 	Logger *slog.Logger

@@ -98,13 +98,13 @@ func (d *downRecorder) SetMTU(mtu int) error {
 // that down and up reach the link in order, and that an unknown command
 // is ignored and counted.
 func TestLinkCommands(t *testing.T) {
-	in := strings.NewReader(`{"a":{"ns":"n1","dev":"wan0"},"b":{"ns":"n2","dev":"wan0"},"ab":{"delay":5000000}}` +
+	in := strings.NewReader(`{"a":{"ns":"n1","dev":"wan0"},"b":{"ns":"n2","dev":"wan0"},"ab":{"delay":5000000},"offload":true}` +
 		"\ndown\n  up  \nsideways\n\ndown\nmtu 1280\nmtu  1500 \nmtu 10\nmtu x\n")
 	spec, control, err := readLinkSpec(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec.A.NS != "n1" || spec.B.NS != "n2" || spec.AB.Delay != 5*time.Millisecond {
+	if spec.A.NS != "n1" || spec.B.NS != "n2" || spec.AB.Delay != 5*time.Millisecond || !spec.Offload {
 		t.Fatalf("spec decoded as %+v", spec)
 	}
 	var rec downRecorder

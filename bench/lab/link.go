@@ -31,6 +31,12 @@ type LinkSpec struct {
 	B  LinkEnd      `json:"b"`
 	AB wanem.Config `json:"ab"` // impairments from A to B
 	BA wanem.Config `json:"ba"` // impairments from B to A
+	// Offload opens both ends with UDP segmentation offload (see
+	// vnet.go): a sender's UDP GSO batch is not segmented by its kernel
+	// and wakes the helper once; the helper splits it. Where the kernel
+	// lacks it (before Linux 6.2) the helper says so and reads one
+	// datagram at a time.
+	Offload bool `json:"offload,omitempty"`
 }
 
 // LinkStats is what the link helper reports when it stops.
@@ -92,12 +98,18 @@ func readLinkSpec(in io.Reader) (LinkSpec, io.Reader, error) {
 // reader that blocks keeps its reading goroutine alive after RunLinkSpec
 // returns (the helper process exits right after, so that is harmless).
 func RunLinkSpec(ctx context.Context, spec LinkSpec, control io.Reader, out io.Writer) error {
-	a, err := openLinkTUN(spec.A.NS, spec.A.Dev, os.Stderr)
+	open := func(end LinkEnd) (linkDevice, error) {
+		if spec.Offload {
+			return openLinkTUN(end.NS, end.Dev, os.Stderr)
+		}
+		return OpenTUN(end.NS, end.Dev)
+	}
+	a, err := open(spec.A)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	b, err := openLinkTUN(spec.B.NS, spec.B.Dev, os.Stderr)
+	b, err := open(spec.B)
 	if err != nil {
 		return err
 	}
@@ -194,7 +206,7 @@ func (l *Lab) StartLink(ctx context.Context, ab, ba wanem.Config) error {
 	if l.Kind == Edges {
 		aHost, bHost = l.EdgeA, l.EdgeB
 	}
-	spec := LinkSpec{A: LinkEnd{aHost.NS, "wan0"}, B: LinkEnd{bHost.NS, "wan0"}, AB: ab, BA: ba}
+	spec := LinkSpec{A: LinkEnd{aHost.NS, "wan0"}, B: LinkEnd{bHost.NS, "wan0"}, AB: ab, BA: ba, Offload: l.opts.LinkOffload}
 	js, err := json.Marshal(spec)
 	if err != nil {
 		return err

@@ -7,8 +7,9 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 )
 
-// The link helper's ends are TUN devices opened with a virtio-net header
-// and UDP segmentation offload (linux/virtio_net.h, linux/if_tun.h). A
+// With LinkSpec.Offload the link helper's ends are TUN devices opened with
+// a virtio-net header and UDP segmentation offload (linux/virtio_net.h,
+// linux/if_tun.h). A
 // sender's UDP GSO batch (the edges send up to 64 datagrams per system
 // call) then reaches the helper as one frame instead of one packet per
 // datagram: the kernel does not segment it in the sender's system call,
@@ -17,6 +18,9 @@ import (
 // a NIC with UDP segmentation offload would not. The helper splits the
 // frame into the datagrams the wire would carry before they enter the
 // emulated link, so rate, queue and loss still act on each datagram.
+// It is off by default: in the A/B of README ("The link can take UDP GSO
+// batches whole") it lifted wanopt at 1 Gbit/s but cost 2 % at 250
+// Mbit/s and 0 ms, unexplained.
 const (
 	vnetHdrLen     = 10
 	vnetFNeedsCsum = 1
