@@ -25,6 +25,12 @@ func InNetns(name string, fn func() error) error {
 // (created with 'ip tuntap add mode tun'). Each Read of the returned file
 // yields one IP packet and each Write sends one; no packet-information header.
 func OpenTUN(ns, dev string) (*os.File, error) {
+	return openTUN(ns, dev, 0, nil)
+}
+
+// openTUN is OpenTUN with extra TUNSETIFF flags and a setup run on the
+// attached fd before it is made non-blocking.
+func openTUN(ns, dev string, flags uint16, setup func(fd int) error) (*os.File, error) {
 	var f *os.File
 	err := InNetns(ns, func() error {
 		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
@@ -33,10 +39,16 @@ func OpenTUN(ns, dev string) (*os.File, error) {
 		}
 		var ifr [unix.IFNAMSIZ + 64]byte
 		copy(ifr[:unix.IFNAMSIZ-1], dev)
-		*(*uint16)(unsafe.Pointer(&ifr[unix.IFNAMSIZ])) = unix.IFF_TUN | unix.IFF_NO_PI
+		*(*uint16)(unsafe.Pointer(&ifr[unix.IFNAMSIZ])) = unix.IFF_TUN | unix.IFF_NO_PI | flags
 		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(&ifr[0]))); errno != 0 {
 			unix.Close(fd)
 			return fmt.Errorf("attach to TUN %s in netns %s: %w", dev, ns, errno)
+		}
+		if setup != nil {
+			if err := setup(fd); err != nil {
+				unix.Close(fd)
+				return fmt.Errorf("TUN %s in netns %s: %w", dev, ns, err)
+			}
 		}
 		// Non-blocking, so the file joins Go's poller and Close interrupts
 		// a pending Read: the link process can stop promptly.
@@ -92,42 +104,19 @@ type offloadTUN struct {
 }
 
 func openOffloadTUN(ns, dev string) (*offloadTUN, error) {
-	var t *offloadTUN
-	err := InNetns(ns, func() error {
-		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("open /dev/net/tun: %w (load the tun module or run as root)", err)
-		}
-		ifr, err := unix.NewIfreq(dev)
-		if err != nil {
-			unix.Close(fd)
-			return err
-		}
-		ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
-		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-			unix.Close(fd)
-			return fmt.Errorf("attach to TUN %s in netns %s: %w", dev, ns, err)
-		}
+	f, err := openTUN(ns, dev, unix.IFF_VNET_HDR, func(fd int) error {
 		if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, vnetHdrLen); err != nil {
-			unix.Close(fd)
 			return fmt.Errorf("set the virtio-net header size: %w", err)
 		}
 		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tunFCsum|tunFUSO4|tunFUSO6); err != nil {
-			unix.Close(fd)
 			return fmt.Errorf("enable UDP segmentation offload: %w", err)
-		}
-		if err := unix.SetNonblock(fd, true); err != nil {
-			unix.Close(fd)
-			return fmt.Errorf("set TUN %s non-blocking: %w", dev, err)
-		}
-		t = &offloadTUN{
-			f:     os.NewFile(uintptr(fd), "/dev/net/tun:"+dev),
-			frame: make([]byte, vnetMaxFrame),
-			wbuf:  make([]byte, vnetMaxFrame),
 		}
 		return nil
 	})
-	return t, err
+	if err != nil {
+		return nil, err
+	}
+	return &offloadTUN{f: f, frame: make([]byte, vnetMaxFrame), wbuf: make([]byte, vnetMaxFrame)}, nil
 }
 
 // Read returns the next IP packet: the next datagram of the last frame, or

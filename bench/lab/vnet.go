@@ -5,13 +5,14 @@ import (
 	"errors"
 
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+
+	"github.com/wanopt/wanopt/tun"
 )
 
 // With LinkSpec.Offload the link helper's ends are TUN devices opened with
 // a virtio-net header and UDP segmentation offload (linux/virtio_net.h,
-// linux/if_tun.h). A
-// sender's UDP GSO batch (the edges send up to 64 datagrams per system
-// call) then reaches the helper as one frame instead of one packet per
+// linux/if_tun.h). A sender's UDP GSO batch (the edges send up to 64
+// datagrams per system call) then reaches the helper as one frame instead of one packet per
 // datagram: the kernel does not segment it in the sender's system call,
 // and the helper's reader, which runs at a real-time priority, is woken
 // once per batch instead of preempting the sender for every datagram, as
@@ -22,7 +23,7 @@ import (
 // batches whole") it lifted wanopt at 1 Gbit/s but cost 2 % at 250
 // Mbit/s and 0 ms, unexplained.
 const (
-	vnetHdrLen     = 10
+	vnetHdrLen     = tun.VirtioNetHdrLen
 	vnetFNeedsCsum = 1
 	vnetGSONone    = 0
 	vnetGSOUDPL4   = 5
@@ -49,14 +50,14 @@ var (
 // stands for, with complete checksums. It owns no buffer: load keeps a
 // reference to the frame until the last next.
 type gsoSplitter struct {
-	pkt     []byte // the IP packet of the frame; nil when nothing is left
-	single  bool   // pkt is one packet, not a UDP GSO batch
-	l4      int    // offset of the UDP header
-	mss     int    // UDP payload bytes per datagram
-	off     int    // offset in pkt of the next datagram's payload
-	v6      bool
-	ipID    uint16 // the next datagram's IPv4 identification
-	pseudo4 uint16 // IPv4: sum of the addresses and protocol
+	pkt    []byte // the IP packet of the frame; nil when nothing is left
+	single bool   // pkt is one packet, not a UDP GSO batch
+	l4     int    // offset of the UDP header
+	mss    int    // UDP payload bytes per datagram
+	off    int    // offset in pkt of the next datagram's payload
+	v6     bool
+	ipID   uint16 // the next datagram's IPv4 identification
+	pseudo uint16 // sum of the pseudo-header's addresses and protocol
 }
 
 // load takes frame (header first) as the next input. An error drops the
@@ -103,13 +104,14 @@ func (s *gsoSplitter) load(frame []byte) error {
 		}
 		s.l4, s.v6 = ihl, false
 		s.ipID = binary.BigEndian.Uint16(p[4:])
-		s.pseudo4 = checksum.Combine(checksum.Checksum(p[12:20], 0), 17)
+		s.pseudo = checksum.Combine(checksum.Checksum(p[12:20], 0), 17)
 	case 6:
 		// The kernel builds UDP GSO frames without extension headers.
 		if len(p) < 40 || p[6] != 17 {
 			return errVnetMalformed
 		}
 		s.l4, s.v6 = 40, true
+		s.pseudo = checksum.Combine(checksum.Checksum(p[8:40], 0), 17)
 	default:
 		return errVnetMalformed
 	}
@@ -172,14 +174,7 @@ func (s *gsoSplitter) fixDatagram(d []byte, payload int) {
 	u := d[s.l4:]
 	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
 	u[6], u[7] = 0, 0
-	var pseudo uint16
-	if s.v6 {
-		pseudo = checksum.Combine(checksum.Checksum(d[8:40], 0), 17)
-	} else {
-		pseudo = s.pseudo4
-	}
-	pseudo = checksum.Combine(pseudo, uint16(udpLen))
-	sum := ^checksum.Checksum(u, pseudo)
+	sum := ^checksum.Checksum(u, checksum.Combine(s.pseudo, uint16(udpLen)))
 	if sum == 0 {
 		sum = 0xffff // zero means "no checksum" in UDP
 	}
