@@ -73,6 +73,15 @@ type Stats struct {
 	PathMTUStats
 }
 
+// MinRTT returns the least round-trip time the connection has measured,
+// or 0 before the first sample; unlike Stats it copies nothing.
+func (c *Conn) MinRTT() time.Duration {
+	if c.sender == nil {
+		return 0
+	}
+	return c.sender.MinRTT()
+}
+
 // Stats returns a snapshot of the connection's counters.
 func (c *Conn) Stats() Stats {
 	s := c.stats

@@ -25,6 +25,7 @@ const (
 	// costs the reader and the driver a wake-up. 1 ms gathers about four
 	// at that rate, adds at most 1 ms to a packet's trip (paths worth
 	// accelerating have tens of ms) and never applies to a lone packet.
+	// On a longer path the hold grows with its RTT (see rxHoldCap).
 	DefaultRxHold = time.Millisecond
 )
 
@@ -69,7 +70,8 @@ type Config struct {
 	// datagrams keep arriving a few at a time (see readLoop): it trades
 	// up to that much delay for several datagrams per wake-up, as a
 	// NIC's interrupt moderation does (DefaultRxHold if 0; negative:
-	// read at once, always).
+	// read at once, always). On a path whose RTT is above 32 times
+	// RxHold the hold may grow to a 32nd of the RTT, at most 4 × RxHold.
 	RxHold time.Duration
 
 	// TimerOnly makes the driver wait for every deadline with its Go

@@ -89,3 +89,51 @@ func TestRxHold(t *testing.T) {
 		t.Fatalf("hold off, held %v", d)
 	}
 }
+
+// TestRxHoldCap: the hold grows with a long path's RTT, to a 32nd of it,
+// at most four times the configured hold, and never below it; off stays
+// off.
+func TestRxHoldCap(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		hold, rtt, want time.Duration
+	}{
+		{ms, 0, ms},       // no RTT sample yet
+		{ms, 20 * ms, ms}, // a 32nd is less than the hold
+		{ms, 100 * ms, 3125 * time.Microsecond},
+		{ms, 200 * ms, 4 * ms}, // capped at 4 × the hold
+		{2 * ms, 100 * ms, 3125 * time.Microsecond},
+		{-1, 100 * ms, -1}, // off
+	} {
+		if got := rxHoldCap(c.hold, c.rtt); got != c.want {
+			t.Errorf("rxHoldCap(%v, %v) = %v, want %v", c.hold, c.rtt, got, c.want)
+		}
+	}
+
+	// At 50 Mbit/s on a 100 ms path (a datagram every 240 µs) the
+	// reader settles at the grown cap: about thirteen datagrams a read
+	// instead of four.
+	h := rxHolder{max: rxHoldCap(ms, 100*ms), batch: 64}
+	const spacing = 240 * time.Microsecond
+	sizes := func(n int) []int {
+		s := make([]int, n)
+		for i := range s {
+			s[i] = 1452
+		}
+		return s
+	}
+	start := monotime.Time(1e9)
+	at, arrived := start, 1 // the first datagram wakes the reader
+	var d time.Duration
+	for range 30 {
+		d = h.after(at, sizes(max(1, int(at.Sub(start)/spacing)+1-arrived)))
+		arrived = int(at.Sub(start)/spacing) + 1
+		if d == 0 {
+			d = spacing // waits in the poller for the next one
+		}
+		at = at.Add(d)
+	}
+	if d != 3125*time.Microsecond {
+		t.Fatalf("hold at 50 Mbit/s on a 100 ms path settles at %v, want 3.125 ms", d)
+	}
+}

@@ -53,6 +53,10 @@ type Tunnel struct {
 	// driver goroutine counts them).
 	dgNotSent, dgUnclaimed atomic.Uint64
 	rxHolds                atomic.Uint64 // reads held back for more datagrams (Config.RxHold)
+	// rxHoldMax is the reader's longest hold (rxHoldCap of Config.RxHold
+	// and the path's RTT), in ns: the driver goroutine stores it after
+	// every received batch.
+	rxHoldMax atomic.Int64
 
 	// Set by the driver goroutine before it closes done; read after done.
 	err        error // why the tunnel closed (wraps ErrTunnelClosed)
@@ -171,6 +175,7 @@ func newTunnel(cfg Config, bc bind.Conn, conn *tunnel.Conn, client bool) *Tunnel
 		dgBufCap:    conn.Stats().PathMTUCeilingBytes,
 	}
 	t.maxDatagram.Store(int64(conn.MaxDatagramBytes()))
+	t.rxHoldMax.Store(int64(cfg.RxHold))
 	bufLen := rxBufLen(cfg)
 	for range cfg.RxBatches {
 		t.rxFree <- newRxBatch(bc.BatchSize(), bufLen)

@@ -314,6 +314,10 @@ func (s *Sender) OnAppLimited(now monotime.Time) {
 	s.ctrl.OnAppLimited(now, s.bytesInFlight)
 }
 
+// MinRTT returns the least RTT sampled over the connection's life (0
+// before the first sample).
+func (s *Sender) MinRTT() time.Duration { return s.rtt.MinRTT() }
+
 // Stats returns a snapshot of the counters and current state.
 func (s *Sender) Stats() SenderStats {
 	st := s.stats
