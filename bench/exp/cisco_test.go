@@ -100,11 +100,15 @@ func TestCiscoEndToEnd(t *testing.T) {
 	plain, _ := strconv.ParseFloat(kv["direct_mbps"], 64)
 	wan, _ := strconv.ParseFloat(kv["wanopt_mbps"], 64)
 	ratio, _ := strconv.ParseFloat(kv["link_ratio"], 64)
-	// 4 streams × 5 MiB over 100 Mbit/s cannot beat the link (96.5 Mbit/s
-	// of goodput for 1500-byte packets) and should not crawl either.
+	// 4 streams × 5 MiB over 100 Mbit/s cannot beat the link and should
+	// not crawl either. The goodput limit of 1500-byte packets is 96.5
+	// Mbit/s, but iperf times a transfer this short (about 1.7 s) from a
+	// little after its first bytes: plain TCP at 0 ms has measured 97.0
+	// (.ci/run, 3 December 2026). So the bound is the link's own rate.
+	const linkMbps = 100
 	for name, v := range map[string]float64{"plain TCP": plain, "wanopt": wan} {
-		if v < 20 || v > 97 {
-			t.Errorf("%s: %.1f Mbit/s, want 20-97", name, v)
+		if v < 20 || v > linkMbps {
+			t.Errorf("%s: %.1f Mbit/s, want 20-%d", name, v, linkMbps)
 		}
 	}
 	if wan < 0.8*plain {
@@ -126,10 +130,10 @@ func TestCiscoEndToEnd(t *testing.T) {
 		t.Fatalf("want one row with one plain and one wanopt run, got %+v", res.Rows)
 	}
 	row := res.Rows[0]
-	if row.ColdMbps <= 0 || row.ColdMbps > 97 {
-		t.Errorf("cold tunnel: %.1f Mbit/s, want 0-97", row.ColdMbps)
+	if row.ColdMbps <= 0 || row.ColdMbps > linkMbps {
+		t.Errorf("cold tunnel: %.1f Mbit/s, want 0-%d", row.ColdMbps, linkMbps)
 	}
-	if ref := res.Plain0ms["legacy"]; ref < 20 || ref > 97 || row.Ratio <= 0 {
+	if ref := res.Plain0ms["legacy"]; ref < 20 || ref > linkMbps || row.Ratio <= 0 {
 		t.Errorf("plain TCP at 0 ms %.1f Mbit/s, ratio %.2f: want a measured reference", ref, row.Ratio)
 	}
 	if st, err := os.Stat(filepath.Join(outDir, "cisco.png")); err != nil || st.Size() < 1000 {

@@ -5,7 +5,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/wanopt/wanopt/cc"
 	"github.com/wanopt/wanopt/internal/monotime"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
@@ -136,7 +135,6 @@ func (s *Sender) finishEvent(now monotime.Time, persistent bool) {
 		s.ctrl.OnPersistentCongestion(now)
 	}
 	s.pacerStarted = true
-	s.pacer.SetBurstTime(now, cc.PacerBurstFor(s.rtt.MinRTT()))
 	s.pacer.SetRate(now, s.pacingRate())
 	s.ring.popResolved()
 	s.lost.expire(now.Add(-s.ptoPeriod()))
