@@ -250,7 +250,11 @@ func (d *driverState) handleRx(b *rxBatch) {
 	}
 	b.n = 0
 	d.t.rxFree <- b // never blocks: rxFree holds every batch
-	d.t.rxHoldMax.Store(int64(rxHoldCap(d.t.cfg.RxHold, d.conn.MinRTT())))
+	// The reader loads the cap before every hold: write its cache line
+	// only when the cap changed (the min RTT rarely does).
+	if c := int64(rxHoldCap(d.t.cfg.RxHold, d.conn.MinRTT())); c != d.t.rxHoldMax.Load() {
+		d.t.rxHoldMax.Store(c)
+	}
 }
 
 // admit (server) passes the initiation p from ep through the handshake

@@ -54,8 +54,8 @@ type Tunnel struct {
 	dgNotSent, dgUnclaimed atomic.Uint64
 	rxHolds                atomic.Uint64 // reads held back for more datagrams (Config.RxHold)
 	// rxHoldMax is the reader's longest hold (rxHoldCap of Config.RxHold
-	// and the path's RTT), in ns: the driver goroutine stores it after
-	// every received batch.
+	// and the path's RTT), in ns: the driver goroutine updates it after a
+	// received batch that changed it.
 	rxHoldMax atomic.Int64
 
 	// Set by the driver goroutine before it closes done; read after done.
