@@ -204,7 +204,9 @@ func parseIperf(out string, streams int, bytesPerStream int64) (IperfResult, err
 	r := IperfResult{Bytes: int64(streams) * bytesPerStream, Seconds: secs}
 	// iperf prints three significant digits: allow 1 % for rounding.
 	if moved := iperfBytes(best[3], best[4]); moved < 0.99*float64(r.Bytes) {
-		return IperfResult{}, fmt.Errorf("iperf moved %.0f of %d bytes: %q", moved, r.Bytes, best[0])
+		// The whole report, not only the sum: which streams came short
+		// (or never connected) tells an iperf quirk from a stalled path.
+		return IperfResult{}, fmt.Errorf("iperf moved %.0f of %d bytes: %q; its report: %q", moved, r.Bytes, best[0], tail(out, 1500))
 	}
 	r.Mbps = float64(r.Bytes) * 8 / secs / 1e6
 	return r, nil
