@@ -16,18 +16,28 @@ import (
 // window. In the lab (wanbench cisco --rtt 0ms) every connection did
 // so, 1,900 times in 30 s, all spurious; its window stayed at 10 to 40
 // packets and it wrote 14 KB to the TUN at a time instead of 36 KB. Every
-// other timer of the netstack (retransmission timeout, keepalive,
-// TIME_WAIT) is far longer than the floor.
+// other timer of the netstack (retransmission timeout, keepalive) is far
+// longer than the floor. A timer of zero or less fires at once: TIME-WAIT,
+// which the stack sets to none (see applyTCPOptions), and a probe whose
+// retransmission timeout is already due.
 const minTimer = 25 * time.Millisecond
 
-// flooredClock is a tcpip.Clock whose timers wait at least floor.
+// flooredClock is a tcpip.Clock whose timers wait at least floor, but for
+// those asked to fire at once.
 type flooredClock struct {
 	tcpip.Clock
 	floor time.Duration
 }
 
 func (c flooredClock) AfterFunc(d time.Duration, f func()) tcpip.Timer {
-	return flooredTimer{Timer: c.Clock.AfterFunc(max(d, c.floor), f), floor: c.floor}
+	return flooredTimer{Timer: c.Clock.AfterFunc(floored(d, c.floor), f), floor: c.floor}
+}
+
+func floored(d, floor time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return max(d, floor)
 }
 
 type flooredTimer struct {
@@ -35,4 +45,4 @@ type flooredTimer struct {
 	floor time.Duration
 }
 
-func (t flooredTimer) Reset(d time.Duration) { t.Timer.Reset(max(d, t.floor)) }
+func (t flooredTimer) Reset(d time.Duration) { t.Timer.Reset(floored(d, t.floor)) }

@@ -136,7 +136,8 @@ func (d farDialer) Dial(context.Context, netip.AddrPort, netip.AddrPort) (flow.C
 }
 
 // TestTimerFloor: the netstack's timers wait at least minTimer, whether
-// armed by AfterFunc or by Reset, and longer ones are unchanged.
+// armed by AfterFunc or by Reset, longer ones are unchanged, and one of
+// zero fires at once.
 func TestTimerFloor(t *testing.T) {
 	mc := faketime.NewManualClock()
 	c := flooredClock{Clock: mc, floor: minTimer}
@@ -156,9 +157,21 @@ func TestTimerFloor(t *testing.T) {
 	}
 	tm := c.AfterFunc(time.Millisecond, func() { fired.Add(1) })
 	firesAfter("a 1 ms timer", minTimer, 1)
-	tm.Reset(0)
-	firesAfter("a timer Reset to 0", minTimer, 2)
+	tm.Reset(time.Microsecond)
+	firesAfter("a timer Reset to 1 µs", minTimer, 2)
 	long := 3 * minTimer
 	c.AfterFunc(long, func() { fired.Add(1) })
 	firesAfter("a timer longer than the floor", long, 3)
+	// Zero is "now" (TIME-WAIT, which the stack sets to none), whether
+	// armed by AfterFunc or by Reset.
+	tm = c.AfterFunc(0, func() { fired.Add(1) })
+	mc.Advance(0)
+	if fired.Load() != 4 {
+		t.Fatal("a timer of 0 did not fire at once")
+	}
+	tm.Reset(0)
+	mc.Advance(0)
+	if fired.Load() != 5 {
+		t.Fatal("a timer Reset to 0 did not fire at once")
+	}
 }
