@@ -142,3 +142,82 @@ func TestPacerQuantum(t *testing.T) {
 		t.Fatal("positive credit that never ran out must allow a send")
 	}
 }
+
+// TestPacerBurstFor: the burst is a 25th of the path's RTT, between 2 and
+// 8 ms.
+func TestPacerBurstFor(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct{ rtt, want time.Duration }{
+		{0, 2 * ms}, {20 * ms, 2 * ms}, {50 * ms, 2 * ms}, {100 * ms, 4 * ms},
+		{200 * ms, 8 * ms}, {time.Second, 8 * ms},
+	} {
+		if got := PacerBurstFor(c.rtt); got != c.want {
+			t.Errorf("PacerBurstFor(%v) = %v, want %v", c.rtt, got, c.want)
+		}
+	}
+}
+
+// TestPacerBurstTime: a longer burst time makes a greedy sender's wake-ups
+// rarer (one per quantum, half the burst) without changing the long-run
+// rate, and a shorter one takes effect at once, credit clipped.
+func TestPacerBurstTime(t *testing.T) {
+	const rate, mss = 50e6, 1350
+	for _, burstTime := range []time.Duration{DefaultPacerBurst, 4 * time.Millisecond, 8 * time.Millisecond} {
+		p := NewPacer(mss)
+		start := monotime.Time(time.Second)
+		p.SetBurstTime(start, burstTime)
+		p.SetRate(start, rate)
+		wantBurst := int(bytesAtRate(rate, burstTime))
+		if burstTime > DefaultPacerBurst {
+			wantBurst = max(int(bytesAtRate(rate, DefaultPacerBurst)), min(wantBurst, grownBurstPackets*mss))
+		}
+		if p.BurstBytes() != wantBurst {
+			t.Fatalf("burst time %v: burst %d bytes, want %d", burstTime, p.BurstBytes(), wantBurst)
+		}
+		now, end := start, start.Add(time.Second)
+		var sent int64
+		wakeups := 0
+		for now.Before(end) {
+			for p.Budget(now) > 0 {
+				p.OnSent(now, mss)
+				sent += mss
+			}
+			now = p.NextSendTime(now)
+			wakeups++
+		}
+		// Everything released but what waits for the next quantum.
+		want := float64(rate)/8 + float64(p.BurstBytes())
+		quantum := float64(p.BurstBytes()) / 2
+		if got := float64(sent); got < want*0.999-quantum-mss || got > want*1.001+mss {
+			t.Fatalf("burst time %v: released %d bytes in 1 s, want %.0f", burstTime, sent, want)
+		}
+		// One wake-up per quantum (half the burst); each also spends
+		// the last packet's overdraft, so a little fewer.
+		wantWakeups := float64(rate) / 8 / float64(p.BurstBytes()/2)
+		if w := float64(wakeups); w < wantWakeups*0.85 || w > wantWakeups*1.01 {
+			t.Fatalf("burst time %v: %d wake-ups in 1 s, want about %.0f", burstTime, wakeups, wantWakeups)
+		}
+	}
+
+	// At 250 Mbit/s 2 ms already hold more than grownBurstPackets: a
+	// longer burst time changes nothing.
+	p := NewPacer(mss)
+	start := monotime.Time(time.Second)
+	p.SetBurstTime(start, 8*time.Millisecond)
+	p.SetRate(start, 250e6)
+	if got, want := p.BurstBytes(), int(bytesAtRate(250e6, DefaultPacerBurst)); got != want {
+		t.Fatalf("burst at 250 Mbit/s with 8 ms asked: %d bytes, want 2 ms: %d", got, want)
+	}
+
+	// Shortening the burst clips the credit at once.
+	p = NewPacer(mss)
+	p.SetBurstTime(start, 4*time.Millisecond)
+	p.SetRate(start, rate)
+	if got, want := p.Budget(start), min(int(bytesAtRate(rate, 4*time.Millisecond)), grownBurstPackets*mss); got != want {
+		t.Fatalf("budget at start %d, want the grown burst %d", got, want)
+	}
+	p.SetBurstTime(start, 0) // back to the default
+	if got, want := p.Budget(start), int(bytesAtRate(rate, DefaultPacerBurst)); got != want {
+		t.Fatalf("budget after shortening %d, want %d", got, want)
+	}
+}

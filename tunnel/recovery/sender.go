@@ -156,7 +156,8 @@ type Sender struct {
 	packetThreshold      uint64 // cfg.PacketThreshold, raised by reordering (adaptPacketThreshold)
 	peerCE               uint64
 	pacerStarted         bool
-	rateCapBps           uint64 // SetRateCap; 0: none
+	lastLossAt           monotime.Time // when a packet was last declared lost; 0: never
+	rateCapBps           uint64        // SetRateCap; 0: none
 
 	stats SenderStats
 }

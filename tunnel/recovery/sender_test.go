@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/cc"
+	"github.com/wanopt/wanopt/internal/monotime"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
 
@@ -651,5 +652,41 @@ func TestRateCap(t *testing.T) {
 	s.SetRateCap(ms(10), 0)
 	if st := s.Stats(); st.RateCapBps != 0 || st.PacingRateBps != 100e6 {
 		t.Errorf("after lifting the cap: cap %d, pacing %d; want 0 and the controller's 100 Mbit/s", st.RateCapBps, st.PacingRateBps)
+	}
+}
+
+// TestPacerBurstQuiet: the pacer's burst grows with the path's RTT only
+// after burstQuietRTTs smoothed RTTs with no packet declared lost, counted
+// from the first RTT sample: never in a connection's first round trips
+// (its startup), nor on a path that keeps losing.
+func TestPacerBurstQuiet(t *testing.T) {
+	s, _, rtt := newTestSender(t)
+	rtt.UpdateRTT(100*time.Millisecond, 0)
+	grown := cc.PacerBurstFor(100 * time.Millisecond)
+	if grown <= cc.DefaultPacerBurst {
+		t.Fatalf("PacerBurstFor(100 ms) = %v, not above the default", grown)
+	}
+	at := func(d time.Duration) monotime.Time { return t0.Add(d) }
+	if got := s.pacerBurst(at(0)); got != cc.DefaultPacerBurst {
+		t.Errorf("before any RTT sample: %v, want %v", got, cc.DefaultPacerBurst)
+	}
+	s.firstRTTSampleAt = at(0)
+	for _, tc := range []struct {
+		what   string
+		lossAt time.Duration // 0: none
+		now    time.Duration
+		want   time.Duration
+	}{
+		{"7 RTTs after the first sample", 0, 700 * time.Millisecond, cc.DefaultPacerBurst},
+		{"8 RTTs after the first sample", 0, 800 * time.Millisecond, grown},
+		{"a loss 1 RTT ago", 900 * time.Millisecond, time.Second, cc.DefaultPacerBurst},
+		{"8 RTTs after the last loss", 900 * time.Millisecond, 1700 * time.Millisecond, grown},
+	} {
+		if tc.lossAt != 0 {
+			s.lastLossAt = at(tc.lossAt)
+		}
+		if got := s.pacerBurst(at(tc.now)); got != tc.want {
+			t.Errorf("%s: burst %v, want %v", tc.what, got, tc.want)
+		}
 	}
 }
