@@ -137,3 +137,25 @@ func TestRxHoldCap(t *testing.T) {
 		t.Fatalf("hold at 50 Mbit/s on a 100 ms path settles at %v, want 3.125 ms", d)
 	}
 }
+
+// TestGatherWaitFor: a ReadGather's wait grows with the path's min RTT,
+// to a 16th of it, at most 4 times the wait asked for; below 64 ms (for
+// the near edge's 4 ms) and for a zero wait nothing changes.
+func TestGatherWaitFor(t *testing.T) {
+	const w = 4 * time.Millisecond
+	for _, tc := range []struct {
+		wait, minRTT, want time.Duration
+	}{
+		{w, 0, w},
+		{w, 40 * time.Millisecond, w},
+		{w, 64 * time.Millisecond, w},
+		{w, 100 * time.Millisecond, 6250 * time.Microsecond},
+		{w, 200 * time.Millisecond, 12500 * time.Microsecond},
+		{w, 600 * time.Millisecond, 16 * time.Millisecond},
+		{0, 600 * time.Millisecond, 0},
+	} {
+		if got := gatherWaitFor(tc.wait, tc.minRTT); got != tc.want {
+			t.Errorf("gatherWaitFor(%v, %v) = %v, want %v", tc.wait, tc.minRTT, got, tc.want)
+		}
+	}
+}
