@@ -70,10 +70,7 @@ const (
 )
 
 func gatherWaitFor(wait, minRTT time.Duration) time.Duration {
-	if wait <= 0 {
-		return wait
-	}
-	return max(wait, min(minRTT/gatherRTTShare, gatherGrowth*wait))
+	return growWithRTT(wait, minRTT, gatherRTTShare, gatherGrowth)
 }
 
 // gatherWait is an armed ReadGather. gatherq holds them in arming order,

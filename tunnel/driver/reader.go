@@ -44,10 +44,16 @@ const (
 // rxHoldCap is the reader's longest hold for the configured hold and
 // the path's minimum RTT (0: not measured yet).
 func rxHoldCap(hold, minRTT time.Duration) time.Duration {
-	if hold <= 0 {
-		return hold
+	return growWithRTT(hold, minRTT, rxHoldRTTShare, rxHoldGrowth)
+}
+
+// growWithRTT stretches d on a long path: to minRTT/share, at most
+// growth × d, never below d; d <= 0 (off) stays as it is.
+func growWithRTT(d, minRTT time.Duration, share, growth time.Duration) time.Duration {
+	if d <= 0 {
+		return d
 	}
-	return max(hold, min(minRTT/rxHoldRTTShare, rxHoldGrowth*hold))
+	return max(d, min(minRTT/share, growth*d))
 }
 
 // bulk reports whether the datagrams of a read average at least
