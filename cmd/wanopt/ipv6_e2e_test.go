@@ -114,7 +114,7 @@ func TestEdgeIPv6(t *testing.T) {
 			}
 
 			// (c) ICMPv6 echo.
-			rtts := pingIn(t, l.Client.NS, l.Server.Addr6.String(), 5, 100*time.Millisecond)
+			rtts := pingRounds(t, l.Client.NS, l.Server.Addr6.String(), 5, 100*time.Millisecond, rtt)
 			pAfter, pfAfter := datagramStats(t, e)
 			tunnelMin := tunnelStatus(t, e, "near").MinRTT
 			t.Logf("ping %v: %v on a %v link (the tunnel's own min RTT %v)", l.Server.Addr6, rtts, rtt, tunnelMin)

@@ -109,7 +109,7 @@ func TestEdgeTransparentDatagrams(t *testing.T) {
 
 		t.Run(fmt.Sprintf("ping %v", srv), func(t *testing.T) {
 			_, far0 := datagramStats(t, e)
-			rtts := pingIn(t, l.Client.NS, srv.String(), 5, 50*time.Millisecond)
+			rtts := pingRounds(t, l.Client.NS, srv.String(), 5, 50*time.Millisecond, rtt)
 			tunnelMin := tunnelStatus(t, e, "near").MinRTT
 			t.Logf("ping %v through transparent egress: %v on a %v link (the tunnel's own min RTT %v)", srv, rtts, rtt, tunnelMin)
 			checkPingRTT(t, rtts, rtt, tunnelMin)
