@@ -34,8 +34,13 @@ func handleSource(c *net.TCPConn) {
 // down for outage once startAfter bytes have arrived, checks every byte
 // and that the connection was never reset, and returns how long after the
 // link's return the download's goodput (over 500 ms) was back at 80 % of
-// rateBps.
-func outageRun(t *testing.T, ctx context.Context, e *edgeLab, size, startAfter int64, outage time.Duration, rateBps float64, seed byte) time.Duration {
+// the reference: rateBps, or the best goodput over 500 ms before the
+// outage if that was lower. On a machine whose other work starves the
+// edges (CI runs other packages' end-to-end tests beside this one; once
+// the download took 25 s instead of 16) the link's rate is out of reach
+// before the outage as after it, and the test asks for the rate back,
+// not for a machine it does not have. It returns the reference too.
+func outageRun(t *testing.T, ctx context.Context, e *edgeLab, size, startAfter int64, outage time.Duration, rateBps float64, seed byte) (recovered time.Duration, refBps float64) {
 	t.Helper()
 	c, err := dialIn(ctx, e.l.Client.NS, sourcePort, 10*time.Second)
 	if err != nil {
@@ -83,9 +88,13 @@ func outageRun(t *testing.T, ctx context.Context, e *edgeLab, size, startAfter i
 	var (
 		samples        []int64
 		downAt, backAt time.Time
-		recovered      time.Duration
 		res            result
+		peakBefore     float64 // best goodput over window before the outage
 	)
+	rateOver := func(n int64) float64 { // goodput over the last window, up to n
+		prev := samples[len(samples)-1-int(window/tick)]
+		return float64(n-prev) * 8 / window.Seconds()
+	}
 	tk := time.NewTicker(tick)
 	defer tk.Stop()
 loop:
@@ -96,6 +105,9 @@ loop:
 		case now := <-tk.C:
 			n := got.Load()
 			samples = append(samples, n)
+			if downAt.IsZero() && len(samples) > int(window/tick) {
+				peakBefore = max(peakBefore, rateOver(n))
+			}
 			switch {
 			case downAt.IsZero() && n >= startAfter:
 				if err := e.l.SetLinkDown(true); err != nil {
@@ -108,8 +120,7 @@ loop:
 				}
 				backAt = now
 			case !backAt.IsZero() && recovered == 0 && len(samples) > int(window/tick):
-				prev := samples[len(samples)-1-int(window/tick)]
-				if float64(n-prev)*8/window.Seconds() >= 0.8*rateBps {
+				if rateOver(n) >= 0.8*min(rateBps, peakBefore) {
 					recovered = now.Sub(backAt)
 				}
 			}
@@ -130,18 +141,20 @@ loop:
 	if backAt.IsZero() {
 		t.Fatalf("the download ended before the link came back (down at %v): make it longer", downAt)
 	}
+	refBps = min(rateBps, peakBefore)
 	if recovered == 0 {
-		t.Errorf("the download finished %v after the link's return without reaching 80 %% of the link over %v", time.Since(backAt).Round(time.Millisecond), window)
+		t.Errorf("the download finished %v after the link's return without reaching 80 %% of %.1f Mbit/s over %v", time.Since(backAt).Round(time.Millisecond), refBps/1e6, window)
 	}
-	return recovered
+	return recovered, refBps
 }
 
 // TestEdgeOutage blackholes the link (both ways) in the middle of a
 // hash-checked download through the edges at 100 ms and 100 Mbit/s, for
 // 5 s and for 60 s: the connection must survive (no reset), every byte
 // must arrive intact, and the goodput must be back at 80 % of the link
-// within 2 s of the link's return. Plain TCP survives both; so must a
-// flow through wanopt (RFC 3135 §4).
+// within 2 s of the link's return (80 % of the best it had before the
+// outage, if that was less: see outageRun). Plain TCP survives both; so
+// must a flow through wanopt (RFC 3135 §4).
 func TestEdgeOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -155,15 +168,18 @@ func TestEdgeOutage(t *testing.T) {
 		// 2 s before the outage and about 6 s after it at the link rate.
 		const size, before = 100 << 20, 20 << 20
 		start := time.Now()
-		rec := outageRun(t, ctx, e, size, before, outage, goodputLimit, byte(10+i))
+		rec, ref := outageRun(t, ctx, e, size, before, outage, goodputLimit, byte(10+i))
 		var st control.Status
 		if err := queryControl(e.sock("far"), "status", &st); err != nil || st.Tunnel == nil {
 			t.Fatalf("far edge's status: %+v, %v", st.Tunnel, err)
 		}
-		t.Logf("%v outage: 100 MB intact in %v; back at 80%% of the link %v after the link returned; far edge's tunnel: PTOs %d, packets lost %d",
-			outage, time.Since(start).Round(time.Millisecond), rec.Round(time.Millisecond), st.Tunnel.PTOs, st.Tunnel.PacketsLost)
+		t.Logf("%v outage: 100 MB intact in %v; back at 80%% of %.1f Mbit/s (the link's goodput %.1f, or the best before the outage) %v after the link returned; far edge's tunnel: PTOs %d, packets lost %d",
+			outage, time.Since(start).Round(time.Millisecond), ref/1e6, goodputLimit/1e6, rec.Round(time.Millisecond), st.Tunnel.PTOs, st.Tunnel.PacketsLost)
 		if rec > 2*time.Second {
-			t.Errorf("%v outage: goodput back at 80%% of the link %v after the link returned; want within 2 s", outage, rec.Round(time.Millisecond))
+			t.Errorf("%v outage: goodput back at 80%% of %.1f Mbit/s %v after the link returned; want within 2 s", outage, ref/1e6, rec.Round(time.Millisecond))
+		}
+		if ref < 0.5*goodputLimit {
+			t.Errorf("%v outage: before it the download reached only %.1f Mbit/s of the link's %.1f: the machine is too busy for this test", outage, ref/1e6, goodputLimit/1e6)
 		}
 		e.waitNoFlows(t, 10*time.Second)
 	}
