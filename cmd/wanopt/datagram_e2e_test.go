@@ -168,16 +168,6 @@ func TestEdgeDatagrams(t *testing.T) {
 	})
 }
 
-// checkPingRTT checks echo round trips against the link's rtt: the least
-// must be at least rtt and within 2 ms above the higher of rtt and the
-// tunnel's own least RTT sample (tunnelMin, 0 if unknown), as ping's
-// minimum gives a path's RTT (a ping answered on the near side would take
-// a fraction of a millisecond); the median within 10 ms above rtt. A busy
-// host (CI runs packages side by side on two cores, under -race) delays
-// some echoes in the edges' scheduling: the median alone failed CI once at
-// 2.24 ms over (102.24 ms), and on a slower machine the tunnel itself
-// measured 102.6 ms on the 100 ms link, which the datagram path is not to
-// blame for.
 // pingRounds pings dst from ns in rounds of count echoes, as pingIn, and
 // returns the round with the least echo RTT: the first within 2 ms of the
 // link's rtt, or the best of three. The echoes measure the host as well as
@@ -201,6 +191,16 @@ func pingRounds(t *testing.T, ns, dst string, count int, interval, rtt time.Dura
 	return best
 }
 
+// checkPingRTT checks echo round trips against the link's rtt: the least
+// must be at least rtt and within 2 ms above the higher of rtt and the
+// tunnel's own least RTT sample (tunnelMin, 0 if unknown), as ping's
+// minimum gives a path's RTT (a ping answered on the near side would take
+// a fraction of a millisecond); the median within 10 ms above rtt. A busy
+// host (CI runs packages side by side on two cores, under -race) delays
+// some echoes in the edges' scheduling: the median alone failed CI once at
+// 2.24 ms over (102.24 ms), and on a slower machine the tunnel itself
+// measured 102.6 ms on the 100 ms link, which the datagram path is not to
+// blame for.
 func checkPingRTT(t *testing.T, rtts []time.Duration, rtt, tunnelMin time.Duration) {
 	t.Helper()
 	sorted := slices.Clone(rtts)
