@@ -163,8 +163,14 @@ func (l *Link) Run(ctx context.Context) error {
 	for _, d := range l.dirs {
 		setDeadlines(d.in, time.Time{})
 	}
+	caller := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A device the caller closes when its ctx is done (context.AfterFunc)
+	// can fail a read before ctx, derived from the caller's, is done too:
+	// cancelling a context runs its AfterFuncs and cancels its children in
+	// no set order. The caller's ctx is done first, so check both.
+	stopping := func() bool { return ctx.Err() != nil || caller.Err() != nil }
 	var (
 		once     sync.Once
 		firstErr error
@@ -182,8 +188,8 @@ func (l *Link) Run(ctx context.Context) error {
 	})
 	var wg sync.WaitGroup
 	for _, d := range l.dirs {
-		wg.Go(func() { d.readLoop(ctx, fail) })
-		wg.Go(func() { d.releaseLoop(ctx, fail) })
+		wg.Go(func() { d.readLoop(stopping, fail) })
+		wg.Go(func() { d.releaseLoop(ctx, stopping, fail) })
 	}
 	wg.Wait()
 	if !stopInterrupt() {
@@ -202,20 +208,20 @@ func setDeadlines(dev Device, t time.Time) {
 	}
 }
 
-// readLoop reads packets from d.in into the pipe until ctx is done or the
-// device fails.
-func (d *direction) readLoop(ctx context.Context, fail func(error)) {
+// readLoop reads packets from d.in into the pipe until Run stops or the
+// device fails; an error while stopping reports true is not a failure.
+func (d *direction) readLoop(stopping func() bool, fail func(error)) {
 	buf := make([]byte, MaxPacketBytes)
 	for {
 		n, err := d.in.Read(buf)
 		if err != nil {
-			if ctx.Err() == nil {
+			if !stopping() {
 				fail(fmt.Errorf("wanem: read from device %s: %w", d.inName, err))
 			}
 			return
 		}
 		if n == 0 {
-			if ctx.Err() != nil {
+			if stopping() {
 				return
 			}
 			continue
@@ -235,7 +241,7 @@ func (d *direction) readLoop(ctx context.Context, fail func(error)) {
 // EarlyRelease before it) until ctx is done or the device fails. It takes
 // one packet per lock so that the lateness the pipe records is measured
 // right before each write.
-func (d *direction) releaseLoop(ctx context.Context, fail func(error)) {
+func (d *direction) releaseLoop(ctx context.Context, stopping func() bool, fail func(error)) {
 	// The thread is never unlocked, so it exits with this goroutine and
 	// takes its tuning (prepareReleaserThread) with it.
 	runtime.LockOSThread()
@@ -274,7 +280,7 @@ func (d *direction) releaseLoop(ctx context.Context, fail func(error)) {
 
 		if due {
 			if _, err := d.out.Write(pkt); err != nil {
-				if ctx.Err() != nil {
+				if stopping() {
 					return
 				}
 				if fatalWriteError(err) {
