@@ -123,11 +123,12 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant, wait
 // bytes by at most the wait. A gather fills 63 KiB, the largest TSO
 // segment the netstack sends (its offload endpoint's 65,000-byte GSO
 // limit less headers: 64,839 bytes of payload), so one gathered read is
-// one TUN write and one client ACK; 64 KiB would go as two segments. It
-// matters where a flow fills 32 KiB before the wait passes, as on a long
-// path, where the driver stretches the wait: at 200 ms, four flows
-// sharing 250 Mbit/s, the near edge's TUN writes fell from 27 to 16-17 per
-// MB (three interleaved rounds; docs/efficiency/gather-63k-ab.txt).
+// one TUN write and about one client ACK; 64 KiB would go as two
+// segments. It matters where a flow fills 32 KiB before the wait passes,
+// as on a long path, where the driver stretches the wait: at 200 ms,
+// four flows sharing 250 Mbit/s, the near edge's TUN writes fell from 27
+// to 16-17 per MB (three interleaved rounds;
+// docs/efficiency/gather-63k-ab.txt).
 const (
 	coalesceWait  = 4 * time.Millisecond
 	coalesceBytes = 63 << 10

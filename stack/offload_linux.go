@@ -31,9 +31,10 @@ const (
 	vnetGSONone    = 0
 	vnetGSOTCPv4   = 1
 	vnetGSOTCPv6   = 4
-	// offloadGSOMaxSize bounds the segments gVisor builds: it fills up to
-	// this minus 61 bytes of payload, and headers must still fit the 16-bit
-	// IP length.
+	// offloadGSOMaxSize bounds the segments gVisor builds: it fills one
+	// with at most this less 161 bytes of payload (its largest TCP/IP
+	// headers and one: 64,839; flow's gather stays under it), and headers
+	// must still fit the 16-bit IP length.
 	offloadGSOMaxSize = 65000
 	offloadMaxPacket  = vnetHdrLen + 1<<16
 )
