@@ -71,7 +71,8 @@ type Config struct {
 	// up to that much delay for several datagrams per wake-up, as a
 	// NIC's interrupt moderation does (DefaultRxHold if 0; negative:
 	// read at once, always). On a path whose RTT is above 32 times
-	// RxHold the hold may grow to a 32nd of the RTT, at most 4 × RxHold.
+	// RxHold the hold may grow to a 32nd of the RTT, at most 4 × RxHold,
+	// and it then aims at more datagrams per read.
 	RxHold time.Duration
 
 	// TimerOnly makes the driver wait for every deadline with its Go

@@ -159,3 +159,54 @@ func TestGatherWaitFor(t *testing.T) {
 		}
 	}
 }
+
+// TestRxHoldTarget: where the cap has grown past the configured hold, a
+// hold aims at proportionally more datagrams, at most three quarters of
+// a batch: at 250 Mbit/s on a 200 ms path (4 ms cap, a datagram every
+// 48 µs) the reader settles at 48 a read, about 2.3 ms, instead of 16.
+func TestRxHoldTarget(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		base, max time.Duration
+		batch     int
+		want      int
+	}{
+		{ms, ms, 64, 16},         // a short path: as configured
+		{ms, 2 * ms, 64, 32},     // grown twice
+		{ms, 4 * ms, 64, 48},     // three quarters of the batch
+		{ms, 4 * ms, 32, 24},     // a smaller batch
+		{ms, 4 * ms, 8, 16},      // never below sixteen (the read is then full, and not held)
+		{2 * ms, 3 * ms, 64, 24}, // a configured hold of 2 ms
+		{-1, -1, 64, 16},         // off: the reader never holds anyway
+		{0, 4 * ms, 64, 16},      // no base given
+	} {
+		h := rxHolder{base: c.base, max: c.max, batch: c.batch}
+		if got := h.target(); got != c.want {
+			t.Errorf("target with base %v, max %v, batch %d = %d, want %d", c.base, c.max, c.batch, got, c.want)
+		}
+	}
+
+	h := rxHolder{base: ms, max: rxHoldCap(ms, 200*ms), batch: 64}
+	const spacing = 48 * time.Microsecond
+	start := monotime.Time(1e9)
+	at, arrived := start, 1
+	var d time.Duration
+	var n int
+	for range 50 {
+		now := int(at.Sub(start)/spacing) + 1
+		n = max(1, now-arrived)
+		sizes := make([]int, n)
+		for i := range sizes {
+			sizes[i] = 1452
+		}
+		d = h.after(at, sizes)
+		arrived = now
+		if d == 0 {
+			d = spacing
+		}
+		at = at.Add(d)
+	}
+	if want := 48 * spacing; d < want*9/10 || d > want*11/10 || n < 40 || n > 56 {
+		t.Fatalf("at 250 Mbit/s on a 200 ms path the reader settles at %v and %d datagrams a read, want about %v and 48", d, n, want)
+	}
+}
