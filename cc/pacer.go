@@ -24,24 +24,29 @@ const maxPacerBurst = 8 * time.Millisecond
 // PacerBurstFor is the pacer burst for a path whose minimum RTT is
 // minRTT: a 25th of it, at least DefaultPacerBurst and at most 8 ms. The
 // pacer lengthens its burst to that only as far as grownBurstPackets
-// packets: at 50 Mbit/s and 100 ms a quantum is then 1.7 ms (eight
-// packets) instead of 1 ms (four), so the sender's pacing wake-ups
-// nearly halve, while a batch still leaves within 2 % of the RTT; from
-// about 86 Mbit/s up 2 ms already hold 16 packets and nothing changes.
+// packets: with 1350-byte packets, at 50 Mbit/s and 100 ms a quantum
+// is then 2 ms (about eight packets) instead of 1 ms (four), and at 250
+// Mbit/s and 200 ms 1.4 ms (32) instead of 1 ms (23), so the sender's
+// pacing wake-ups fall by a third to a half, while a batch still leaves
+// within 2 % of the RTT; from about 350 Mbit/s up 2 ms already hold 64
+// packets and nothing changes.
 func PacerBurstFor(minRTT time.Duration) time.Duration {
 	return min(max(minRTT/25, DefaultPacerBurst), maxPacerBurst)
 }
 
-// grownBurstPackets bounds a burst lengthened by SetBurstTime: 16
-// packets, a quantum of 8. In the simulator longer bursts cost the
-// random-loss bars at 250 Mbit/s and 100 ms, where recovery takes the
-// pacing rate below 173 Mbit/s: unbounded, TestBBRBarsRandomLoss fell to
-// 0.54 of the link in one seed; bounded at 32 packets, L1 of
-// 'wanbench sim --bars' fell from 0.955 to 0.914 and 2a from 0.930 to
-// 0.909; at 16, 0.941 and 0.929. The tunnel's sender now asks for a grown
-// burst only after eight round trips without a loss (and never in its
-// first eight), and those bars are as without it (0.955 and 0.930).
-const grownBurstPackets = 16
+// grownBurstPackets bounds a burst lengthened by SetBurstTime: 64
+// packets (86 KB of 1350-byte packets), a quantum of 32: about what
+// Linux's TSO autosizing lets a TCP sender put in one burst at these
+// rates (1 ms at the rate, at most 64 KB). Before the tunnel's
+// sender asked for a grown burst only on a quiet path, longer bursts
+// cost the simulator's random-loss bars at 250 Mbit/s and 100 ms,
+// where recovery takes the pacing rate low: unbounded,
+// TestBBRBarsRandomLoss fell to 0.54 of the link in one seed; bounded
+// at 32 packets, L1 of 'wanbench sim --bars' fell from 0.955 to 0.914.
+// The sender now grows the burst only after eight round trips without
+// a loss (and never in its first eight), so a lossy path keeps the
+// default burst.
+const grownBurstPackets = 64
 
 // maxPacerBurstBytes caps the burst at very high rates (2 ms at 10 Gbit/s
 // is 2.5 MB); it keeps credit arithmetic far from overflow.

@@ -199,14 +199,21 @@ func TestPacerBurstTime(t *testing.T) {
 		}
 	}
 
-	// At 250 Mbit/s 2 ms already hold more than grownBurstPackets: a
-	// longer burst time changes nothing.
+	// At 250 Mbit/s on a 200 ms path the burst grows to
+	// grownBurstPackets (the wake-ups of bar 1's far edge); at 1 Gbit/s
+	// 2 ms already hold more, and a longer burst time changes nothing.
 	p := NewPacer(mss)
 	start := monotime.Time(time.Second)
-	p.SetBurstTime(start, 8*time.Millisecond)
+	p.SetBurstTime(start, PacerBurstFor(200*time.Millisecond))
 	p.SetRate(start, 250e6)
-	if got, want := p.BurstBytes(), int(bytesAtRate(250e6, DefaultPacerBurst)); got != want {
-		t.Fatalf("burst at 250 Mbit/s with 8 ms asked: %d bytes, want 2 ms: %d", got, want)
+	if got, want := p.BurstBytes(), grownBurstPackets*mss; got != want {
+		t.Fatalf("burst at 250 Mbit/s with 8 ms asked: %d bytes, want %d packets: %d", got, grownBurstPackets, want)
+	}
+	p = NewPacer(mss)
+	p.SetBurstTime(start, 8*time.Millisecond)
+	p.SetRate(start, 1e9)
+	if got, want := p.BurstBytes(), int(bytesAtRate(1e9, DefaultPacerBurst)); got != want {
+		t.Fatalf("burst at 1 Gbit/s with 8 ms asked: %d bytes, want 2 ms: %d", got, want)
 	}
 
 	// Shortening the burst clips the credit at once.
