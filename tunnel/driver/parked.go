@@ -69,6 +69,10 @@ const (
 	gatherGrowth   = 4
 )
 
+// gatherJoinShare: a gathering read whose wait has at most 1/share of
+// it left is answered with one that expired (see expireParked).
+const gatherJoinShare = 2
+
 func gatherWaitFor(wait, minRTT time.Duration) time.Duration {
 	return growWithRTT(wait, minRTT, gatherRTTShare, gatherGrowth)
 }
@@ -121,15 +125,23 @@ func (d *driverState) unpark(s *Stream, res result) {
 }
 
 // expireParked replies to the gathering reads whose wait has passed at
-// now, and returns when the next one expires (0: none waits).
+// now, and returns when the next one expires (0: none waits). Once one
+// has expired it also answers those that have waited at least half their
+// wait (gatherJoinShare): the driver is awake for them anyway, and each
+// would otherwise wake it again within the next half wait. Flows that
+// share a link then gather in step: at 0 ms, four flows sharing 250
+// Mbit/s each end their gathers by the 4 ms wait, and the near edge woke
+// for each flow's apart, about 1,000 times a second.
 func (d *driverState) expireParked(now monotime.Time) monotime.Time {
+	expired := false
 	for d.gatherHead < len(d.gatherq) {
 		g := &d.gatherq[d.gatherHead]
 		if p := &g.s.d.park; p.active && p.gen == g.gen { // still waiting
-			if now.Before(p.until) {
+			if now.Before(p.until) && (!expired || now.Before(p.until.Add(-p.wait/gatherJoinShare))) {
 				return p.until
 			}
 			d.unpark(g.s, result{n: p.n})
+			expired = true
 		}
 		*g = gatherWait{}
 		d.gatherHead++

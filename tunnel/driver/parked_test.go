@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/monotime"
 )
 
 // TestReadGather: a gathering read returns once it holds min bytes, or
@@ -123,4 +124,53 @@ func TestReadGatherClosed(t *testing.T) {
 		t.Fatalf("parked read at the tunnel's end: %v, want ErrTunnelClosed", err)
 	}
 	c2.Close()
+}
+
+// TestExpireParkedJoins: once a gathering read's wait has passed, the
+// reads that have at most half their wait left are answered with it, and
+// the rest wait on; no read is answered early while none has expired.
+func TestExpireParkedJoins(t *testing.T) {
+	const wait = 4 * time.Millisecond
+	d := &driverState{parked: make(map[*Stream]struct{})}
+	t0 := monotime.Time(1_000_000_000)
+	park := func(until monotime.Time) chan result {
+		s := &Stream{}
+		reply := make(chan result, 1)
+		s.d.park = parkedRead{active: true, gen: 1, buf: make([]byte, 100), n: 10, min: 100, wait: wait, until: until, reply: reply}
+		d.parked[s] = struct{}{}
+		d.gatherq = append(d.gatherq, gatherWait{s: s, gen: 1})
+		return reply
+	}
+	first := park(t0)
+	near := park(t0.Add(wait / 2))     // half its wait left when the first expires
+	far := park(t0.Add(wait/2 + 1000)) // a little more than half left
+	answered := func(c chan result) bool {
+		select {
+		case r := <-c:
+			if r.n != 10 || r.err != nil {
+				t.Fatalf("answer %+v, want the 10 bytes it held", r)
+			}
+			return true
+		default:
+			return false
+		}
+	}
+
+	// Just before the first expires, a read within half of its wait is
+	// not answered early: nothing expired to wake for.
+	if next := d.expireParked(t0.Add(-1)); next != t0 || answered(first) || answered(near) || answered(far) {
+		t.Fatalf("before any wait passed: next %v (want %v), or a read answered", next, t0)
+	}
+	if next := d.expireParked(t0); next != t0.Add(wait/2+1000) {
+		t.Fatalf("next expiry %v, want the far read's %v", next, t0.Add(wait/2+1000))
+	}
+	if !answered(first) || !answered(near) {
+		t.Fatal("the expired read, or the one with half its wait left, was not answered")
+	}
+	if answered(far) {
+		t.Fatal("a read with more than half its wait left was answered early")
+	}
+	if len(d.parked) != 1 {
+		t.Fatalf("%d reads still parked, want 1", len(d.parked))
+	}
 }
