@@ -131,7 +131,7 @@ func (d *driverState) unpark(s *Stream, res result) {
 // would otherwise wake it again within the next half wait. Flows that
 // share a link then gather in step: at 0 ms, four flows sharing 250
 // Mbit/s each end their gathers by the 4 ms wait, and the near edge woke
-// for each flow's apart, about 1,000 times a second.
+// for each flow's wait apart, about 1,000 times a second.
 func (d *driverState) expireParked(now monotime.Time) monotime.Time {
 	expired := false
 	for d.gatherHead < len(d.gatherq) {
