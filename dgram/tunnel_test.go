@@ -50,9 +50,12 @@ func TestThroughTunnel(t *testing.T) {
 			t.Fatalf("answer %d: none within 5 s; near %+v, far %+v", i, near.Stats(), far.Stats())
 		}
 	}
-	// The near side counts an answer after writing it: wait for both.
+	// Each side counts a packet after handing it on (the near after
+	// writing it, the far after the tunnel took it), so the answer can
+	// arrive before its count: wait for all four.
 	waitFor(t, "both sides' count of the last packet", func() bool {
-		return far.Stats().UDP.PacketsUp == 10 && near.Stats().UDP.PacketsDown == 10
+		fs, ns := far.Stats().UDP, near.Stats().UDP
+		return fs.PacketsUp == 10 && fs.PacketsDown == 10 && ns.PacketsUp == 10 && ns.PacketsDown == 10
 	})
 	ns, fs := near.Stats(), far.Stats()
 	if ns.UDP.PacketsUp != 10 || ns.UDP.PacketsDown != 10 || fs.UDP.PacketsUp != 10 || fs.UDP.PacketsDown != 10 || fs.Flows != 1 {
