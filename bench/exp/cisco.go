@@ -9,12 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/wanopt/wanopt/bench/cgroup"
+	"github.com/wanopt/wanopt/bench/cpuplace"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 )
@@ -61,6 +63,15 @@ type CiscoOptions struct {
 	// LinkOffload opens the link's ends with UDP segmentation offload
 	// (lab.Options.LinkOffload), for plain TCP and wanopt alike.
 	LinkOffload bool
+	// EdgesApart runs both wanopt edges on the last CPU, and this process
+	// with the other programs it starts (the link emulator, iperf) on the
+	// others (bench/cpuplace), so that the lab's processes do not preempt
+	// the edges: the edges' own cost, as on an appliance of their own.
+	// The plain runs see the same placement. (The kernel's packet work
+	// runs where the packets are, as always.) With one CPU left for the
+	// lab, the link helper runs at normal priority (see Cisco).
+	EdgesApart bool
+	edgeCPUs   unix.CPUSet // where EdgesApart put the edges
 	// PlainRuns is the number of plain-TCP runs per point (default Runs):
 	// on a lossy link plain TCP crawls (5 Mbit/s at 1 % loss and 100 ms),
 	// and one run can take minutes.
@@ -138,6 +149,10 @@ type CiscoResult struct {
 	EdgeProcs int `json:"edge_procs,omitempty"`
 	// LinkOffload: the link took UDP GSO batches whole (--link-offload).
 	LinkOffload bool `json:"link_offload,omitempty"`
+	// EdgeCPUs and LabCPUs are the CPU lists the edges and the rest of the
+	// lab ran on with EdgesApart; empty: anywhere.
+	EdgeCPUs string `json:"edge_cpus,omitempty"`
+	LabCPUs  string `json:"lab_cpus,omitempty"`
 	// QueueDelayMs is the queue as given in time at the link rate, if it
 	// was (QueueBytes is then its size in bytes).
 	QueueDelayMs float64 `json:"queue_delay_ms,omitempty"`
@@ -213,6 +228,29 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	if err := checkEdgeCPU(o.EdgeCPU); err != nil {
 		return res, err
 	}
+	// The link helper runs at real-time priority (lab.Options.Realtime),
+	// but not confined to one CPU: there its threads, all SCHED_FIFO at
+	// one priority, starved each other and the link stopped (SYNs timed
+	// out in two of four plain runs with --edges-apart on two CPUs).
+	realtime := true
+	if o.EdgesApart {
+		rest, last, err := cpuplace.Split()
+		if err != nil {
+			return res, err
+		}
+		old, err := cpuplace.PinProcess(rest)
+		if err != nil {
+			return res, err
+		}
+		defer func() {
+			if _, err := cpuplace.PinProcess(old); err != nil && o.Logger != nil {
+				o.Logger.Warn("could not put this process's CPU affinity back", "err", err)
+			}
+		}()
+		o.edgeCPUs = last
+		realtime = rest.Count() > 1
+		res.EdgeCPUs, res.LabCPUs = cpuplace.Format(last), cpuplace.Format(rest)
+	}
 	if err := o.LinkImpairments.Validate(); err != nil {
 		return res, fmt.Errorf("link impairments: %w", err)
 	}
@@ -232,7 +270,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	if o.QueueDelay > 0 {
 		res.QueueDelayMs = ms(o.QueueDelay)
 	}
-	l, closeLab, err := buildEdgesLabOpts(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger, LinkOffload: o.LinkOffload})
+	l, closeLab, err := buildEdgesLabOpts(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: realtime, Logger: o.Logger, LinkOffload: o.LinkOffload})
 	if err != nil {
 		return res, err
 	}
@@ -386,7 +424,7 @@ func (r *CiscoResult) FillRatios() {
 // ciscoWanopt measures one row through a fresh pair of wanopt edges: the
 // cold run, a warming transfer, then the runs.
 func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptions, row *CiscoRow, measure func(what string, n int) ([]IperfResult, error)) error {
-	eo := EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent, EdgeCPU: o.EdgeCPU}
+	eo := EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent, EdgeCPU: o.EdgeCPU, CPUs: o.edgeCPUs}
 	if o.WANRateHint {
 		eo.Args = append(eo.Args, "--wan-rate", fmt.Sprint(o.RateBps))
 	}

@@ -13,7 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wanopt/wanopt/bench/cgroup"
+	"github.com/wanopt/wanopt/bench/cpuplace"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/tunnel/crypt"
@@ -67,6 +70,9 @@ type EdgeOptions struct {
 	// to that many CPUs with a CPU-bandwidth cgroup (see bench/cgroup);
 	// 0: no cap.
 	EdgeCPU float64
+	// CPUs, if not empty, is where both edge processes run (their CPU
+	// affinity from their start, see bench/cpuplace); empty: anywhere.
+	CPUs unix.CPUSet
 }
 
 // Edges is a pair of 'wanopt run' processes in an edges lab: the near edge
@@ -93,6 +99,7 @@ type edgeProc struct {
 	host      *lab.Host
 	argv      []string
 	cap       *cgroup.CPUCap // nil: none
+	cpus      unix.CPUSet    // empty: anywhere
 	cmd       *exec.Cmd
 	done      chan error // receives Wait's result once; re-sent by readers
 	killed    bool       // by RestartFar: its exit status is no failure
@@ -148,7 +155,7 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 		}
 	}
 	farArgs = append(append(farArgs, o.Args...), o.FarArgs...)
-	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", o.EdgeCPU, farArgs...); err != nil {
+	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", o.EdgeCPU, o.CPUs, farArgs...); err != nil {
 		return nil, err
 	}
 	nearArgs := []string{"--key", keyA, "--peer-key", pubB, "--peer", listen,
@@ -158,7 +165,7 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 		nearArgs = append(nearArgs, "--route", serverLAN6)
 	}
 	nearArgs = append(append(nearArgs, o.Args...), o.NearArgs...)
-	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near", o.EdgeCPU, nearArgs...); err != nil {
+	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near", o.EdgeCPU, o.CPUs, nearArgs...); err != nil {
 		return nil, err
 	}
 	if err := e.waitUp(ctx, "near", o.Up); err != nil {
@@ -441,8 +448,8 @@ func (e *Edges) Stop() error {
 
 // start starts the edge name in h; with cores > 0 it runs in a cgroup
 // that holds it to that many CPUs.
-func (e *Edges) start(ctx context.Context, h *lab.Host, bin, name string, cores float64, args ...string) (*edgeProc, error) {
-	p := &edgeProc{name: name, log: filepath.Join(e.dir, name+".log"), host: h, argv: append([]string{bin, "run"}, args...)}
+func (e *Edges) start(ctx context.Context, h *lab.Host, bin, name string, cores float64, cpus unix.CPUSet, args ...string) (*edgeProc, error) {
+	p := &edgeProc{name: name, log: filepath.Join(e.dir, name+".log"), host: h, argv: append([]string{bin, "run"}, args...), cpus: cpus}
 	if cores > 0 {
 		var err error
 		if p.cap, err = cgroup.NewCPUCap(cgroup.Root, name, cores); err != nil {
@@ -466,7 +473,11 @@ func (p *edgeProc) run(ctx context.Context, l *lab.Lab, flag int) error {
 	// Ending ctx kills the edge, and so does the lab's Close.
 	cmd := l.Command(ctx, p.host, p.argv...)
 	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if p.cpus.Count() > 0 {
+		start = func() error { return cpuplace.StartOn(p.cpus, cmd) }
+	}
+	if err := start(); err != nil {
 		f.Close()
 		return fmt.Errorf("start the %s edge (%s) in %s: %w", p.name, p.argv[0], p.host.NS, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/bench/cgroup"
+	"github.com/wanopt/wanopt/bench/cpuplace"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 )
@@ -84,6 +85,47 @@ func TestEdgesCPUCapInLab(t *testing.T) {
 	for _, c := range e.caps {
 		if _, err := os.Stat(c.Dir()); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("group %s still there after Stop: %v", c.Dir(), err)
+		}
+	}
+}
+
+// TestEdgesOnCPUsInLab starts a pair of wanopt edges on the last CPU (as
+// wanbench cisco --edges-apart does): each edge's own process and all its
+// threads must be allowed that CPU only.
+func TestEdgesOnCPUsInLab(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the lab creates network namespaces and needs root (run 'sudo make test')")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping: ip is not installed (apt-get install iproute2)")
+	}
+	_, last, err := cpuplace.Split()
+	if err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	wanopt := filepath.Join(buildCommands(t, "wanopt"), "wanopt")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	link := wanem.Config{Delay: 5 * time.Millisecond}
+	l := newLab(t, ctx, lab.Edges, link, link)
+	e, err := StartEdges(ctx, l, EdgeOptions{Wanopt: wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, CPUs: last})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	want := cpuplace.Format(last)
+	for _, p := range []*edgeProc{e.far, e.near} {
+		pid := p.cmd.Process.Pid
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil || len(tasks) < 2 {
+			t.Fatalf("%s edge (pid %d): %d threads (%v); want a Go program's several", p.name, pid, len(tasks), err)
+		}
+		for _, task := range tasks {
+			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()))
+			_, rest, _ := strings.Cut(string(st), "Cpus_allowed_list:")
+			if got, _, _ := strings.Cut(strings.TrimSpace(rest), "\n"); got != want {
+				t.Errorf("%s edge's thread %s may run on CPUs %q, want %s", p.name, task.Name(), got, want)
+			}
 		}
 	}
 }

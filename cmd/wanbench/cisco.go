@@ -46,6 +46,7 @@ Flags:
 	seed := fs.Int64("seed", 1, "random seed of the link's impairments (one way; the other uses seed+1)")
 	edgeProcs := fs.Int("edge-procs", 0, "run each wanopt edge with --procs N (GOMAXPROCS); 0: 1 with an --edge-cpu of 1 or less (as an edge in such a cgroup chooses itself), else the edge's own choice (one thread while it uses well under a core)")
 	wanRateHint := fs.Bool("wan-rate-hint", false, "tell the edges the link's rate (wanopt run --wan-rate), so a new tunnel starts at it instead of probing (the cold column)")
+	edgesApart := fs.Bool("edges-apart", false, "run both wanopt edges on the last CPU and the rest of the lab (the link emulator, iperf) on the others, so that the lab's processes do not preempt the edges: their own cost, as on an appliance of their own (needs two CPUs)")
 	edgeCPU := fs.Float64("edge-cpu", 0, "hold each wanopt edge (near and far apart) to this many CPUs with a CPU-bandwidth cgroup, e.g. 0.5; 0: no cap")
 	linkOffload := fs.Bool("link-offload", false, "open the link's TUN devices with UDP segmentation offload: a sender's UDP GSO batch reaches the emulator whole, as a NIC with that offload takes it, instead of being segmented by the sender's kernel (Linux 6.2+)")
 	plainRuns := fs.Int("plain-runs", 0, "plain-TCP runs per point (default --runs): on a lossy link one plain run can take minutes")
@@ -79,7 +80,7 @@ Flags:
 	if *plainRuns < 0 {
 		return fmt.Errorf("--plain-runs %d: want 1 or more (0: as --runs)", *plainRuns)
 	}
-	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns, WANRateHint: *wanRateHint, EdgeCPU: *edgeCPU, EdgeProcs: *edgeProcs, LinkOffload: *linkOffload}
+	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns, WANRateHint: *wanRateHint, EdgeCPU: *edgeCPU, EdgeProcs: *edgeProcs, LinkOffload: *linkOffload, EdgesApart: *edgesApart}
 	if o.LinkImpairments, err = imp.impairments(); err != nil {
 		return err
 	}
@@ -132,6 +133,9 @@ Flags:
 		res.RateMbps, float64(res.QueueBytes)/1e6, res.Impairments, res.Seed, res.BytesPerStream>>20, res.Streams, res.Runs, res.CC, res.Egress, edgeCPUText(res.EdgeCPU, res.EdgeProcs), time.Since(start).Seconds())
 	if res.LinkOffload {
 		fmt.Println("The link's TUN devices took UDP GSO batches whole (--link-offload).")
+	}
+	if res.EdgeCPUs != "" {
+		fmt.Printf("The edges ran on CPU %s, the rest of the lab on CPU %s (--edges-apart).\n", res.EdgeCPUs, res.LabCPUs)
 	}
 	fmt.Print(res.Markdown())
 	fmt.Printf("\nwanopt / plain 0 ms: against plain TCP's own 0 ms figure in this run (%s). Cold tunnel: the first run on a fresh pair of edges. CPU-s/GB: each edge's user + system CPU seconds over the measured runs per GB (1e9 bytes) of iperf payload they moved.\n", fmtRefs(res.Plain0ms))
