@@ -91,9 +91,9 @@ func openLinkTUN(ns, dev string, log io.Writer) (linkDevice, error) {
 
 // offloadTUN is a TUN opened with a virtio-net header and UDP segmentation
 // offload, read and written one IP packet at a time as wanem.Link expects.
-// Reads split UDP GSO frames (gsoSplitter); writes prepend an empty
-// header, so the receiving kernel checks every checksum as it would
-// without offload. One goroutine reads and one writes (wanem.Device).
+// Reads split UDP GSO frames (gsoSplitter); writes mark TCP and UDP
+// checksums as checked, as a NIC with receive checksum offload does
+// (markChecksumOffloaded). One goroutine reads and one writes (wanem.Device).
 type offloadTUN struct {
 	f       *os.File
 	frame   []byte // the last frame read
@@ -138,12 +138,14 @@ func (t *offloadTUN) Read(pkt []byte) (int, error) {
 	}
 }
 
-// Write writes one IP packet behind an empty virtio-net header.
+// Write writes one IP packet behind a virtio-net header that marks a TCP
+// or UDP checksum as offloaded (markChecksumOffloaded).
 func (t *offloadTUN) Write(pkt []byte) (int, error) {
 	if len(pkt) > len(t.wbuf)-vnetHdrLen {
 		return 0, fmt.Errorf("write %d bytes to a TUN: larger than an IP packet", len(pkt))
 	}
 	n := copy(t.wbuf[vnetHdrLen:], pkt)
+	markChecksumOffloaded(t.wbuf[:vnetHdrLen], t.wbuf[vnetHdrLen:vnetHdrLen+n])
 	if _, err := t.f.Write(t.wbuf[:vnetHdrLen+n]); err != nil {
 		return 0, err
 	}

@@ -180,3 +180,58 @@ func (s *gsoSplitter) fixDatagram(d []byte, payload int) {
 	}
 	binary.BigEndian.PutUint16(u[6:], sum)
 }
+
+// markChecksumOffloaded prepares the virtio-net header hdr for writing IP
+// packet p to an offloading TUN as a NIC with receive checksum offload
+// delivers it: for a TCP or UDP packet (not a fragment, and for UDP over
+// IPv4 not one sent without a checksum) it asks for a partial checksum
+// (NEEDS_CSUM) and puts the pseudo-header's sum in the checksum field, as
+// the kernel's own partial checksums hold it. The receiving kernel then
+// takes the packet as checked (CHECKSUM_PARTIAL) instead of summing every
+// byte again in recvmsg, and a device without offload that forwards it
+// completes the checksum to what it was. Anything else gets an empty
+// header, and the kernel checks it as before. The link helper builds
+// every checksum right (the splitter and the middlebox rewrites fix
+// them), so nothing invalid is marked.
+func markChecksumOffloaded(hdr, p []byte) {
+	clear(hdr[:vnetHdrLen])
+	var l4, csumOff int
+	var proto byte
+	var pseudo uint16
+	switch {
+	case len(p) >= 20 && p[0]>>4 == 4:
+		l4, proto = int(p[0]&0x0f)*4, p[9]
+		if l4 < 20 || binary.BigEndian.Uint16(p[6:])&0x3fff != 0 || int(binary.BigEndian.Uint16(p[2:])) != len(p) {
+			return // a fragment, or lengths to leave to the kernel
+		}
+		pseudo = checksum.Checksum(p[12:20], 0)
+	case len(p) >= 40 && p[0]>>4 == 6:
+		l4, proto = 40, p[6] // extension headers: not marked
+		if int(binary.BigEndian.Uint16(p[4:]))+40 != len(p) {
+			return
+		}
+		pseudo = checksum.Checksum(p[8:40], 0)
+	default:
+		return
+	}
+	switch proto {
+	case 17:
+		csumOff = 6
+		if len(p) < l4+8 || (p[0]>>4 == 4 && p[l4+6] == 0 && p[l4+7] == 0) {
+			return
+		}
+	case 6:
+		csumOff = 16
+		if len(p) < l4+20 {
+			return
+		}
+	default:
+		return
+	}
+	l4Len := len(p) - l4
+	sum := checksum.Combine(checksum.Combine(pseudo, uint16(proto)), uint16(l4Len))
+	binary.BigEndian.PutUint16(p[l4+csumOff:], sum)
+	hdr[0] = vnetFNeedsCsum
+	binary.LittleEndian.PutUint16(hdr[6:], uint16(l4))
+	binary.LittleEndian.PutUint16(hdr[8:], uint16(csumOff))
+}
