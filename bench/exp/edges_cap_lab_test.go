@@ -8,9 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/wanopt/wanopt/bench/cgroup"
 	"github.com/wanopt/wanopt/bench/cpuplace"
@@ -113,7 +116,6 @@ func TestEdgesOnCPUsInLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Stop()
-	want := cpuplace.Format(last)
 	for _, p := range []*edgeProc{e.far, e.near} {
 		pid := p.cmd.Process.Pid
 		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
@@ -121,10 +123,10 @@ func TestEdgesOnCPUsInLab(t *testing.T) {
 			t.Fatalf("%s edge (pid %d): %d threads (%v); want a Go program's several", p.name, pid, len(tasks), err)
 		}
 		for _, task := range tasks {
-			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()))
-			_, rest, _ := strings.Cut(string(st), "Cpus_allowed_list:")
-			if got, _, _ := strings.Cut(strings.TrimSpace(rest), "\n"); got != want {
-				t.Errorf("%s edge's thread %s may run on CPUs %q, want %s", p.name, task.Name(), got, want)
+			tid, _ := strconv.Atoi(task.Name())
+			var got unix.CPUSet
+			if err := unix.SchedGetaffinity(tid, &got); err != nil || got != last {
+				t.Errorf("%s edge's thread %d may run on CPUs %s (%v), want %s", p.name, tid, cpuplace.Format(got), err, cpuplace.Format(last))
 			}
 		}
 	}

@@ -198,8 +198,9 @@ func markChecksumOffloaded(hdr, p []byte) {
 	var l4, csumOff int
 	var proto byte
 	var pseudo uint16
+	v4 := len(p) >= 20 && p[0]>>4 == 4
 	switch {
-	case len(p) >= 20 && p[0]>>4 == 4:
+	case v4:
 		l4, proto = int(p[0]&0x0f)*4, p[9]
 		if l4 < 20 || binary.BigEndian.Uint16(p[6:])&0x3fff != 0 || int(binary.BigEndian.Uint16(p[2:])) != len(p) {
 			return // a fragment, or lengths to leave to the kernel
@@ -217,7 +218,7 @@ func markChecksumOffloaded(hdr, p []byte) {
 	switch proto {
 	case 17:
 		csumOff = 6
-		if len(p) < l4+8 || (p[0]>>4 == 4 && p[l4+6] == 0 && p[l4+7] == 0) {
+		if len(p) < l4+8 || (v4 && p[l4+6] == 0 && p[l4+7] == 0) {
 			return
 		}
 	case 6:

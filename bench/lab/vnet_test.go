@@ -47,17 +47,18 @@ func gsoFrame(v6 bool, payload []byte, gsoSize int) []byte {
 	return f
 }
 
-// pseudoSum is the UDP pseudo-header sum of packet p, built byte by byte
-// as RFC 768 and RFC 8200 describe.
+// pseudoSum is the UDP or TCP pseudo-header sum of packet p (the
+// protocol taken from its IP header), built byte by byte as RFC 768,
+// RFC 9293 and RFC 8200 describe.
 func pseudoSum(p []byte, l4 int) uint16 {
 	var ph []byte
-	udpLen := len(p) - l4
+	l4Len := len(p) - l4
 	if p[0]>>4 == 4 {
 		ph = append(ph, p[12:20]...)
-		ph = append(ph, 0, 17, byte(udpLen>>8), byte(udpLen))
+		ph = append(ph, 0, p[9], byte(l4Len>>8), byte(l4Len))
 	} else {
 		ph = append(ph, p[8:40]...)
-		ph = append(ph, 0, 0, byte(udpLen>>8), byte(udpLen), 0, 0, 0, 17)
+		ph = append(ph, 0, 0, byte(l4Len>>8), byte(l4Len), 0, 0, 0, p[6])
 	}
 	return checksum.Checksum(ph, 0)
 }
@@ -294,15 +295,7 @@ func l4Packet(v6 bool, proto byte, payload []byte) []byte {
 		binary.BigEndian.PutUint16(seg[4:], uint16(len(seg)))
 	}
 	copy(seg[hl:], payload)
-	var ph []byte
-	if v6 {
-		ph = append(ph, p[8:40]...)
-		ph = append(ph, 0, 0, byte(len(seg)>>8), byte(len(seg)), 0, 0, 0, proto)
-	} else {
-		ph = append(ph, p[12:20]...)
-		ph = append(ph, 0, proto, byte(len(seg)>>8), byte(len(seg)))
-	}
-	sum := ^checksum.Checksum(seg, checksum.Checksum(ph, 0))
+	sum := ^checksum.Checksum(seg, pseudoSum(p, l4))
 	if sum == 0 && proto == 17 {
 		sum = 0xffff
 	}
