@@ -21,11 +21,17 @@ const rxStallLimit = 5 * time.Millisecond
 
 // rxHoldDatagrams is how many datagrams a held read aims to gather
 // (Config.RxHold): sixteen rather than eight halved the near edge's reads
-// at 250 Mbit/s (2,100 to 1,200 a second) and adds at most 0.8 ms there;
-// minRxHold the shortest hold worth a sleep (a sleep costs about as much
-// as the wake-up it saves).
+// at 250 Mbit/s (2,100 to 1,200 a second). With 24 a read at 250 Mbit/s
+// takes what the whole 1 ms hold brings (about 21 datagrams, and one ACK
+// after them): at 0 ms in the lab the near edge slept about 1,070 times
+// a second instead of 1,300 and the far edge, sent as many fewer ACKs,
+// 1,540 instead of 1,980; with the edges on a CPU of their own their CPU
+// per GB fell in each of three interleaved rounds
+// (docs/efficiency/rx-hold-24-ab.txt). Below about 190 Mbit/s the 1 ms
+// cap bound already. minRxHold is the shortest hold worth a sleep (a
+// sleep costs about as much as the wake-up it saves).
 const (
-	rxHoldDatagrams = 16
+	rxHoldDatagrams = 24
 	minRxHold       = 100 * time.Microsecond
 	rxHoldMinBytes  = 1000
 )
@@ -35,7 +41,7 @@ const (
 // configured hold, and the datagrams a hold aims at grow with it (see
 // rxHolder.target). At 50 Mbit/s and 100 ms the reader then wakes about
 // every 3 ms rather than every 1 ms; at 250 Mbit/s and 200 ms it gathers
-// about 48 datagrams (2.2 ms) rather than 16-25. The ACK that follows
+// about 48 datagrams (2.2 ms) rather than 21. The ACK that follows
 // each read (at most one per MinAckInterval, due after AckEveryPackets)
 // goes as much less often: at 200 ms, four flows under a quarter core
 // each, the near edge sent 22-24 k packets per 1.68 GB instead of

@@ -9,7 +9,8 @@ import (
 
 // TestRxHold: the reader holds its next read only while full-size
 // datagrams keep coming and its reads empty the socket, for about what
-// sixteen take at their spacing, at most the configured hold.
+// rxHoldDatagrams (24) take at their spacing, at most the configured
+// hold.
 func TestRxHold(t *testing.T) {
 	full := func(n int) []int {
 		s := make([]int, n)
@@ -58,27 +59,39 @@ func TestRxHold(t *testing.T) {
 		t.Fatalf("a full read (64 datagrams) held %v", d)
 	}
 
-	// 250 Mbit/s (a datagram every 48 µs): reads that gathered sixteen
-	// and emptied the socket are held again, for what sixteen take, so
-	// the datagram after them does not wake the reader alone.
-	h = rxHolder{max: time.Millisecond, batch: 64}
-	at = 0
-	h.after(us(at), full(1))
-	for range 20 {
-		at += 48 * 16
-		d = h.after(us(at), full(16))
-	}
-	if want := 16 * 48 * time.Microsecond; d < want*9/10 || d > want*11/10 {
-		t.Fatalf("hold at 250 Mbit/s after reads of sixteen: %v, want about %v", d, want)
+	// 250 Mbit/s (a datagram every 48 µs): reads that emptied the socket
+	// are held again, for what 24 take but at most the 1 ms cap (about 21
+	// datagrams), so the datagram after them does not wake the reader
+	// alone. At 500 Mbit/s (24 µs) the hold is what 24 take.
+	for _, c := range []struct {
+		spacingUs float64
+		want      time.Duration
+	}{
+		{48, time.Millisecond},
+		{24, 24 * 24 * time.Microsecond},
+	} {
+		h = rxHolder{max: time.Millisecond, batch: 64}
+		at = 0
+		h.after(us(at), full(1))
+		d = 0
+		for range 20 {
+			gap := max(float64(d/time.Microsecond), c.spacingUs)
+			at += gap
+			d = h.after(us(at), full(int(gap/c.spacingUs)))
+		}
+		if d < c.want*9/10 || d > c.want*11/10 {
+			t.Fatalf("hold with a datagram every %v µs: %v, want about %v", c.spacingUs, d, c.want)
+		}
 	}
 
-	// At high rates the hold would be too short to be worth a sleep.
+	// At high rates the hold would be too short to be worth a sleep: a
+	// datagram every 4 µs (3 Gbit/s), so 24 take 96 µs.
 	h = rxHolder{max: time.Millisecond, batch: 64}
 	at = 0
 	for range 20 {
-		at += 10
-		if d = h.after(us(at), full(2)); d != 0 {
-			t.Fatalf("two datagrams every 10 µs held %v", d)
+		at += 12
+		if d = h.after(us(at), full(3)); d != 0 {
+			t.Fatalf("three datagrams every 12 µs held %v", d)
 		}
 	}
 
@@ -163,7 +176,8 @@ func TestGatherWaitFor(t *testing.T) {
 // TestRxHoldTarget: where the cap has grown past the configured hold, a
 // hold aims at proportionally more datagrams, at most three quarters of
 // a batch: at 250 Mbit/s on a 200 ms path (4 ms cap, a datagram every
-// 48 µs) the reader settles at 48 a read, about 2.3 ms, instead of 16.
+// 48 µs) the reader settles at 48 a read, about 2.3 ms, instead of the
+// 21 that fill the 1 ms hold of a short path.
 func TestRxHoldTarget(t *testing.T) {
 	ms := time.Millisecond
 	for _, c := range []struct {
@@ -171,14 +185,14 @@ func TestRxHoldTarget(t *testing.T) {
 		batch     int
 		want      int
 	}{
-		{ms, ms, 64, 16},         // a short path: as configured
-		{ms, 2 * ms, 64, 32},     // grown twice
-		{ms, 4 * ms, 64, 48},     // three quarters of the batch
-		{ms, 4 * ms, 32, 24},     // a smaller batch
-		{ms, 4 * ms, 8, 16},      // never below sixteen (the read is then full, and not held)
-		{2 * ms, 3 * ms, 64, 24}, // a configured hold of 2 ms
-		{-1, -1, 64, 16},         // off: the reader never holds anyway
-		{0, 4 * ms, 64, 16},      // no base given
+		{ms, ms, 64, 24},         // a short path: as configured
+		{ms, 2 * ms, 64, 48},     // grown twice, three quarters of the batch
+		{ms, 4 * ms, 64, 48},     // the same
+		{ms, 4 * ms, 128, 96},    // a larger batch
+		{ms, 4 * ms, 8, 24},      // never below 24 (the read is then full, and not held)
+		{2 * ms, 3 * ms, 64, 36}, // a configured hold of 2 ms
+		{-1, -1, 64, 24},         // off: the reader never holds anyway
+		{0, 4 * ms, 64, 24},      // no base given
 	} {
 		h := rxHolder{base: c.base, max: c.max, batch: c.batch}
 		if got := h.target(); got != c.want {
