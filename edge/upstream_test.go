@@ -121,10 +121,17 @@ func TestEdgeUpstreams(t *testing.T) {
 		if got, err := udpExchange(t, near, answers, client, dst, "ping "+dst.String(), 5*time.Second); err != nil || got != "ping "+dst.String() {
 			t.Errorf("UDP to %v: %q, %v", dst, got, err)
 		}
+		// A far edge counts a packet after its socket took it, so the
+		// answer can reach the near edge first: wait for the counts.
 		var n [2]uint64
-		for i, f := range fars {
-			if s := f.Status().DatagramEgress; s != nil {
-				n[i] = s.UDP.PacketsUp
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			for i, f := range fars {
+				if s := f.Status().DatagramEgress; s != nil {
+					n[i] = s.UDP.PacketsUp
+				}
+			}
+			if n[0] == dc1 && n[1] == dc2 || time.Now().After(deadline) {
+				break
 			}
 		}
 		if n[0] != dc1 || n[1] != dc2 {
@@ -134,8 +141,15 @@ func TestEdgeUpstreams(t *testing.T) {
 	udpVia(udpOne, 1, 0)
 	udpVia(udpTwo, 1, 1)
 	near.near.Divert(udpPacket(t, client, netip.MustParseAddrPort("192.0.2.9:53"), "x"))
-	if s := near.Status().DatagramIngress; s == nil || s.Drops.NoTunnel != 1 || s.UDP.PacketsUp != 2 || s.UDP.PacketsDown != 2 {
-		t.Errorf("near edge's datagram ingress: %+v; want 2 up, 2 down, 1 without a route", s)
+	ingressOK := func() bool {
+		s := near.Status().DatagramIngress
+		return s != nil && s.Drops.NoTunnel == 1 && s.UDP.PacketsUp == 2 && s.UDP.PacketsDown == 2
+	}
+	for deadline := time.Now().Add(5 * time.Second); !ingressOK() && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !ingressOK() {
+		t.Errorf("near edge's datagram ingress: %+v; want 2 up, 2 down, 1 without a route", near.Status().DatagramIngress)
 	}
 	// A reload removes dc1: 127.0.0.1 now goes to dc2's /8. Another
 	// brings dc1 back, and its /32 wins again.
