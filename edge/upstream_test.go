@@ -116,25 +116,28 @@ func TestEdgeUpstreams(t *testing.T) {
 	// UDP: to 127.0.0.1 through dc1, to 127.0.0.2 through dc2; to what no
 	// route holds, nowhere (counted as no tunnel).
 	client := netip.MustParseAddrPort("198.18.1.2:40001")
+	// A far edge counts a packet after its socket took it, so the answer
+	// can reach the near edge first: counts are waited for, up to 5 s.
+	settled := func(ok func() bool) bool {
+		for deadline := time.Now().Add(5 * time.Second); !ok() && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return ok()
+	}
 	udpVia := func(dst netip.AddrPort, dc1, dc2 uint64) {
 		t.Helper()
 		if got, err := udpExchange(t, near, answers, client, dst, "ping "+dst.String(), 5*time.Second); err != nil || got != "ping "+dst.String() {
 			t.Errorf("UDP to %v: %q, %v", dst, got, err)
 		}
-		// A far edge counts a packet after its socket took it, so the
-		// answer can reach the near edge first: wait for the counts.
 		var n [2]uint64
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if !settled(func() bool {
 			for i, f := range fars {
 				if s := f.Status().DatagramEgress; s != nil {
 					n[i] = s.UDP.PacketsUp
 				}
 			}
-			if n[0] == dc1 && n[1] == dc2 || time.Now().After(deadline) {
-				break
-			}
-		}
-		if n[0] != dc1 || n[1] != dc2 {
+			return n[0] == dc1 && n[1] == dc2
+		}) {
 			t.Errorf("UDP to %v: dc1 sent on %d packets, dc2 %d; want %d and %d", dst, n[0], n[1], dc1, dc2)
 		}
 	}
@@ -145,10 +148,7 @@ func TestEdgeUpstreams(t *testing.T) {
 		s := near.Status().DatagramIngress
 		return s != nil && s.Drops.NoTunnel == 1 && s.UDP.PacketsUp == 2 && s.UDP.PacketsDown == 2
 	}
-	for deadline := time.Now().Add(5 * time.Second); !ingressOK() && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !ingressOK() {
+	if !settled(ingressOK) {
 		t.Errorf("near edge's datagram ingress: %+v; want 2 up, 2 down, 1 without a route", near.Status().DatagramIngress)
 	}
 	// A reload removes dc1: 127.0.0.1 now goes to dc2's /8. Another

@@ -104,14 +104,14 @@ func (s *gsoSplitter) load(frame []byte) error {
 		}
 		s.l4, s.v6 = ihl, false
 		s.ipID = binary.BigEndian.Uint16(p[4:])
-		s.pseudo = checksum.Combine(checksum.Checksum(p[12:20], 0), 17)
+		s.pseudo = addrPseudoSum(p, false, 17)
 	case 6:
 		// The kernel builds UDP GSO frames without extension headers.
 		if len(p) < 40 || p[6] != 17 {
 			return errVnetMalformed
 		}
 		s.l4, s.v6 = 40, true
-		s.pseudo = checksum.Combine(checksum.Checksum(p[8:40], 0), 17)
+		s.pseudo = addrPseudoSum(p, true, 17)
 	default:
 		return errVnetMalformed
 	}
@@ -197,7 +197,6 @@ func markChecksumOffloaded(hdr, p []byte) {
 	clear(hdr[:vnetHdrLen])
 	var l4, csumOff int
 	var proto byte
-	var pseudo uint16
 	v4 := len(p) >= 20 && p[0]>>4 == 4
 	switch {
 	case v4:
@@ -205,13 +204,11 @@ func markChecksumOffloaded(hdr, p []byte) {
 		if l4 < 20 || binary.BigEndian.Uint16(p[6:])&0x3fff != 0 || int(binary.BigEndian.Uint16(p[2:])) != len(p) {
 			return // a fragment, or lengths to leave to the kernel
 		}
-		pseudo = checksum.Checksum(p[12:20], 0)
 	case len(p) >= 40 && p[0]>>4 == 6:
 		l4, proto = 40, p[6] // extension headers: not marked
 		if int(binary.BigEndian.Uint16(p[4:]))+40 != len(p) {
 			return
 		}
-		pseudo = checksum.Checksum(p[8:40], 0)
 	default:
 		return
 	}
@@ -229,10 +226,19 @@ func markChecksumOffloaded(hdr, p []byte) {
 	default:
 		return
 	}
-	l4Len := len(p) - l4
-	sum := checksum.Combine(checksum.Combine(pseudo, uint16(proto)), uint16(l4Len))
+	sum := checksum.Combine(addrPseudoSum(p, !v4, proto), uint16(len(p)-l4))
 	binary.BigEndian.PutUint16(p[l4+csumOff:], sum)
 	hdr[0] = vnetFNeedsCsum
 	binary.LittleEndian.PutUint16(hdr[6:], uint16(l4))
 	binary.LittleEndian.PutUint16(hdr[8:], uint16(csumOff))
+}
+
+// addrPseudoSum is the sum of IP packet p's pseudo-header without its
+// length (which differs per datagram): the addresses and protocol proto.
+func addrPseudoSum(p []byte, v6 bool, proto byte) uint16 {
+	addrs := p[12:20]
+	if v6 {
+		addrs = p[8:40]
+	}
+	return checksum.Combine(checksum.Checksum(addrs, 0), uint16(proto))
 }

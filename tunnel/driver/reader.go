@@ -26,7 +26,7 @@ const rxStallLimit = 5 * time.Millisecond
 // after them): at 0 ms in the lab the near edge slept about 1,070 times
 // a second instead of 1,300 and the far edge, sent as many fewer ACKs,
 // 1,540 instead of 1,980; with the edges on a CPU of their own their CPU
-// per GB fell in each of three interleaved rounds
+// per GB fell in each of five interleaved rounds
 // (docs/efficiency/rx-hold-24-ab.txt). Below about 190 Mbit/s the 1 ms
 // cap bound already. minRxHold is the shortest hold worth a sleep (a
 // sleep costs about as much as the wake-up it saves).
