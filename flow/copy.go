@@ -113,14 +113,19 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant, wait
 // one large TSO segment. The tunnel's driver fills the buffer as data
 // arrives (driver.Stream's ReadGather), so this loop wakes once per
 // gathered buffer. The first read after a pause is never delayed, so a
-// request's answer or a keystroke goes out at once. The wait is 4 ms so
-// that slower flows gather too, and a link's rate is shared by its flows:
+// request's answer or a keystroke goes out at once, and a read whose
+// stream falls quiet (3 ms without bytes at the near edge: the answer
+// ended) is answered then. The wait is 8 ms so that slower flows gather
+// too, and a link's rate is shared by its flows:
 // at 50 Mbit/s with four flows each read gathered 3 KB in 0.5 ms (the
 // near edge spent 62.6 CPU-s/GB) and 4.3 KB in 2 ms (51.0; later, after
 // other changes, 17.6 to 21.5 in four runs); 4 ms gave 15.4 in two
 // (wanbench cisco --rate 50mbit --rtt 100ms --bytes 25MB). At 250 Mbit/s
-// no difference showed (5.2 against 5.3). It delays a streaming flow's
-// bytes by at most the wait. A gather fills 63 KiB, the largest TSO
+// no difference showed then (5.2 against 5.3). Four flows sharing 250
+// Mbit/s gather 31 KB each in 4 ms; 8 ms fills the 63 KiB, and the near
+// edge's TUN writes fell from about 920 to 490 a second (the quiet rule
+// keeps the tails of answers from waiting the longer wait). It delays a
+// streaming flow's bytes by at most the wait. A gather fills 63 KiB, the largest TSO
 // segment the netstack sends (its offload endpoint's 65,000-byte GSO
 // limit less headers: 64,839 bytes of payload), so one gathered read is
 // one TUN write and about one client ACK; 64 KiB would go as two
@@ -130,7 +135,7 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant, wait
 // to 16-17 per MB (three interleaved rounds;
 // docs/efficiency/gather-63k-ab.txt).
 const (
-	coalesceWait  = 4 * time.Millisecond
+	coalesceWait  = 8 * time.Millisecond
 	coalesceBytes = 63 << 10
 	streamingGap  = 2 * time.Millisecond
 )

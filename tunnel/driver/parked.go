@@ -13,8 +13,10 @@ import (
 // request, with its buffer, and fills the buffer itself as data arrives,
 // replying once the read is satisfied. A plain Read is satisfied by its
 // first bytes; ReadGather by min bytes, or by its wait having passed
-// since the first byte arrived, or at once by bytes that arrive after it
-// waited with nothing for longer than that (a pause, not a stream). So a reader costs one hand-off per
+// since the first byte arrived, or by the stream falling quiet (no bytes
+// for gatherQuiet: the burst ended), or at once by bytes that arrive
+// after it waited with nothing for longer than its wait (a pause, not a
+// stream). So a reader costs one hand-off per
 // delivery instead of three (ask, readable, ask again), and a proxy
 // gathering a bulk flow into large writes (package stack) wakes once per
 // gathered buffer, not once per arriving datagram, and needs no deadline
@@ -32,14 +34,27 @@ type parkedRead struct {
 	wait   time.Duration
 	since  monotime.Time // when it parked
 	until  monotime.Time // reply at this time once n > 0; 0: not armed
+	last   monotime.Time // when bytes last came
+	quiet  time.Duration // reply once no bytes came for this long
 	reply  chan result
+}
+
+// deadline is when an armed parked read is answered with what it holds:
+// its wait's end, or quiet after its last bytes if that is sooner.
+func (p *parkedRead) deadline() monotime.Time {
+	if q := p.last.Add(p.quiet); q.Before(p.until) {
+		return q
+	}
+	return p.until
 }
 
 // parkRead parks r, a read that could not be satisfied at once, on s.
 // n bytes are already in r.buf.
 func (d *driverState) parkRead(s *Stream, r request, n int) {
 	wait := gatherWaitFor(r.wait, d.conn.MinRTT())
-	s.d.park = parkedRead{active: true, gen: s.d.park.gen + 1, buf: r.buf, n: n, min: r.min, wait: wait, since: monotime.Now(), reply: r.reply}
+	quiet := gatherQuietFor(time.Duration(d.t.rxHoldMax.Load()))
+	now := monotime.Now()
+	s.d.park = parkedRead{active: true, gen: s.d.park.gen + 1, buf: r.buf, n: n, min: r.min, wait: wait, quiet: quiet, since: now, last: now, reply: r.reply}
 	d.parked[s] = struct{}{}
 	if n > 0 {
 		d.armParked(s)
@@ -53,21 +68,36 @@ func (d *driverState) armParked(s *Stream) {
 	if p.until != 0 {
 		return
 	}
-	p.until = monotime.Now().Add(max(p.wait, time.Nanosecond))
+	p.until = p.last.Add(max(p.wait, time.Nanosecond))
 	d.gatherq = append(d.gatherq, gatherWait{s: s, gen: p.gen})
 }
 
 // gatherRTTShare and gatherGrowth stretch a ReadGather's wait on a long
 // path, as rxHoldCap does the reader's hold: to a 16th of the path's
-// minimum RTT, at most 4 times the wait asked for (the near edge's 4 ms:
-// 6.25 ms at 100 ms, 12.5 ms at 200 ms, 16 ms from 256 ms up). A
-// streaming flow's bytes are then held a few per cent of the RTT, and at
-// 50 Mbit/s shared by four flows each write to the client carries 10 KB
-// instead of 6. Below 64 ms nothing changes.
+// minimum RTT, at most twice the wait asked for (the near edge's 8 ms:
+// 12.5 ms at 200 ms, 16 ms from 256 ms up). A streaming flow's bytes are
+// then held a few per cent of the RTT, and at 50 Mbit/s shared by four
+// flows each write to the client carries more. Below 128 ms nothing
+// changes.
 const (
 	gatherRTTShare = 16
-	gatherGrowth   = 4
+	gatherGrowth   = 2
 )
+
+// gatherQuietMin and gatherQuietHolds: a gathering read is also answered
+// once its stream brought nothing for twice the reader's longest hold,
+// at least 3 ms (gatherQuietFor). While a flow streams, its bytes come
+// with every held read of the tunnel's socket; when they stop, the burst
+// has ended (an answer on a keep-alive connection), and its tail goes out
+// that long after its last bytes instead of waiting out the whole wait.
+const (
+	gatherQuietMin   = 3 * time.Millisecond
+	gatherQuietHolds = 2
+)
+
+func gatherQuietFor(hold time.Duration) time.Duration {
+	return max(gatherQuietMin, gatherQuietHolds*hold)
+}
 
 // gatherJoinShare: a gathering read whose wait has at most 1/share of
 // it left is answered with one that expired (see expireParked).
@@ -77,10 +107,7 @@ func gatherWaitFor(wait, minRTT time.Duration) time.Duration {
 	return growWithRTT(wait, minRTT, gatherRTTShare, gatherGrowth)
 }
 
-// gatherWait is an armed ReadGather. gatherq holds them in arming order,
-// which is expiry order while every read waits as long (the stack's
-// copy loops all do); a read with a shorter wait queued behind a longer
-// one is answered with it, late but not lost.
+// gatherWait is an armed ReadGather (see expireParked).
 type gatherWait struct {
 	s   *Stream
 	gen uint64 // the parked read it was armed for
@@ -96,10 +123,13 @@ func (d *driverState) continueRead(s *Stream) {
 	first := p.n == 0
 	res := d.read(s, p.buf[p.n:])
 	p.n += res.n
+	if res.n > 0 {
+		p.last = monotime.Now()
+	}
 	switch {
 	case res.err != nil, res.fin, p.n >= p.min:
 		d.unpark(s, result{n: p.n, fin: res.fin, err: res.err})
-	case first && p.n > 0 && monotime.Now().Sub(p.since) >= p.wait:
+	case first && p.n > 0 && p.last.Sub(p.since) >= p.wait:
 		// The stream was idle for longer than the read would gather:
 		// these bytes start a new burst (a request, or the answer to
 		// one), not the next part of a stream, so they go at once.
@@ -124,36 +154,46 @@ func (d *driverState) unpark(s *Stream, res result) {
 	reply <- res // capacity 1: the reader waits for exactly this reply
 }
 
-// expireParked replies to the gathering reads whose wait has passed at
-// now, and returns when the next one expires (0: none waits). Once one
-// has expired it also answers those that have waited at least half their
-// wait (gatherJoinShare): the driver is awake for them anyway, and each
-// would otherwise wake it again within the next half wait. Flows that
-// share a link then gather in step: at 0 ms, four flows sharing 250
-// Mbit/s each end their gathers by the 4 ms wait, and the near edge woke
-// for each flow's wait apart, about 1,000 times a second.
+// expireParked replies to the gathering reads whose deadline (their
+// wait, or their stream falling quiet) has passed at now, and returns the
+// earliest deadline left (0: none waits). Once one has expired it also
+// answers those that have waited at least half their wait
+// (gatherJoinShare): the driver is awake for them anyway, and each would
+// otherwise wake it again within the next half wait. Flows that share a
+// link then gather in step: at 0 ms, four flows sharing 250 Mbit/s each
+// end their gathers by the wait, and the near edge woke for each flow's
+// wait apart, about 1,000 times a second. It scans every armed read: as
+// data arrives a read's quiet deadline moves later, so no order holds
+// (the armed reads are the flows streaming, and the driver calls this
+// once per batch it handles).
 func (d *driverState) expireParked(now monotime.Time) monotime.Time {
 	expired := false
-	for d.gatherHead < len(d.gatherq) {
-		g := &d.gatherq[d.gatherHead]
-		if p := &g.s.d.park; p.active && p.gen == g.gen { // still waiting
-			if now.Before(p.until) && (!expired || now.Before(p.until.Add(-p.wait/gatherJoinShare))) {
-				return p.until
-			}
+	for _, g := range d.gatherq {
+		if p := &g.s.d.park; p.active && p.gen == g.gen && !now.Before(p.deadline()) {
 			d.unpark(g.s, result{n: p.n})
 			expired = true
 		}
-		*g = gatherWait{}
-		d.gatherHead++
-		if d.gatherHead == len(d.gatherq) {
-			d.gatherq, d.gatherHead = d.gatherq[:0], 0
-		} else if d.gatherHead >= 64 && d.gatherHead*2 >= len(d.gatherq) {
-			k := copy(d.gatherq, d.gatherq[d.gatherHead:])
-			clear(d.gatherq[k:])
-			d.gatherq, d.gatherHead = d.gatherq[:k], 0
+	}
+	var next monotime.Time
+	k := 0
+	for _, g := range d.gatherq {
+		p := &g.s.d.park
+		if !p.active || p.gen != g.gen { // answered
+			continue
+		}
+		if expired && !now.Before(p.until.Add(-p.wait/gatherJoinShare)) {
+			d.unpark(g.s, result{n: p.n})
+			continue
+		}
+		d.gatherq[k] = g
+		k++
+		if dl := p.deadline(); next == 0 || dl.Before(next) {
+			next = dl
 		}
 	}
-	return 0
+	clear(d.gatherq[k:])
+	d.gatherq = d.gatherq[:k]
+	return next
 }
 
 // cancelParked ends s's parked read with what it holds (the reader's
@@ -174,5 +214,5 @@ func (d *driverState) failParked(err error) {
 			d.unpark(s, result{err: err})
 		}
 	}
-	d.gatherq, d.gatherHead = nil, 0
+	d.gatherq = nil
 }

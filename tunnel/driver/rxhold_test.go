@@ -152,23 +152,36 @@ func TestRxHoldCap(t *testing.T) {
 }
 
 // TestGatherWaitFor: a ReadGather's wait grows with the path's min RTT,
-// to a 16th of it, at most 4 times the wait asked for; below 64 ms (for
-// the near edge's 4 ms) and for a zero wait nothing changes.
+// to a 16th of it, at most twice the wait asked for; below 128 ms (for
+// the near edge's 8 ms) and for a zero wait nothing changes.
 func TestGatherWaitFor(t *testing.T) {
-	const w = 4 * time.Millisecond
+	const w = 8 * time.Millisecond
 	for _, tc := range []struct {
 		wait, minRTT, want time.Duration
 	}{
 		{w, 0, w},
 		{w, 40 * time.Millisecond, w},
-		{w, 64 * time.Millisecond, w},
-		{w, 100 * time.Millisecond, 6250 * time.Microsecond},
+		{w, 128 * time.Millisecond, w},
 		{w, 200 * time.Millisecond, 12500 * time.Microsecond},
 		{w, 600 * time.Millisecond, 16 * time.Millisecond},
 		{0, 600 * time.Millisecond, 0},
 	} {
 		if got := gatherWaitFor(tc.wait, tc.minRTT); got != tc.want {
 			t.Errorf("gatherWaitFor(%v, %v) = %v, want %v", tc.wait, tc.minRTT, got, tc.want)
+		}
+	}
+}
+
+// TestGatherQuietFor: a gathering read is answered after twice the
+// reader's longest hold without bytes, never sooner than 3 ms (also
+// where the hold is off).
+func TestGatherQuietFor(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct{ hold, want time.Duration }{
+		{-1, 3 * ms}, {0, 3 * ms}, {ms, 3 * ms}, {2 * ms, 4 * ms}, {4 * ms, 8 * ms},
+	} {
+		if got := gatherQuietFor(tc.hold); got != tc.want {
+			t.Errorf("gatherQuietFor(%v) = %v, want %v", tc.hold, got, tc.want)
 		}
 	}
 }

@@ -27,10 +27,9 @@ type driverState struct {
 	streams   map[uint64]*Stream
 
 	// parked holds the streams with a parked read (for shutdown);
-	// gatherq[gatherHead:] the armed waits of ReadGather (parked.go).
-	parked     map[*Stream]struct{}
-	gatherq    []gatherWait
-	gatherHead int
+	// gatherq the armed waits of ReadGather (parked.go).
+	parked  map[*Stream]struct{}
+	gatherq []gatherWait
 
 	txBufs [][]byte // BatchSize buffers of MaxUDPPayloadBytes
 	txOut  [][]byte // the filled prefixes handed to WriteBatch
