@@ -48,7 +48,7 @@
 // is full.
 //
 // While full-size datagrams keep arriving a few at a time, the reader
-// holds its next read up to Config.RxHold (1 ms) so that several gather
+// holds its next read up to Config.RxHold (2 ms) so that several gather
 // per wake-up, as a NIC's interrupt moderation does; ACK-sized datagrams
 // and a datagram after a pause are never held (see rxHolder).
 //

@@ -21,35 +21,32 @@ const rxStallLimit = 5 * time.Millisecond
 
 // rxHoldDatagrams is how many datagrams a held read aims to gather
 // (Config.RxHold): sixteen rather than eight halved the near edge's reads
-// at 250 Mbit/s (2,100 to 1,200 a second). With 24 a read at 250 Mbit/s
-// takes what the whole 1 ms hold brings (about 21 datagrams, and one ACK
-// after them): at 0 ms in the lab the near edge slept about 1,070 times
-// a second instead of 1,300 and the far edge, sent as many fewer ACKs,
-// 1,540 instead of 1,980; with the edges on a CPU of their own their CPU
-// per GB fell in each of five interleaved rounds
-// (docs/efficiency/rx-hold-24-ab.txt). Below about 190 Mbit/s the 1 ms
-// cap bound already. minRxHold is the shortest hold worth a sleep (a
-// sleep costs about as much as the wake-up it saves).
+// at 250 Mbit/s (2,100 to 1,200 a second), and 24 let a read take what
+// the 1 ms hold brought then (about 21 datagrams, and one ACK after
+// them; docs/efficiency/rx-hold-24-ab.txt). With the 2 ms hold, 48 let
+// a read at 250 Mbit/s take what the whole hold brings (about 42). Below
+// about 380 Mbit/s the cap binds. minRxHold is the shortest hold worth
+// a sleep (a sleep costs about as much as the wake-up it saves).
 const (
-	rxHoldDatagrams = 24
+	rxHoldDatagrams = 48
 	minRxHold       = 100 * time.Microsecond
 	rxHoldMinBytes  = 1000
 )
 
 // rxHoldRTTShare and rxHoldGrowth let the hold grow on a long path: to
-// a 32nd of its RTT (3 % added to a packet's trip), at most 4 × the
-// configured hold, and the datagrams a hold aims at grow with it (see
-// rxHolder.target). At 50 Mbit/s and 100 ms the reader then wakes about
-// every 3 ms rather than every 1 ms; at 250 Mbit/s and 200 ms it gathers
-// about 48 datagrams (2.2 ms) rather than 21. The ACK that follows
+// a 32nd of its RTT (3 % added to a packet's trip), at most 2 × the
+// configured hold (4 ms), and the datagrams a hold aims at grow with it
+// up to three quarters of a batch (see rxHolder.target). At 50 Mbit/s
+// and 100 ms the reader then wakes about every 3 ms; at 250 Mbit/s and
+// 200 ms it gathers about 48 datagrams (2.2 ms). The ACK that follows
 // each read (at most one per MinAckInterval, due after AckEveryPackets)
 // goes as much less often: at 200 ms, four flows under a quarter core
 // each, the near edge sent 22-24 k packets per 1.68 GB instead of
 // 45-65 k, and both edges' CPU per GB fell by about a fifth
-// (docs/efficiency/rx-hold-48-ab.txt).
+// (docs/efficiency/rx-hold-48-ab.txt, with the 1 ms hold grown 4 ×).
 const (
 	rxHoldRTTShare = 32
-	rxHoldGrowth   = 4
+	rxHoldGrowth   = 2
 )
 
 // rxHoldCap is the reader's longest hold for the configured hold and

@@ -9,7 +9,7 @@ import (
 
 // TestRxHold: the reader holds its next read only while full-size
 // datagrams keep coming and its reads empty the socket, for about what
-// rxHoldDatagrams (24) take at their spacing, at most the configured
+// rxHoldDatagrams (48) take at their spacing, at most the configured
 // hold.
 func TestRxHold(t *testing.T) {
 	full := func(n int) []int {
@@ -60,17 +60,17 @@ func TestRxHold(t *testing.T) {
 	}
 
 	// 250 Mbit/s (a datagram every 48 µs): reads that emptied the socket
-	// are held again, for what 24 take but at most the 1 ms cap (about 21
+	// are held again, for what 48 take but at most the 2 ms cap (about 42
 	// datagrams), so the datagram after them does not wake the reader
-	// alone. At 500 Mbit/s (24 µs) the hold is what 24 take.
+	// alone. At 1 Gbit/s (12 µs) the hold is what 48 take.
 	for _, c := range []struct {
 		spacingUs float64
 		want      time.Duration
 	}{
-		{48, time.Millisecond},
-		{24, 24 * 24 * time.Microsecond},
+		{48, 2 * time.Millisecond},
+		{12, 48 * 12 * time.Microsecond},
 	} {
-		h = rxHolder{max: time.Millisecond, batch: 64}
+		h = rxHolder{max: 2 * time.Millisecond, batch: 64}
 		at = 0
 		h.after(us(at), full(1))
 		d = 0
@@ -85,13 +85,13 @@ func TestRxHold(t *testing.T) {
 	}
 
 	// At high rates the hold would be too short to be worth a sleep: a
-	// datagram every 4 µs (3 Gbit/s), so 24 take 96 µs.
-	h = rxHolder{max: time.Millisecond, batch: 64}
+	// datagram every 2 µs (6 Gbit/s), so 48 take 96 µs.
+	h = rxHolder{max: 2 * time.Millisecond, batch: 64}
 	at = 0
 	for range 20 {
-		at += 12
+		at += 6
 		if d = h.after(us(at), full(3)); d != 0 {
-			t.Fatalf("three datagrams every 12 µs held %v", d)
+			t.Fatalf("three datagrams every 6 µs held %v", d)
 		}
 	}
 
@@ -104,19 +104,19 @@ func TestRxHold(t *testing.T) {
 }
 
 // TestRxHoldCap: the hold grows with a long path's RTT, to a 32nd of it,
-// at most four times the configured hold, and never below it; off stays
+// at most twice the configured hold, and never below it; off stays
 // off.
 func TestRxHoldCap(t *testing.T) {
 	ms := time.Millisecond
 	for _, c := range []struct {
 		hold, rtt, want time.Duration
 	}{
-		{ms, 0, ms},       // no RTT sample yet
-		{ms, 20 * ms, ms}, // a 32nd is less than the hold
-		{ms, 100 * ms, 3125 * time.Microsecond},
-		{ms, 200 * ms, 4 * ms}, // capped at 4 × the hold
+		{2 * ms, 0, 2 * ms},       // no RTT sample yet
+		{2 * ms, 40 * ms, 2 * ms}, // a 32nd is less than the hold
 		{2 * ms, 100 * ms, 3125 * time.Microsecond},
-		{-1, 100 * ms, -1}, // off
+		{2 * ms, 200 * ms, 4 * ms}, // capped at 2 × the hold
+		{ms, 100 * ms, 2 * ms},     // the same
+		{-1, 100 * ms, -1},         // off
 	} {
 		if got := rxHoldCap(c.hold, c.rtt); got != c.want {
 			t.Errorf("rxHoldCap(%v, %v) = %v, want %v", c.hold, c.rtt, got, c.want)
@@ -126,7 +126,7 @@ func TestRxHoldCap(t *testing.T) {
 	// At 50 Mbit/s on a 100 ms path (a datagram every 240 µs) the
 	// reader settles at the grown cap: about thirteen datagrams a read
 	// instead of four.
-	h := rxHolder{max: rxHoldCap(ms, 100*ms), batch: 64}
+	h := rxHolder{max: rxHoldCap(2*ms, 100*ms), batch: 64}
 	const spacing = 240 * time.Microsecond
 	sizes := func(n int) []int {
 		s := make([]int, n)
@@ -188,9 +188,9 @@ func TestGatherQuietFor(t *testing.T) {
 
 // TestRxHoldTarget: where the cap has grown past the configured hold, a
 // hold aims at proportionally more datagrams, at most three quarters of
-// a batch: at 250 Mbit/s on a 200 ms path (4 ms cap, a datagram every
-// 48 µs) the reader settles at 48 a read, about 2.3 ms, instead of the
-// 21 that fill the 1 ms hold of a short path.
+// a batch (or rxHoldDatagrams, if more): at 250 Mbit/s on a 200 ms path
+// (4 ms cap, a datagram every 48 µs) the reader settles at 48 a read,
+// about 2.3 ms, against the 42 that fill the 2 ms hold of a short path.
 func TestRxHoldTarget(t *testing.T) {
 	ms := time.Millisecond
 	for _, c := range []struct {
@@ -198,14 +198,13 @@ func TestRxHoldTarget(t *testing.T) {
 		batch     int
 		want      int
 	}{
-		{ms, ms, 64, 24},         // a short path: as configured
-		{ms, 2 * ms, 64, 48},     // grown twice, three quarters of the batch
-		{ms, 4 * ms, 64, 48},     // the same
-		{ms, 4 * ms, 128, 96},    // a larger batch
-		{ms, 4 * ms, 8, 24},      // never below 24 (the read is then full, and not held)
-		{2 * ms, 3 * ms, 64, 36}, // a configured hold of 2 ms
-		{-1, -1, 64, 24},         // off: the reader never holds anyway
-		{0, 4 * ms, 64, 24},      // no base given
+		{2 * ms, 2 * ms, 64, 48},  // a short path: as configured
+		{2 * ms, 4 * ms, 64, 48},  // grown twice, three quarters of the batch
+		{2 * ms, 4 * ms, 128, 96}, // a larger batch
+		{2 * ms, 4 * ms, 8, 48},   // never below 48 (the read is then full, and not held)
+		{ms, 3 * ms, 128, 96},     // a configured hold of 1 ms, grown three times
+		{-1, -1, 64, 48},          // off: the reader never holds anyway
+		{0, 4 * ms, 64, 48},       // no base given
 	} {
 		h := rxHolder{base: c.base, max: c.max, batch: c.batch}
 		if got := h.target(); got != c.want {
@@ -213,7 +212,7 @@ func TestRxHoldTarget(t *testing.T) {
 		}
 	}
 
-	h := rxHolder{base: ms, max: rxHoldCap(ms, 200*ms), batch: 64}
+	h := rxHolder{base: 2 * ms, max: rxHoldCap(2*ms, 200*ms), batch: 64}
 	const spacing = 48 * time.Microsecond
 	start := monotime.Time(1e9)
 	at, arrived := start, 1
