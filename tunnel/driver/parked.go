@@ -14,7 +14,7 @@ import (
 // replying once the read is satisfied. A plain Read is satisfied by its
 // first bytes; ReadGather by min bytes, or by its wait having passed
 // since the first byte arrived, or by the stream falling quiet (no bytes
-// for gatherQuiet: the burst ended), or at once by bytes that arrive
+// for gatherQuietFor: the burst ended), or at once by bytes that arrive
 // after it waited with nothing for longer than its wait (a pause, not a
 // stream). So a reader costs one hand-off per
 // delivery instead of three (ask, readable, ask again), and a proxy
