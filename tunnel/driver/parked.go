@@ -36,25 +36,36 @@ type parkedRead struct {
 	until  monotime.Time // reply at this time once n > 0; 0: not armed
 	last   monotime.Time // when bytes last came
 	quiet  time.Duration // reply once no bytes came for this long
+	late   time.Duration // how long past until the reply may wait for the driver to wake anyway
 	reply  chan result
 }
 
-// deadline is when an armed parked read is answered with what it holds:
-// its wait's end, or quiet after its last bytes if that is sooner.
+// due reports whether an armed parked read is answered at now, with
+// what it holds: its wait has ended, or its stream fell quiet.
+func (p *parkedRead) due(now monotime.Time) bool {
+	return !now.Before(p.until) || !now.Before(p.last.Add(p.quiet))
+}
+
+// deadline is when the driver must wake for an armed parked read: quiet
+// after its last bytes, or late after its wait's end if that is sooner.
+// Past its wait's end the read is answered whenever the driver wakes
+// (due): while its flow streams, that is the next read of the tunnel's
+// socket, within one of the reader's holds, so the end of a wait costs
+// no wake-up of its own.
 func (p *parkedRead) deadline() monotime.Time {
-	if q := p.last.Add(p.quiet); q.Before(p.until) {
+	if q := p.last.Add(p.quiet); q.Before(p.until.Add(p.late)) {
 		return q
 	}
-	return p.until
+	return p.until.Add(p.late)
 }
 
 // parkRead parks r, a read that could not be satisfied at once, on s.
 // n bytes are already in r.buf.
 func (d *driverState) parkRead(s *Stream, r request, n int) {
 	wait := gatherWaitFor(r.wait, d.conn.MinRTT())
-	quiet := gatherQuietFor(time.Duration(d.t.rxHoldMax.Load()))
+	hold := time.Duration(d.t.rxHoldMax.Load())
 	now := monotime.Now()
-	s.d.park = parkedRead{active: true, gen: s.d.park.gen + 1, buf: r.buf, n: n, min: r.min, wait: wait, quiet: quiet, since: now, last: now, reply: r.reply}
+	s.d.park = parkedRead{active: true, gen: s.d.park.gen + 1, buf: r.buf, n: n, min: r.min, wait: wait, quiet: gatherQuietFor(hold), late: max(hold, 0), since: now, last: now, reply: r.reply}
 	d.parked[s] = struct{}{}
 	if n > 0 {
 		d.armParked(s)
@@ -169,7 +180,7 @@ func (d *driverState) unpark(s *Stream, res result) {
 func (d *driverState) expireParked(now monotime.Time) monotime.Time {
 	expired := false
 	for _, g := range d.gatherq {
-		if p := &g.s.d.park; p.active && p.gen == g.gen && !now.Before(p.deadline()) {
+		if p := &g.s.d.park; p.active && p.gen == g.gen && p.due(now) {
 			d.unpark(g.s, result{n: p.n})
 			expired = true
 		}

@@ -237,3 +237,41 @@ func TestExpireParkedQuiet(t *testing.T) {
 		t.Fatalf("at the wait's end: next %v, %d armed, %d parked; want the streaming read answered and none left", next, len(d.gatherq), len(d.parked))
 	}
 }
+
+// TestExpireParkedLate: past its wait's end a gathering read is answered
+// whenever the driver wakes, but the driver need not wake for it until
+// late after that end (the next read of the socket comes sooner while its
+// flow streams), or its quiet deadline if that is sooner.
+func TestExpireParkedLate(t *testing.T) {
+	const wait, quiet, late = 8 * time.Millisecond, 6 * time.Millisecond, 3 * time.Millisecond
+	d := &driverState{parked: make(map[*Stream]struct{})}
+	t0 := monotime.Time(1_000_000_000)
+	s := &Stream{}
+	reply := make(chan result, 1)
+	s.d.park = parkedRead{active: true, gen: 1, buf: make([]byte, 100), n: 10, min: 100, wait: wait, quiet: quiet, late: late, last: t0, until: t0.Add(wait), reply: reply}
+	d.parked[s] = struct{}{}
+	d.gatherq = append(d.gatherq, gatherWait{s: s, gen: 1})
+	answered := func() bool {
+		select {
+		case <-reply:
+			return true
+		default:
+			return false
+		}
+	}
+	// Bytes every 3 ms: the quiet deadline (last + 6 ms) stays ahead, and
+	// the driver is asked to wake by then or at the wait's end + late.
+	for _, ms := range []int{3, 6} {
+		now := t0.Add(time.Duration(ms) * time.Millisecond)
+		s.d.park.last = now
+		want := min(now.Add(quiet), t0.Add(wait+late))
+		if next := d.expireParked(now); next != want || answered() {
+			t.Fatalf("at %d ms: next %v (want %v), or answered before its wait's end", ms, next, want)
+		}
+	}
+	// The next batch, 1 ms past the wait's end, answers it.
+	s.d.park.last = t0.Add(9 * time.Millisecond)
+	if next := d.expireParked(t0.Add(9 * time.Millisecond)); next != 0 || !answered() || len(d.parked) != 0 {
+		t.Fatalf("1 ms past its wait's end: next %v, answered %v, %d parked; want it answered", next, !answered(), len(d.parked))
+	}
+}
