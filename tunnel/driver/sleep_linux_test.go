@@ -24,6 +24,26 @@ func TestSleeperNeverEarly(t *testing.T) {
 	}
 }
 
+// TestSleeperOneRead: a sleep reads its timerfd once, when it has
+// expired, not first to hear EAGAIN (sleeper.read skips that read
+// while the armed instant is still ahead).
+func TestSleeperOneRead(t *testing.T) {
+	s := newSleeper()
+	defer s.close()
+	if s.f == nil {
+		t.Fatal("no timerfd: the sleeper fell back to nanosleep")
+	}
+	const sleeps = 50
+	for range sleeps {
+		s.until(monotime.Now().Add(500 * time.Microsecond))
+	}
+	// A sleep whose instant had passed by its first call reads once too;
+	// only a spurious wake-up reads more.
+	if s.reads < sleeps || s.reads > sleeps*5/4 {
+		t.Fatalf("%d timerfd reads for %d sleeps, want one each", s.reads, sleeps)
+	}
+}
+
 func TestSleeperAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's instrumentation allocates")
