@@ -29,8 +29,9 @@ type oneshot struct {
 	rc     syscall.RawConn
 	ctl    unix.EpollEvent
 	evs    [1]unix.EpollEvent
-	added  bool // the socket is in the epoll set (armed or spent)
-	armed  bool // armed for the current wait
+	added  bool   // the socket is in the epoll set (armed or spent)
+	armed  bool   // armed for the current wait
+	pwaits uint64 // epoll_pwait calls (tests)
 	errno  syscall.Errno
 	waitFn func(fd uintptr) bool // o.wait, bound once so that a wait allocates nothing
 }
@@ -74,7 +75,11 @@ func (o *oneshot) do(f func(fd uintptr) bool) error {
 
 // wait is the epoll file's RawConn.Read callback: it arms the socket once,
 // then reports whether its event has come (false: park until the epoll
-// instance is readable).
+// instance is readable). Right after arming it parks without asking: the
+// socket was found empty just before, and if it is readable by the time
+// it is armed, arming itself makes the instance readable, which wakes
+// Go's poller (whose readiness for the instance was reset before this
+// call). So a wait costs one epoll_pwait, not two.
 func (o *oneshot) wait(epfd uintptr) bool {
 	if !o.armed {
 		op := unix.EPOLL_CTL_MOD
@@ -86,8 +91,10 @@ func (o *oneshot) wait(epfd uintptr) bool {
 			return true
 		}
 		o.added, o.armed = true, true
+		return false
 	}
 	for {
+		o.pwaits++
 		n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, epfd, uintptr(unsafe.Pointer(&o.evs[0])), 1, 0, 0, 0)
 		if e == unix.EINTR {
 			continue

@@ -84,3 +84,60 @@ func TestOneshotQuietBetweenReads(t *testing.T) {
 		t.Fatal("a waiting read was not woken by a datagram")
 	}
 }
+
+// TestOneshotOneWait: a read that waits for its datagram asks the epoll
+// instance once, when Go's poller wakes it, not also right after arming.
+func TestOneshotOneWait(t *testing.T) {
+	a := listen(t, "udp4", "127.0.0.1:0", offloadOff)
+	b := listen(t, "udp4", "127.0.0.1:0", offloadOff)
+	watchdog(t, 10*time.Second, a, b)
+	rxw := a.(*linuxConn).rxw
+	bufs, sizes, eps := buffers(a.BatchSize(), 1500)
+	for i := range 3 {
+		got := make(chan int, 1)
+		go func() {
+			n, err := a.ReadBatch(bufs, sizes, eps)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- n
+		}()
+		time.Sleep(20 * time.Millisecond) // let it wait
+		if err := b.WriteBatch([][]byte{make([]byte, 100)}, a.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		if n := <-got; n != 1 {
+			t.Fatalf("read %d: %d datagrams, want 1", i, n)
+		}
+	}
+	if rxw.pwaits != 3 {
+		t.Fatalf("%d epoll_pwait calls for 3 reads that waited, want 3", rxw.pwaits)
+	}
+}
+
+// TestOneshotReadyWhenArmed: a datagram that came between the read that
+// found the socket empty and the arming still wakes the wait, which
+// parks in Go's poller right after arming without asking the instance.
+func TestOneshotReadyWhenArmed(t *testing.T) {
+	a := listen(t, "udp4", "127.0.0.1:0", offloadOff)
+	b := listen(t, "udp4", "127.0.0.1:0", offloadOff)
+	watchdog(t, 10*time.Second, a, b)
+	rxw := a.(*linuxConn).rxw
+	if err := b.WriteBatch([][]byte{make([]byte, 100)}, a.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // the datagram is in the socket before the wait arms
+	done := make(chan error, 1)
+	go func() {
+		rxw.armed, rxw.errno = false, 0 // as oneshot.do does after EAGAIN
+		done <- rxw.rc.Read(rxw.waitFn)
+	}()
+	select {
+	case err := <-done:
+		if err != nil || rxw.errno != 0 {
+			t.Fatalf("wait: %v, errno %v", err, rxw.errno)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a socket readable when armed did not wake the wait")
+	}
+}
