@@ -108,8 +108,10 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant, wait
 // the client at once: one TUN write and about one client ACK per 2 KB
 // (measured: 2.0 KB per write at 235 Mbit/s, the near edge's largest CPU
 // cost). While data streams (the previous read returned data within
-// streamingGap), a read gathers up to coalesceBytes, waiting at most
-// coalesceWait after its first bytes, so that the netstack sends them as
+// streamingGap), a read gathers up to coalesceBytes, waiting about
+// coalesceWait after its first bytes (the driver answers at its next
+// wake-up after the wait, at most one of its reader's holds later), so
+// that the netstack sends them as
 // one large TSO segment. The tunnel's driver fills the buffer as data
 // arrives (driver.Stream's ReadGather), so this loop wakes once per
 // gathered buffer. The first read after a pause is never delayed, so a
@@ -125,7 +127,7 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant, wait
 // Mbit/s gather 31 KB each in 4 ms; 8 ms fills the 63 KiB, and the near
 // edge's TUN writes fell from about 920 to 490 a second (the quiet rule
 // keeps the tails of answers from waiting the longer wait). It delays a
-// streaming flow's bytes by at most the wait. A gather fills 63 KiB, the largest TSO
+// streaming flow's bytes by at most the wait and a hold. A gather fills 63 KiB, the largest TSO
 // segment the netstack sends (its offload endpoint's 65,000-byte GSO
 // limit less headers: 64,839 bytes of payload), so one gathered read is
 // one TUN write and about one client ACK; 64 KiB would go as two
