@@ -27,15 +27,21 @@ func epollReadable(t *testing.T, o *oneshot) bool {
 	return ready
 }
 
+// oneshotPair returns two sockets on loopback, closed at the test's end
+// or after 10 s, and a's receive waiter.
+func oneshotPair(t *testing.T) (a, b Conn, rxw *oneshot) {
+	a = listen(t, "udp4", "127.0.0.1:0", offloadOff)
+	b = listen(t, "udp4", "127.0.0.1:0", offloadOff)
+	watchdog(t, 10*time.Second, a, b)
+	return a, b, a.(*linuxConn).rxw
+}
+
 // TestOneshotQuietBetweenReads: datagrams that arrive while nobody reads
 // (the driver's reader holding its next read) do not make the socket's
 // epoll instance ready, so they wake nothing; a read that waits arms it
 // again, and the next datagram wakes that read.
 func TestOneshotQuietBetweenReads(t *testing.T) {
-	a := listen(t, "udp4", "127.0.0.1:0", offloadOff)
-	b := listen(t, "udp4", "127.0.0.1:0", offloadOff)
-	watchdog(t, 10*time.Second, a, b)
-	rxw := a.(*linuxConn).rxw
+	a, b, rxw := oneshotPair(t)
 	bufs, sizes, eps := buffers(a.BatchSize(), 1500)
 	one := [][]byte{make([]byte, 100)}
 
@@ -88,10 +94,7 @@ func TestOneshotQuietBetweenReads(t *testing.T) {
 // TestOneshotOneWait: a read that waits for its datagram asks the epoll
 // instance once, when Go's poller wakes it, not also right after arming.
 func TestOneshotOneWait(t *testing.T) {
-	a := listen(t, "udp4", "127.0.0.1:0", offloadOff)
-	b := listen(t, "udp4", "127.0.0.1:0", offloadOff)
-	watchdog(t, 10*time.Second, a, b)
-	rxw := a.(*linuxConn).rxw
+	a, b, rxw := oneshotPair(t)
 	bufs, sizes, eps := buffers(a.BatchSize(), 1500)
 	for i := range 3 {
 		got := make(chan int, 1)
@@ -119,10 +122,7 @@ func TestOneshotOneWait(t *testing.T) {
 // found the socket empty and the arming still wakes the wait, which
 // parks in Go's poller right after arming without asking the instance.
 func TestOneshotReadyWhenArmed(t *testing.T) {
-	a := listen(t, "udp4", "127.0.0.1:0", offloadOff)
-	b := listen(t, "udp4", "127.0.0.1:0", offloadOff)
-	watchdog(t, 10*time.Second, a, b)
-	rxw := a.(*linuxConn).rxw
+	a, b, rxw := oneshotPair(t)
 	if err := b.WriteBatch([][]byte{make([]byte, 100)}, a.LocalAddr()); err != nil {
 		t.Fatal(err)
 	}
