@@ -37,9 +37,10 @@ func TestSleeperOneRead(t *testing.T) {
 	for range sleeps {
 		s.until(monotime.Now().Add(500 * time.Microsecond))
 	}
-	// A sleep whose instant had passed by its first call reads once too;
-	// only a spurious wake-up reads more.
-	if s.reads < sleeps || s.reads > sleeps*5/4 {
+	// A sleep whose instant had passed by its first call reads once too,
+	// one that found it passed before arming not at all (a loaded
+	// machine); only a spurious wake-up reads more than once.
+	if s.reads > sleeps*5/4 {
 		t.Fatalf("%d timerfd reads for %d sleeps, want one each", s.reads, sleeps)
 	}
 }
