@@ -81,8 +81,8 @@ type Config struct {
 
 	// TimerOnly makes the driver wait for every deadline with its Go
 	// timer, also the sub-millisecond pacing waits that it otherwise
-	// waits for on a timerfd on Linux (see the package doc). For
-	// comparison.
+	// hands to a sleeping thread on Linux (see the package doc). For
+	// comparison and for platforms where that thread is unwanted.
 	TimerOnly bool
 
 	// OnDatagram, if set, receives every datagram the peer sent with

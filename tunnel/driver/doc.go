@@ -15,12 +15,11 @@
 // waits for all of them:
 //
 //   - the driver (run): the only goroutine that touches the Conn. It
-//     waits in one select for a received batch, an application request
-//     or its timer; takes up to 16 more ready inputs without blocking;
-//     then polls events, sends everything the Conn allows in batches of
-//     BatchSize datagrams (bind.Conn.WriteBatch: sendmmsg with UDP GSO on
-//     Linux) and re-arms its timer from NextTimeout: the alarm on Linux,
-//     else a time.Timer.
+//     waits in one select for a received batch, an application request,
+//     its timer or the sleeper; takes up to 16 more ready inputs without
+//     blocking; then polls events, sends everything the Conn allows in
+//     batches of BatchSize datagrams (bind.Conn.WriteBatch: sendmmsg with
+//     UDP GSO on Linux) and re-arms its one time.Timer from NextTimeout.
 //   - the reader (readLoop): ReadBatch into one of RxBatches pooled
 //     batches (8 × 64 datagrams by default) and hand it to the driver
 //     over a channel that holds every batch, so the hand-off never
@@ -28,9 +27,7 @@
 //     and drops (counted in Stats.RxDropped), as a full socket buffer
 //     would; a slow driver therefore never stalls it for long, and two
 //     in-memory binds with blocking writes (bindtest) cannot deadlock.
-//   - the alarm's (alarm.wait, Linux): parked on a timerfd that the
-//     driver arms and moves in place, it passes each expiry on to the
-//     driver. See Pacing.
+//   - the sleeper (sleepLoop, Linux): see Pacing.
 //
 // Application goroutines never touch the Conn: each call is a request
 // over an unbuffered channel, answered by the driver (Read and Write copy
@@ -63,18 +60,16 @@
 // (its poller sleeps in whole milliseconds; measured here: a 200 µs timer
 // fires after 1.26 ms on average), and every wakeup later than 1 ms loses
 // pacer credit. So after any wakeup the driver sends everything the Conn
-// allows, as one batch; and on Linux it waits for its deadlines on a
-// timerfd (the alarm), which it arms and moves in place, and a goroutine
-// parked on it in Go's poller wakes the driver (a deadline nearer than 2
-// ms no sooner than 1 ms ahead, so that a wakeup carries several
-// packets). Moving a deadline later costs one system call and no wake-up
-// (a Go timer's earlier instant stays in the runtime's heap, which wakes
-// for it). These system calls, like the socket's, are raw: made through
+// allows, as one batch; and deadlines nearer than 2 ms go to a sleeper
+// goroutine that arms a timerfd and waits for it in Go's poller (no
+// sooner than 0.5 ms, so that a wakeup carries several packets) and wakes
+// the driver. Its system calls, like the socket's, are raw: made through
 // the scheduler, each one wakes the runtime's monitor thread, which then
 // polls every 20 µs, and on one thread (GOMAXPROCS 1) a call that spans
-// one of its ticks loses the P (see sleeper). Config.TimerOnly, and
-// other systems, use the Go timer instead. TestLoopbackPacing checks that
-// a fixed rate is kept, and compares the alarm with the Go timer alone.
+// one of its ticks loses the P (see sleeper). Further deadlines (ACK delay, loss and probe
+// timeouts, keepalive, idle) use the Go timer. Config.TimerOnly turns the
+// sleeper off. TestLoopbackPacing checks that a fixed rate is kept, and
+// compares the sleeper with the timer alone.
 //
 // # Throughput
 //

@@ -87,7 +87,7 @@ func TestLoopbackTransfer(t *testing.T) {
 // driver sends each burst as one batch). It measures both wait modes.
 //
 // Last measured (64 MB, 2 shared cores under load): 94-98 % of the rate
-// with the sleeper that preceded the alarm, 84-90 % with the timer alone when the process is
+// with the sleeper, 84-90 % with the timer alone when the process is
 // otherwise idle (95 % under -race, where a busy runtime checks timers
 // more often).
 func TestLoopbackPacing(t *testing.T) {
@@ -95,7 +95,7 @@ func TestLoopbackPacing(t *testing.T) {
 		t.Skip("timing measurement")
 	}
 	for _, timerOnly := range []bool{false, true} {
-		name := "alarm"
+		name := "sleeper"
 		if timerOnly {
 			name = "timer-only"
 		}
@@ -113,7 +113,7 @@ func TestLoopbackPacing(t *testing.T) {
 			el, cpu := loopbackTransfer(t, cli, srv, size, 7)
 			st := cli.Stats()
 			wire := float64(st.Tunnel.BytesSent) * 8 / el.Seconds() // UDP payload rate
-			t.Logf("fixed %.0f Mbit/s, %s: UDP payload %.1f Mbit/s (%.1f %%), stream data %.1f Mbit/s; %d timer + %d alarm wakeups, %.1f datagrams/batch, %.2f CPU-s/GB",
+			t.Logf("fixed %.0f Mbit/s, %s: UDP payload %.1f Mbit/s (%.1f %%), stream data %.1f Mbit/s; %d timer + %d sleeper wakeups, %.1f datagrams/batch, %.2f CPU-s/GB",
 				rate/1e6, name, wire/1e6, 100*wire/rate, float64(size)*8/el.Seconds()/1e6,
 				st.TimerWakeups, st.SleepWakeups, float64(st.DatagramsOut)/float64(max(st.TxBatches, 1)),
 				cpu.Seconds()/(float64(size)/1e9))

@@ -21,8 +21,7 @@ const havePreciseSleep = true
 // holds no P. A nanosleep(2) would hold the P in a system call: on one
 // thread (GOMAXPROCS 1) the runtime's monitor takes the P away after 20
 // µs, every sleep, and then keeps waking every 20 µs itself. Without a
-// timerfd it falls back to nanosleep. One goroutine owns a sleeper: the
-// reader, for its holds.
+// timerfd it falls back to nanosleep. One goroutine owns a sleeper.
 //
 // Arming and reading the timerfd are raw system calls (they never wait:
 // the fd is non-blocking), because any system call made through the

@@ -19,11 +19,12 @@ type driverState struct {
 	timer *time.Timer
 	armed monotime.Time // deadline the timer is set for; 0: stopped
 
-	// alarm (Linux, nil with Config.TimerOnly) takes the place of the
-	// timer; alarmAt is the instant it is armed for (0: none).
-	alarm   *alarm
-	alarmAt monotime.Time
-	streams map[uint64]*Stream
+	// The sleeper (nil channels when not used): sleepReq carries the
+	// next wake time (capacity 1), sleepWake the wakeup (capacity 1).
+	sleepReq  chan monotime.Time
+	sleepWake chan struct{}
+	sleeping  monotime.Time // wake time handed to the sleeper; 0: none
+	streams   map[uint64]*Stream
 
 	// parked holds the streams with a parked read (for shutdown);
 	// gatherq the armed waits of ReadGather (parked.go).
@@ -94,8 +95,9 @@ func (d *driverState) init(t *Tunnel, conn *tunnel.Conn, cfg Config) {
 		}
 		d.gate = tunnel.NewHandshakeGate(cfg.Tunnel.PrivateKey, rnd)
 	}
-	if !cfg.TimerOnly {
-		d.alarm = newAlarm()
+	if havePreciseSleep && !cfg.TimerOnly {
+		d.sleepReq = make(chan monotime.Time, 1)
+		d.sleepWake = make(chan struct{}, 1)
 	}
 	batch := t.bc.BatchSize()
 	d.txBufs = make([][]byte, batch)

@@ -35,7 +35,7 @@ type Tunnel struct {
 	accept      chan *IncomingStream // driver → AcceptStream; bounded backlog
 	established chan struct{}        // closed at EventEstablished
 	readerDone  chan struct{}        // closed when the reader goroutine returns
-	alarmDone   chan struct{}        // closed when the alarm's goroutine returns (or never started)
+	sleeperDone chan struct{}        // closed when the sleeper goroutine returns (or never started)
 	done        chan struct{}        // closed when the driver goroutine returns
 
 	dgq    chan []byte // SendDatagram → driver: datagrams to send (Config.DatagramQueue)
@@ -134,10 +134,10 @@ func start(ctx context.Context, cfg Config, client bool) (*Tunnel, error) {
 	t.log.Info("tunnel starting", "local", bc.LocalAddr(), "remote", cfg.RemoteAddr, "client", client,
 		"batch", bc.BatchSize())
 	go t.readLoop()
-	if t.d.alarm != nil {
-		go t.d.alarm.wait(t.alarmDone)
+	if t.d.sleepReq != nil {
+		go t.sleepLoop()
 	} else {
-		close(t.alarmDone)
+		close(t.sleeperDone)
 	}
 	go t.run()
 
@@ -168,7 +168,7 @@ func newTunnel(cfg Config, bc bind.Conn, conn *tunnel.Conn, client bool) *Tunnel
 		accept:      make(chan *IncomingStream, cfg.AcceptBacklog),
 		established: make(chan struct{}),
 		readerDone:  make(chan struct{}),
-		alarmDone:   make(chan struct{}),
+		sleeperDone: make(chan struct{}),
 		done:        make(chan struct{}),
 		dgq:         make(chan []byte, cfg.DatagramQueue),
 		dgFree:      make(chan []byte, cfg.DatagramQueue),
@@ -286,8 +286,8 @@ type Stats struct {
 	DatagramsIn, DatagramsOut uint64
 	RxBatches, TxBatches      uint64
 	// TimerWakeups counts firings of the driver's Go timer, SleepWakeups
-	// those of its alarm (Linux, where it replaces the timer); Loops
-	// counts iterations of the driver loop (wakeups for any reason).
+	// those of the sleeper (deadlines under 2 ms, Linux); Loops counts
+	// iterations of the driver loop (wakeups for any reason).
 	TimerWakeups, SleepWakeups, Loops uint64
 	// RxDropped counts datagrams the reader dropped because the driver
 	// was RxBatches batches behind.
