@@ -140,7 +140,7 @@ func (d farDialer) Dial(context.Context, netip.AddrPort, netip.AddrPort) (flow.C
 // zero fires at once.
 func TestTimerFloor(t *testing.T) {
 	mc := faketime.NewManualClock()
-	c := newFlooredClock(mc, minTimer, 0)
+	c := flooredClock{Clock: mc, floor: minTimer}
 	var fired atomic.Int32
 	// firesAfter checks that the timer armed last fires d from now, not
 	// a microsecond earlier (its firing is the count's want-th).
@@ -173,44 +173,5 @@ func TestTimerFloor(t *testing.T) {
 	mc.Advance(0)
 	if fired.Load() != 5 {
 		t.Fatal("a timer Reset to 0 did not fire at once")
-	}
-}
-
-// TestTimerGrid: timers armed at different times, for different spans,
-// fire together on the grid, never before the floor; zero is still now.
-func TestTimerGrid(t *testing.T) {
-	mc := faketime.NewManualClock()
-	c := newFlooredClock(mc, minTimer, timerGrid)
-	start := mc.NowMonotonic()
-	var firedAt [3]time.Duration
-	arm := func(i int, d time.Duration) tcpip.Timer {
-		return c.AfterFunc(d, func() { firedAt[i] = mc.NowMonotonic().Sub(start) })
-	}
-	mc.Advance(3 * time.Millisecond)
-	arm(0, time.Millisecond) // 3 + 25 ms: the grid's next point is 50 ms
-	mc.Advance(7 * time.Millisecond)
-	tm := arm(1, 30*time.Millisecond) // 10 + 30 ms: 50 ms
-	for mc.NowMonotonic().Sub(start) < 3*timerGrid {
-		mc.Advance(time.Millisecond)
-	}
-	for i, want := range []time.Duration{2 * timerGrid, 2 * timerGrid} {
-		if firedAt[i] != want {
-			t.Errorf("timer %d fired at %v, want %v (the grid point after its span)", i, firedAt[i], want)
-		}
-	}
-	now := mc.NowMonotonic().Sub(start) // 75 ms, a grid point: the floor puts it one step on
-	tm.Reset(time.Microsecond)
-	arm(2, 0)
-	mc.Advance(0)
-	if firedAt[2] != now {
-		t.Errorf("a timer of 0 fired at %v, want at once (%v)", firedAt[2], now)
-	}
-	mc.Advance(timerGrid - time.Microsecond)
-	if firedAt[1] != 2*timerGrid {
-		t.Fatalf("a timer Reset to 1 µs at %v fired at %v, before the floor", now, firedAt[1])
-	}
-	mc.Advance(time.Microsecond)
-	if want := now + timerGrid; firedAt[1] != want {
-		t.Errorf("a timer Reset to 1 µs at %v fired at %v, want %v", now, firedAt[1], want)
 	}
 }

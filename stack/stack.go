@@ -82,7 +82,7 @@ func newStack(ctx context.Context, ep gstack.LinkEndpoint, link string, d flow.D
 	s := gstack.New(gstack.Options{
 		NetworkProtocols:   []gstack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol},
-		Clock:              newFlooredClock(clock, minTimer, timerGrid),
+		Clock:              flooredClock{Clock: clock, floor: minTimer},
 	})
 	st.s = s
 	nicCreated := false
