@@ -25,29 +25,31 @@ const maxPacerBurst = 8 * time.Millisecond
 // minRTT: a 25th of it, at least minGrownBurst and at most 8 ms. The
 // pacer lengthens its burst to that only as far as grownBurstPackets
 // packets: with 1350-byte packets, at 50 Mbit/s and 100 ms a quantum
-// is then 2 ms (about eight packets) instead of 1 ms (four), and at 250
-// Mbit/s 1.4 ms (32) instead of 1 ms (23), so the sender's pacing
-// wake-ups fall by a third to a half, while a batch still leaves
-// within 2 % of the RTT on a long path; from about 350 Mbit/s up 2 ms
-// already hold 64 packets and nothing changes.
+// is then 2.1 ms (about ten packets) instead of 1 ms (four), and at 250
+// Mbit/s 2.1 ms (48) instead of 1 ms (23), so the sender's pacing
+// wake-ups fall by half or more, while a batch still leaves within
+// 2 % of the RTT on a long path; from about 520 Mbit/s up 2 ms
+// already hold 96 packets and nothing changes.
 func PacerBurstFor(minRTT time.Duration) time.Duration {
 	return min(max(minRTT/25, minGrownBurst), maxPacerBurst)
 }
 
 // minGrownBurst is the shortest burst PacerBurstFor gives, however short
-// the path: 64 packets of 1350 bytes at 250 Mbit/s take 2.76 ms. On a
-// short clean path a sender at that rate then waits for a quantum of 32
-// packets (1.4 ms) rather than 23 (1 ms); the bottleneck's queue takes
-// at most 0.4 ms more of burst. At 250 Mbit/s and 0 ms the far edge's
-// pacing sleeps (timerfd_settime) halved, its sendmmsg calls fell by a
-// fifth and its context switches by a fifth to a quarter
-// (docs/efficiency/grown-burst-short-path-ab.txt).
-const minGrownBurst = 2800 * time.Microsecond
+// the path: 96 packets of 1350 bytes at 250 Mbit/s take 4.15 ms. On a
+// short clean path a sender at that rate then waits for a quantum of 48
+// packets (2.1 ms) rather than 23 (1 ms); the bottleneck's queue takes
+// at most 1.1 ms more of burst. At 250 Mbit/s and 0 ms the far edge's
+// pacing sleeps (timerfd_settime) fell to about a quarter of those of
+// the 2 ms burst, and its CPU per GB moved to 3.9-4.0 in three
+// commands (4.4-4.9 with 64 packets in three interleaved; see
+// docs/efficiency/grown-burst-96-ab.txt).
+const minGrownBurst = 4200 * time.Microsecond
 
-// grownBurstPackets bounds a burst lengthened by SetBurstTime: 64
-// packets (86 KB of 1350-byte packets), a quantum of 32: about what
-// Linux's TSO autosizing lets a TCP sender put in one burst at these
-// rates (1 ms at the rate, at most 64 KB). Before the tunnel's
+// grownBurstPackets bounds a burst lengthened by SetBurstTime: 96
+// packets (130 KB of 1350-byte packets), a quantum of 48 (65 KB): a
+// quantum about what Linux's TSO autosizing lets a TCP sender put in
+// one burst at these rates (1 ms at the rate, at most 64 KB). (64
+// packets until 5 December 2026: grown-burst-96-ab.txt.) Before the tunnel's
 // sender asked for a grown burst only on a quiet path, longer bursts
 // cost the simulator's random-loss bars at 250 Mbit/s and 100 ms,
 // where recovery takes the pacing rate low: unbounded,
@@ -56,7 +58,7 @@ const minGrownBurst = 2800 * time.Microsecond
 // The sender now grows the burst only after eight round trips without
 // a loss (and never in its first eight), so a lossy path keeps the
 // default burst.
-const grownBurstPackets = 64
+const grownBurstPackets = 96
 
 // maxPacerBurstBytes caps the burst at very high rates (2 ms at 10 Gbit/s
 // is 2.5 MB); it keeps credit arithmetic far from overflow.

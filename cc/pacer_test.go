@@ -143,13 +143,13 @@ func TestPacerQuantum(t *testing.T) {
 	}
 }
 
-// TestPacerBurstFor: the burst is a 25th of the path's RTT, between 2.8
+// TestPacerBurstFor: the burst is a 25th of the path's RTT, between 4.2
 // and 8 ms.
 func TestPacerBurstFor(t *testing.T) {
 	ms := time.Millisecond
 	for _, c := range []struct{ rtt, want time.Duration }{
 		{0, minGrownBurst}, {20 * ms, minGrownBurst}, {50 * ms, minGrownBurst}, {70 * ms, minGrownBurst},
-		{100 * ms, 4 * ms},
+		{100 * ms, minGrownBurst}, {150 * ms, 6 * ms},
 		{200 * ms, 8 * ms}, {time.Second, 8 * ms},
 	} {
 		if got := PacerBurstFor(c.rtt); got != c.want {
