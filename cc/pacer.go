@@ -38,10 +38,12 @@ func PacerBurstFor(minRTT time.Duration) time.Duration {
 // the path: 96 packets of 1350 bytes at 250 Mbit/s take 4.15 ms. On a
 // short clean path a sender at that rate then waits for a quantum of 48
 // packets (2.1 ms) rather than 23 (1 ms); the bottleneck's queue takes
-// at most 1.1 ms more of burst. At 250 Mbit/s and 0 ms the far edge's
-// pacing sleeps (timerfd_settime) fell to about a quarter of those of
-// the 2 ms burst, and its CPU per GB moved to 3.9-4.0 in three
-// commands (4.4-4.9 with 64 packets in three interleaved; see
+// at most 1.1 ms more of burst while the sender streams, and after an
+// idle spell up to the whole 4.15 ms where the default burst is 2 ms.
+// At 250 Mbit/s and 0 ms the far edge's pacing sleeps
+// (timerfd_settime) fell to about a quarter of those of the 2 ms
+// burst, and its CPU per GB moved to 3.9-4.0 in three commands
+// (4.4-4.9 with 64 packets in three interleaved; see
 // docs/efficiency/grown-burst-96-ab.txt).
 const minGrownBurst = 4200 * time.Microsecond
 
