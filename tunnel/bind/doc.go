@@ -28,13 +28,17 @@
 //
 // UDP GRO (the UDP_GRO socket option): the kernel may hand ReadBatch a
 // super-datagram holding many datagrams of one sender, with their size in a
-// control message. ReadBatch receives those into an internal ring of 64 KiB
-// slots and copies them out one datagram per caller buffer; datagrams that
-// do not fit in the caller's batch stay in the ring and are returned first
-// by the next ReadBatch, without a system call. The ring is
-// min(BatchSize, 64) × 64 KiB of virtual memory (4 MiB by default), of which
-// only the bytes the kernel writes become resident. Without GRO, ReadBatch
-// receives straight into the caller's buffers.
+// control message. Each message is received into the caller's buffer and,
+// past its end, an internal ring slot of 64 KiB: a datagram that was not
+// coalesced (all of them where nothing coalesces, as behind a TUN device)
+// is returned where it landed, without a copy. From the first
+// super-datagram of a receive on, ReadBatch copies the datagrams out of
+// the ring one per caller buffer; those that do not fit in the caller's
+// batch stay in the ring and are returned first by the next ReadBatch,
+// without a system call. The ring is min(BatchSize, 64) × 73 KiB of
+// virtual memory (4.6 MiB by default), of which only the bytes the kernel
+// writes become resident. Without GRO, ReadBatch receives straight into
+// the caller's buffers.
 //
 // Both are probed when the socket is opened and are on by default where
 // the kernel has them. If a GSO send fails with EIO (the route's device

@@ -174,3 +174,106 @@ func TestGSOErrorSurfaces(t *testing.T) {
 		t.Error("GSO turned off by an error unrelated to it")
 	}
 }
+
+// TestGRODirect checks the receive straight into the caller's buffers on
+// a socket with GRO: datagrams that were not coalesced are returned
+// without a copy from the ring; a super-datagram among them moves the
+// rest of that receive to the ring without changing their order, and the
+// receives after it go to the ring alone until one brings no
+// super-datagram.
+func TestGRODirect(t *testing.T) {
+	// Seven messages: 600 and 700 alone, five of 800 coalesced, 900
+	// alone, four of 1000 coalesced, 1100 and 1200 alone (a run of GSO
+	// ends at a larger datagram, see gsoRun).
+	mixed := []int{600, 700, 800, 800, 800, 800, 800, 900, 1000, 1000, 1000, 1000, 1100, 1200}
+	singles := []int{500, 600, 700, 800, 900, 1000, 1100, 1200, 1300, 1400}
+	for _, tc := range []struct {
+		name      string
+		gso       bool
+		batch     int
+		direct    uint64 // datagrams returned without a copy
+		coalesced uint64
+		syscalls  uint64
+	}{
+		{"uncoalesced/batch64", false, 64, 14, 0, 1},
+		{"uncoalesced/batch3", false, 3, 14, 0, 5},
+		// 600 and 700 directly, then the rest from the ring: the
+		// receive that found 800 × 5 took all seven messages.
+		{"mixed/batch64", true, 64, 2, 2, 1},
+		// One per call: 600 and 700 directly, then 800 × 5 from the
+		// ring; the next receive goes to the ring alone and takes the
+		// last four messages at once.
+		{"mixed/batch1", true, 1, 2, 2, 4},
+		{"mixed/batch3", true, 3, 2, 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leaktest.Check(t)
+			a := listen(t, "udp4", "127.0.0.1:0", Options{DisableGSO: !tc.gso})
+			b := listen(t, "udp4", "127.0.0.1:0", Options{})
+			if (tc.gso && !a.Stats().GSO) || !b.Stats().GRO {
+				t.Skipf("kernel lacks UDP GSO or GRO: %+v %+v", a.Stats(), b.Stats())
+			}
+			watchdog(t, 10*time.Second, a, b)
+			bufs, _, _ := buffers(tc.batch, 1500)
+			sendReceive(t, a, b, mixed, bufs)
+			s := b.Stats()
+			if got := b.(*linuxConn).rx.direct; got != tc.direct {
+				t.Errorf("%d datagrams returned without a copy, want %d", got, tc.direct)
+			}
+			if s.Coalesced != tc.coalesced || s.DatagramsRead != uint64(len(mixed)) || s.Dropped != 0 {
+				t.Errorf("receiver %+v: want %d coalesced, %d read, none dropped", s, tc.coalesced, len(mixed))
+			}
+			if s.ReadSyscalls != tc.syscalls {
+				t.Errorf("%d system calls, want %d", s.ReadSyscalls, tc.syscalls)
+			}
+			if !tc.gso {
+				return
+			}
+			// Datagrams alone again: the first receive is the ring's, and
+			// finds no super-datagram; the next is direct.
+			c := listen(t, "udp4", "127.0.0.1:0", Options{DisableGSO: true})
+			watchdog(t, 10*time.Second, c)
+			bufs, _, _ = buffers(64, 1500)
+			d0 := b.(*linuxConn).rx.direct
+			sendReceive(t, c, b, singles, bufs)
+			if got := b.(*linuxConn).rx.direct - d0; got != 0 {
+				t.Errorf("%d datagrams returned directly after a super-datagram, want 0", got)
+			}
+			sendReceive(t, c, b, singles, bufs)
+			if got := b.(*linuxConn).rx.direct - d0; got != uint64(len(singles)) {
+				t.Errorf("%d datagrams returned directly once no super-datagram came, want %d", got, len(singles))
+			}
+		})
+	}
+}
+
+// sendReceive sends datagrams of sizes from a to b in one WriteBatch and
+// reads them all through bufs, checking their content, order and sender.
+func sendReceive(t *testing.T, a, b Conn, sizes []int, bufs [][]byte) {
+	t.Helper()
+	out := make([][]byte, len(sizes))
+	for i, size := range sizes {
+		out[i] = make([]byte, size)
+		fill(out[i], uint32(i))
+	}
+	if err := a.WriteBatch(out, b.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	got, eps := make([]int, len(bufs)), make([]Endpoint, len(bufs))
+	for next := 0; next < len(out); {
+		n, err := b.ReadBatch(bufs, got, eps)
+		if err != nil {
+			t.Fatalf("after %d datagrams: %v", next, err)
+		}
+		for i := range n {
+			seq, err := verify(bufs[i][:got[i]])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int(seq) != next || got[i] != len(out[seq]) || eps[i] != a.LocalAddr() {
+				t.Fatalf("datagram %d: got seq %d, %d bytes from %v", next, seq, got[i], eps[i])
+			}
+			next++
+		}
+	}
+}

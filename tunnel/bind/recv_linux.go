@@ -20,9 +20,19 @@ const (
 	// maxGROSlots bounds the GRO ring whatever the batch size.
 	maxGROSlots = 64
 
+	// groLead is the room before each slot's 64 KiB: a caller's buffer
+	// of at most this size can take the start of a message directly
+	// (see receiver), and when a later message of the same call turns out
+	// coalesced, that start is moved back here, in front of the rest.
+	// 9216 bytes covers a jumbo-frame datagram; larger caller buffers are
+	// not given to the kernel (the ring alone receives, and drain copies).
+	groLead = 9216
+
 	// rxOOBSize is the control buffer per received message: the UDP_GRO
 	// message needs 24 bytes (20 on 32-bit systems); the rest is slack.
 	rxOOBSize = 64
+
+	groStride = groLead + groSlotSize
 )
 
 // receiver is the receive side of a linuxConn. mu serialises ReadBatch
@@ -34,10 +44,12 @@ type receiver struct {
 	names []unix.RawSockaddrInet6
 	zone  zoneCache
 
-	// With GRO only: the ring the kernel receives into (groSlotSize per
-	// message) and the control messages carrying segment sizes.
-	ring []byte
-	oob  []byte
+	// With GRO only: the ring the kernel receives into (groLead +
+	// groSlotSize per message), the control messages carrying segment
+	// sizes, and where each message's data starts in its slot.
+	ring  []byte
+	oob   []byte
+	start []int
 
 	// Pending GRO data: messages [next, count) of the last recvmmsg are
 	// not yet all returned. When started, message next has been parsed
@@ -52,26 +64,39 @@ type receiver struct {
 	errno     syscall.Errno
 	calls     uint64
 	readFn    func(fd uintptr) bool // r.recvmmsg, bound once
+
+	// coalescing: the last receive brought a super-datagram, so the next
+	// receives into the ring alone (the first part of each message
+	// would only be copied back behind the caller's buffer).
+	coalescing bool
+	direct     uint64 // datagrams returned without a copy from the ring (tests)
 }
 
+// With GRO, each message has two iovecs: first a caller's buffer (or
+// nothing), then its ring slot after groLead bytes. A datagram that was
+// not coalesced and fits the caller's buffer (every datagram, where
+// nothing coalesces, as behind a TUN or a NIC without GRO) then lands
+// where ReadBatch returns it, and is not copied out of the ring.
 func (r *receiver) init(batch int, gro bool) {
-	n := batch
+	n, iovs := batch, 1
 	if gro {
-		n = min(batch, maxGROSlots)
-		r.ring = make([]byte, n*groSlotSize)
+		n, iovs = min(batch, maxGROSlots), 2
+		r.ring = make([]byte, n*groStride)
 		r.oob = make([]byte, n*rxOOBSize)
+		r.start = make([]int, n)
 	}
 	r.msgs = make([]unix.Mmsghdr, n)
-	r.iovs = make([]unix.Iovec, n)
+	r.iovs = make([]unix.Iovec, n*iovs)
 	r.names = make([]unix.RawSockaddrInet6, n)
 	for i := range r.msgs {
 		h := &r.msgs[i].Hdr
 		h.Name = (*byte)(unsafe.Pointer(&r.names[i]))
-		h.Iov = &r.iovs[i]
-		h.SetIovlen(1)
+		h.Iov = &r.iovs[i*iovs]
+		h.SetIovlen(iovs)
 		if gro {
-			r.iovs[i].Base = &r.ring[i*groSlotSize]
-			r.iovs[i].SetLen(groSlotSize)
+			slot := &r.iovs[2*i+1]
+			slot.Base = &r.ring[i*groStride+groLead]
+			slot.SetLen(groSlotSize)
 			h.Control = &r.oob[i*rxOOBSize]
 		}
 	}
@@ -126,8 +151,26 @@ func (c *linuxConn) ReadBatch(bufs [][]byte, sizes []int, eps []Endpoint) (int, 
 			continue // all dropped
 		}
 		if r.next >= r.count {
+			if !r.coalescing && direct(bufs) {
+				if err := c.recv(min(len(bufs), len(r.msgs)), bufs); err != nil {
+					return 0, err
+				}
+				n := c.take(bufs, sizes, eps)
+				n += c.drain(bufs[n:], sizes[n:], eps[n:])
+				if n > 0 {
+					return n, nil
+				}
+				continue
+			}
 			if err := c.recv(len(r.msgs), nil); err != nil {
 				return 0, err
+			}
+			r.coalescing = false
+			for i := range r.got {
+				r.start[i] = groLead
+				if r.coalesced(i) {
+					r.coalescing = true
+				}
 			}
 			r.count, r.next, r.off, r.started = r.got, 0, 0, false
 		}
@@ -137,22 +180,81 @@ func (c *linuxConn) ReadBatch(bufs [][]byte, sizes []int, eps []Endpoint) (int, 
 	}
 }
 
-// recv makes one recvmmsg for vlen messages, into bufs when given (no GRO)
-// or into the ring.
+// direct reports whether the caller's buffers can head the messages of a
+// receive with GRO (see receiver.init): none is larger than groLead.
+func direct(bufs [][]byte) bool {
+	for _, b := range bufs {
+		if len(b) > groLead {
+			return false
+		}
+	}
+	return true
+}
+
+// take returns the datagrams a receive with GRO put straight into bufs,
+// in order, up to the first message that was coalesced (or that ran past
+// its caller's buffer into the ring). From that one on the messages
+// become pending ring data: the part of each in its caller's buffer is
+// moved in front of the rest in its slot, before drain reuses the
+// buffers.
+func (c *linuxConn) take(bufs [][]byte, sizes []int, eps []Endpoint) int {
+	r := &c.rx
+	n, bytes, dropped := 0, 0, 0
+	i := 0
+	for ; i < r.got; i++ {
+		m := &r.msgs[i]
+		size := int(m.Len)
+		if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			dropped++
+			continue
+		}
+		if r.coalesced(i) {
+			r.coalescing = true
+			break
+		}
+		if size > len(bufs[i]) {
+			break
+		}
+		if n != i {
+			copy(bufs[n], bufs[i][:size])
+		}
+		sizes[n], eps[n] = size, decodeSockaddr(&r.names[i], &r.zone)
+		bytes += size
+		n++
+	}
+	for j := i; j < r.got; j++ {
+		head := min(int(r.msgs[j].Len), len(bufs[j]))
+		r.start[j] = groLead - head
+		copy(r.ring[j*groStride+r.start[j]:], bufs[j][:head])
+	}
+	r.count, r.next, r.off, r.started = r.got, i, 0, false
+	r.direct += uint64(n)
+	c.stats.datagramsRead.Add(uint64(n))
+	c.stats.bytesRead.Add(uint64(bytes))
+	c.stats.dropped.Add(uint64(dropped))
+	return n
+}
+
+// recv makes one recvmmsg for vlen messages, into bufs when given (first,
+// with GRO: then into the ring) or into the ring alone.
 func (c *linuxConn) recv(vlen int, bufs [][]byte) error {
 	r := &c.rx
+	step := 1 // iovecs per message: the caller's buffer first
+	if r.ring != nil {
+		step = 2
+	}
 	for i := range vlen {
 		h := &r.msgs[i].Hdr
 		h.Namelen = unix.SizeofSockaddrInet6
-		if bufs != nil {
-			if b := bufs[i]; len(b) > 0 {
-				r.iovs[i].Base = &b[0]
-			} else {
-				r.iovs[i].Base = nil
-			}
-			r.iovs[i].SetLen(len(bufs[i]))
-		} else {
+		if r.ring != nil {
 			h.SetControllen(rxOOBSize)
+		}
+		v := &r.iovs[i*step]
+		v.Base = nil
+		v.SetLen(0)
+		if bufs != nil && len(bufs[i]) > 0 {
+			v.Base = &bufs[i][0]
+			v.SetLen(len(bufs[i]))
 		}
 	}
 	r.vlen, r.calls = vlen, 0
@@ -160,7 +262,7 @@ func (c *linuxConn) recv(vlen int, bufs [][]byte) error {
 	c.stats.readSyscalls.Add(r.calls)
 	if bufs != nil {
 		for i := range vlen {
-			r.iovs[i].Base = nil // keep no reference to the caller's buffers
+			r.iovs[i*step].Base = nil // keep no reference to the caller's buffers
 		}
 	}
 	if err != nil {
@@ -198,7 +300,8 @@ func (c *linuxConn) collect(bufs [][]byte, sizes []int, eps []Endpoint) int {
 }
 
 // drain copies pending datagrams from the ring into bufs, splitting GRO
-// super-datagrams, until bufs are full or nothing is pending.
+// super-datagrams, until bufs are full or nothing is pending. Message i's
+// data starts at start[i] in its slot.
 func (c *linuxConn) drain(bufs [][]byte, sizes []int, eps []Endpoint) int {
 	r := &c.rx
 	n, bytes, dropped, coalesced := 0, 0, 0, 0
@@ -219,7 +322,7 @@ func (c *linuxConn) drain(bufs [][]byte, sizes []int, eps []Endpoint) int {
 			}
 			r.started = true
 		}
-		data := r.ring[r.next*groSlotSize:][:m.Len]
+		data := r.ring[r.next*groStride+r.start[r.next]:][:m.Len]
 		if len(data) == 0 { // an empty datagram is still one
 			sizes[n], eps[n] = 0, r.from
 			n++
@@ -244,6 +347,13 @@ func (c *linuxConn) drain(bufs [][]byte, sizes []int, eps []Endpoint) int {
 	c.stats.dropped.Add(uint64(dropped))
 	c.stats.coalesced.Add(uint64(coalesced))
 	return n
+}
+
+// coalesced reports whether message i of the last receive holds a GRO
+// super-datagram.
+func (r *receiver) coalesced(i int) bool {
+	m := &r.msgs[i]
+	return groSegment(r.oob[i*rxOOBSize:][:min(int(m.Hdr.Controllen), rxOOBSize)]) > 0
 }
 
 // groSegment returns the segment size from a UDP_GRO control message in
