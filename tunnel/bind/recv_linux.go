@@ -145,7 +145,7 @@ func (c *linuxConn) ReadBatch(bufs [][]byte, sizes []int, eps []Endpoint) (int, 
 			if err := c.recv(len(bufs), bufs); err != nil {
 				return 0, err
 			}
-			if n := c.collect(bufs, sizes, eps); n > 0 {
+			if n := c.collect(r.got, bufs, sizes, eps); n > 0 {
 				return n, nil
 			}
 			continue // all dropped
@@ -199,39 +199,24 @@ func direct(bufs [][]byte) bool {
 // buffers.
 func (c *linuxConn) take(bufs [][]byte, sizes []int, eps []Endpoint) int {
 	r := &c.rx
-	n, bytes, dropped := 0, 0, 0
-	i := 0
-	for ; i < r.got; i++ {
-		m := &r.msgs[i]
-		size := int(m.Len)
-		if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
-			dropped++
-			continue
-		}
-		if r.coalesced(i) {
+	k := 0
+	for ; k < r.got; k++ {
+		if r.coalesced(k) {
 			r.coalescing = true
 			break
 		}
-		if size > len(bufs[i]) {
+		if int(r.msgs[k].Len) > len(bufs[k]) {
 			break
 		}
-		if n != i {
-			copy(bufs[n], bufs[i][:size])
-		}
-		sizes[n], eps[n] = size, decodeSockaddr(&r.names[i], &r.zone)
-		bytes += size
-		n++
 	}
-	for j := i; j < r.got; j++ {
+	for j := k; j < r.got; j++ {
 		head := min(int(r.msgs[j].Len), len(bufs[j]))
 		r.start[j] = groLead - head
 		copy(r.ring[j*groStride+r.start[j]:], bufs[j][:head])
 	}
-	r.count, r.next, r.off, r.started = r.got, i, 0, false
+	r.count, r.next, r.off, r.started = r.got, k, 0, false
+	n := c.collect(k, bufs, sizes, eps)
 	r.direct += uint64(n)
-	c.stats.datagramsRead.Add(uint64(n))
-	c.stats.bytesRead.Add(uint64(bytes))
-	c.stats.dropped.Add(uint64(dropped))
 	return n
 }
 
@@ -274,12 +259,13 @@ func (c *linuxConn) recv(vlen int, bufs [][]byte) error {
 	return nil
 }
 
-// collect turns the last recvmmsg into the caller's results after a
-// receive straight into bufs, moving datagrams down over dropped ones.
-func (c *linuxConn) collect(bufs [][]byte, sizes []int, eps []Endpoint) int {
+// collect turns the first msgs messages of the last recvmmsg into the
+// caller's results after a receive straight into bufs, moving datagrams
+// down over dropped ones.
+func (c *linuxConn) collect(msgs int, bufs [][]byte, sizes []int, eps []Endpoint) int {
 	r := &c.rx
 	n, bytes, dropped := 0, 0, 0
-	for i := range r.got {
+	for i := range msgs {
 		m := &r.msgs[i]
 		size := int(m.Len)
 		if m.Hdr.Flags&unix.MSG_TRUNC != 0 || size > len(bufs[n]) {
