@@ -29,19 +29,27 @@ func TestMemoryBudget(t *testing.T) {
 		mib  int
 		want bufferPlan
 	}{
-		// The default: gVisor's send maximum for streaming flows, room
-		// for 1,000 flows and more.
+		// The default: 1 MiB each way for streaming flows, room for
+		// 1,000 flows and more.
 		{384, bufferPlan{TunnelBytes: 96 << 20, GrantBytes: 96 << 20, FlowFloorBytes: floor, FlowLimit: int((192 << 20) / floor),
-			RecvFloor: 16 << 10, RecvGrown: 1 << 20, SendFloor: 16 << 10, SendGrown: 6 << 20}},
+			RecvFloor: 16 << 10, RecvGrown: 1 << 20, SendFloor: 16 << 10, SendGrown: 1 << 20}},
 		{16, bufferPlan{TunnelBytes: 4 << 20, GrantBytes: 4 << 20, FlowFloorBytes: floor, FlowLimit: int((8 << 20) / floor),
-			RecvFloor: 16 << 10, RecvGrown: 256 << 10, SendFloor: 16 << 10, SendGrown: 384 << 10}},
+			RecvFloor: 16 << 10, RecvGrown: 256 << 10, SendFloor: 16 << 10, SendGrown: 256 << 10}},
 		// --max-flows caps the flows the budget would hold.
 		{4096, bufferPlan{TunnelBytes: 1 << 30, GrantBytes: 1 << 30, FlowFloorBytes: floor, FlowLimit: 4096,
-			RecvFloor: 16 << 10, RecvGrown: 1 << 20, SendFloor: 16 << 10, SendGrown: 6 << 20}},
+			RecvFloor: 16 << 10, RecvGrown: 1 << 20, SendFloor: 16 << 10, SendGrown: 1 << 20}},
 	} {
 		c := Config{MemoryMiB: tc.mib}
 		if tc.mib == DefaultMemoryMiB && c.FlowLimit() < 1000 {
 			t.Errorf("the default budget admits %d flows; want 1,000 at least", c.FlowLimit())
+		}
+		// A flow without a grant copies 4 KiB at a time: the default
+		// budget grants enough downloads for many flows to stream at once.
+		if p := c.buffers(); tc.mib == DefaultMemoryMiB {
+			grant := int64(64<<10 + p.SendGrown - p.SendFloor) // flow.bigBuf and the send buffer's growth
+			if n := p.GrantBytes / grant; n < 64 {
+				t.Errorf("the default budget grants %d streaming downloads at once; want 64 at least", n)
+			}
 		}
 		if got := c.buffers(); got != tc.want {
 			t.Errorf("MemoryMiB %d: %+v, want %+v", tc.mib, got, tc.want)
