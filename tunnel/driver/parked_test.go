@@ -275,3 +275,37 @@ func TestExpireParkedLate(t *testing.T) {
 		t.Fatalf("1 ms past its wait's end: next %v, answered %v, %d parked; want it answered", next, !answered(), len(d.parked))
 	}
 }
+
+// TestExpireParkedCountsGathering: expireParked notes how many gathering
+// reads were armed when it ran (those it answers included, an answered
+// one left in the queue not), and the most over the last
+// gatherPeakWindow stretches the waits of the reads parked after it
+// (gatherWaitShared): flows gathering in step are answered together and
+// re-park one by one, each before the others have armed again.
+func TestExpireParkedCountsGathering(t *testing.T) {
+	const wait = 8 * time.Millisecond
+	d := &driverState{parked: make(map[*Stream]struct{})}
+	t0 := monotime.Time(1_000_000_000)
+	var streams []*Stream
+	for i := range 6 {
+		s := &Stream{}
+		s.d.park = parkedRead{active: true, gen: 1, buf: make([]byte, 100), n: 10, min: 100, wait: wait, quiet: time.Hour, last: t0, until: t0.Add(wait + time.Duration(i)), reply: make(chan result, 1)}
+		d.parked[s] = struct{}{}
+		d.gatherq = append(d.gatherq, gatherWait{s: s, gen: 1})
+		streams = append(streams, s)
+	}
+	d.unpark(streams[5], result{n: 10}) // answered, still in the queue
+	if d.expireParked(t0); d.gathering.peak != 5 {
+		t.Fatalf("five reads armed, none due: gathering %d, want 5", d.gathering.peak)
+	}
+	if d.expireParked(t0.Add(2 * wait)); d.gathering.peak != 5 || len(d.parked) != 0 {
+		t.Fatalf("all five due: gathering %d (want 5, counted before answering), %d still parked", d.gathering.peak, len(d.parked))
+	}
+	// None armed now, but five were within the window.
+	if d.expireParked(t0.Add(3 * wait)); d.gathering.peak != 5 {
+		t.Fatalf("none armed, five %v ago: gathering %d, want 5", wait, d.gathering.peak)
+	}
+	if d.expireParked(t0.Add(2*wait + gatherPeakWindow + 1)); d.gathering.peak != 0 {
+		t.Fatalf("none armed for longer than the window: gathering %d, want 0", d.gathering.peak)
+	}
+}

@@ -172,6 +172,29 @@ func TestGatherWaitFor(t *testing.T) {
 	}
 }
 
+// TestGatherWaitShared: beyond four streams gathering at once a
+// ReadGather's wait grows in proportion to them, at most four times the
+// wait asked; a zero wait stays zero.
+func TestGatherWaitShared(t *testing.T) {
+	const w = 8 * time.Millisecond
+	for _, tc := range []struct {
+		wait      time.Duration
+		gathering int
+		want      time.Duration
+	}{
+		{w, 0, w}, {w, 1, w}, {w, 4, w},
+		{w, 5, 10 * time.Millisecond},
+		{w, 8, 16 * time.Millisecond},
+		{w, 16, 32 * time.Millisecond},
+		{w, 1000, 32 * time.Millisecond},
+		{0, 1000, 0},
+	} {
+		if got := gatherWaitShared(tc.wait, tc.gathering); got != tc.want {
+			t.Errorf("gatherWaitShared(%v, %d) = %v, want %v", tc.wait, tc.gathering, got, tc.want)
+		}
+	}
+}
+
 // TestGatherQuietFor: a gathering read is answered after twice the
 // reader's longest hold without bytes, never sooner than 3 ms (also
 // where the hold is off).

@@ -27,9 +27,11 @@ type driverState struct {
 	streams   map[uint64]*Stream
 
 	// parked holds the streams with a parked read (for shutdown);
-	// gatherq the armed waits of ReadGather (parked.go).
-	parked  map[*Stream]struct{}
-	gatherq []gatherWait
+	// gatherq the armed waits of ReadGather, gathering the most armed
+	// at once lately (parked.go).
+	parked    map[*Stream]struct{}
+	gatherq   []gatherWait
+	gathering gatherPeak
 
 	txBufs [][]byte // BatchSize buffers of MaxUDPPayloadBytes
 	txOut  [][]byte // the filled prefixes handed to WriteBatch

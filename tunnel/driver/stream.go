@@ -117,7 +117,9 @@ func (s *Stream) Read(p []byte) (int, error) { return s.ReadGather(p, 1, 0) }
 // writes: once the first bytes are there, it keeps filling p until it
 // holds atLeast bytes (at most len(p)), or wait has passed since those
 // first bytes (answered when the driver next wakes, at most one of the
-// socket reader's holds later), or the stream brought nothing for twice
+// socket reader's holds later; the driver stretches wait on a long path
+// and while more than four streams gather at once, see gatherWaitFor and
+// gatherWaitShared), or the stream brought nothing for twice
 // that hold, or the stream ends (whatever came is returned; the end
 // comes with the next call). A read with at most half its wait left is
 // also answered when another stream's gathering read expires, so that
