@@ -117,13 +117,14 @@ func (s *Stream) Read(p []byte) (int, error) { return s.ReadGather(p, 1, 0) }
 // writes: once the first bytes are there, it keeps filling p until it
 // holds atLeast bytes (at most len(p)), or wait has passed since those
 // first bytes (answered when the driver next wakes, at most one of the
-// socket reader's holds later; the driver stretches wait on a long path
-// and while more than four streams gather at once, see gatherWaitFor and
-// gatherWaitShared), or the stream brought nothing for twice
-// that hold, or the stream ends (whatever came is returned; the end
-// comes with the next call). A read with at most half its wait left is
-// also answered when another stream's gathering read expires, so that
-// streams gather in step and the driver wakes once for them. A passed
+// socket reader's holds later; the driver stretches wait to a 16th of
+// a long path's RTT, up to twice, and while more than four streams
+// gather at once, in proportion to them, up to four times), or the
+// stream brought nothing for twice that hold, or the stream ends
+// (whatever came is returned; the end comes with the next call). A read
+// with at most half its wait left is also answered when another stream's
+// gathering read expires, so that streams gather in step and the driver
+// wakes once for them. A passed
 // read deadline also returns the bytes gathered so far.
 // The first byte itself is not delayed, and bytes that come after the
 // read has waited with nothing for longer than wait (the flow paused)
