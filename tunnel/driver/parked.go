@@ -222,12 +222,14 @@ func (d *driverState) expireParked(now monotime.Time) monotime.Time {
 	expired := false
 	armed := 0
 	for _, g := range d.gatherq {
-		if p := &g.s.d.park; p.active && p.gen == g.gen {
-			armed++
-			if p.due(now) {
-				d.unpark(g.s, result{n: p.n})
-				expired = true
-			}
+		p := &g.s.d.park
+		if !p.active || p.gen != g.gen { // answered
+			continue
+		}
+		armed++
+		if p.due(now) {
+			d.unpark(g.s, result{n: p.n})
+			expired = true
 		}
 	}
 	d.gathering.note(armed, now)
