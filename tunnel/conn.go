@@ -249,6 +249,7 @@ func (c *Conn) setupRecovery() {
 		MSS:             mss,
 	})
 	c.sender.SetMSS(c.pmtu.size)
+	c.updateSendCap()
 	if c.rateCapBps != 0 {
 		c.sender.SetRateCap(c.now, c.rateCapBps)
 	}

@@ -19,7 +19,9 @@ func (c *Conn) handleFrame(now monotime.Time, t wire.FrameType) {
 		f := p.Ack()
 		if err := c.sender.OnAck(now, &f, c.ackedFn, c.lostFn); err != nil {
 			c.closeWithError(now, wire.CloseProtocolViolation, "bad ack", fmt.Errorf("%w: %w", ErrProtocol, err))
+			return
 		}
+		c.updateSendCap()
 	case wire.FrameStream:
 		f := p.Stream()
 		c.onStreamFrame(now, &f)

@@ -60,6 +60,11 @@ type ConnFlow struct {
 	reported      bool   // Blocked reported reportedLimit
 	reportedLimit uint64 // last limit reported by Blocked
 
+	// sendCap bounds the bytes the send streams hold together (0: none;
+	// see SetSendCap); holding counts the streams holding any.
+	sendCap uint64
+	holding int
+
 	// Receive side: recv.consumed counts bytes read or discarded, received
 	// the sum of the highest offsets received per stream (what counts
 	// against our MAX_DATA).
@@ -115,6 +120,29 @@ func (c *ConnFlow) OnMaxData(maxBytes uint64) bool {
 	c.sendLimit = maxBytes
 	c.sendWanted = false
 	return true
+}
+
+// SetSendCap bounds the bytes all send streams hold together (written,
+// not yet acknowledged) to about n: a stream may hold an equal share of n
+// among the streams holding bytes, and always Config.MinSendBufferBytes;
+// 0 lifts the bound (the default: only Config.SendBufferBytes and the
+// Budget apply). The connection sets it from its congestion window, so
+// that a sender faster than the path queues a few windows, not the whole
+// budget, and the budget stays for the receive windows of the other
+// direction. A lower bound takes effect as acknowledgments free bytes.
+func (c *ConnFlow) SetSendCap(n uint64) { c.sendCap = n }
+
+// sendShare is what one stream may hold under the send cap (0: no cap);
+// holding tells whether the stream already counts among the holders.
+func (c *ConnFlow) sendShare(holding bool) uint64 {
+	if c.sendCap == 0 {
+		return 0
+	}
+	n := c.holding
+	if !holding {
+		n++
+	}
+	return max(uint64(c.cfg.MinSendBufferBytes), c.sendCap/uint64(n))
 }
 
 // consumeSend records n new bytes sent.

@@ -41,7 +41,9 @@
 // regardless of the budget (the initial receive window, which the peer may
 // use before any MAX_STREAM_DATA, and Config.MinSendBufferBytes), so that
 // every stream can always make progress; the connection bounds the number
-// of open streams, which bounds the total beyond the budget. A stalled
+// of open streams, which bounds the total beyond the budget. The send
+// buffers may be bounded more tightly, together (ConnFlow.SetSendCap: the
+// connection holds about two congestion windows ahead of the path). A stalled
 // reader therefore holds at most its current window: its stream gets no new
 // credit, and the others keep theirs.
 //

@@ -63,9 +63,10 @@ func (s *SendStream) ID() uint64 { return s.id }
 func (s *SendStream) Buffered() int { return int(s.writeEnd - s.ackedBase) }
 
 // Writable returns how many bytes Write would accept now. It is 0 after
-// CloseWrite or Reset, or when the stream's buffer (Config.SendBufferBytes)
-// or the connection's Budget is full; space comes back when OnAcked frees
-// bytes, on this stream or (for the budget) on any stream.
+// CloseWrite or Reset, or when the stream's buffer (Config.SendBufferBytes),
+// its share of the connection's send cap (ConnFlow.SetSendCap) or the
+// connection's Budget is full; space comes back when OnAcked frees bytes,
+// on this stream or (for the budget) on any stream.
 func (s *SendStream) Writable() int {
 	if s.closed || s.reset {
 		return 0
@@ -73,6 +74,9 @@ func (s *SendStream) Writable() int {
 	cfg := &s.cf.cfg
 	buffered := s.writeEnd - s.ackedBase
 	room := uint64(cfg.SendBufferBytes) - min(buffered, uint64(cfg.SendBufferBytes))
+	if share := s.cf.sendShare(s.reserved > 0); share > 0 {
+		room = min(room, share-min(buffered, share))
+	}
 	var floor uint64
 	if f := uint64(cfg.MinSendBufferBytes); buffered < f {
 		floor = f - buffered
@@ -94,6 +98,9 @@ func (s *SendStream) Write(p []byte) int {
 		floor = f - b
 	}
 	n := int(s.cf.budget.reserve(want, floor))
+	if s.reserved == 0 && n > 0 {
+		s.cf.holding++
+	}
 	s.reserved += uint64(n)
 	p = p[:n]
 	chunk := uint64(s.cf.pool.chunkBytes)
@@ -241,6 +248,9 @@ func (s *SendStream) OnAcked(offset uint64, length int, fin bool) {
 	freed := newBase - s.ackedBase
 	s.ackedBase = newBase
 	s.reserved -= freed
+	if s.reserved == 0 && freed > 0 {
+		s.cf.holding--
+	}
 	s.cf.budget.release(freed)
 	s.buf.releaseBelow(s.cf.pool, s.ackedBase, s.cf.pool.chunkBytes)
 	if s.Done() {
@@ -314,6 +324,9 @@ func (s *SendStream) Reset(code wire.ErrorCode) (finalSize uint64, ok bool) {
 	s.reset, s.resetCode = true, code
 	s.buf.releaseAll(s.cf.pool)
 	s.cf.budget.release(s.reserved)
+	if s.reserved > 0 {
+		s.cf.holding--
+	}
 	s.reserved = 0
 	s.acked.clear()
 	s.lost.clear()

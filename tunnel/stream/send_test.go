@@ -322,6 +322,70 @@ func TestSendBufferBound(t *testing.T) {
 	}
 }
 
+// TestSendCap: under ConnFlow.SetSendCap a stream holds an equal share of
+// the cap among the streams holding bytes, never less than its floor; a
+// stream counts as holding from its first byte written until the last is
+// acknowledged or it is reset.
+func TestSendCap(t *testing.T) {
+	cf := newConn(t, Config{SendBufferBytes: 1 << 20, MinSendBufferBytes: 16 << 10, BudgetBytes: 4 << 20}, 0)
+	cf.SetSendCap(256 << 10)
+	big := pattern(1 << 20)
+	a := NewSendStream(0, cf, 1<<30)
+	if n := a.Write(big); n != 256<<10 {
+		t.Fatalf("the only stream took %d, want the whole cap %d", n, 256<<10)
+	}
+	b := NewSendStream(4, cf, 1<<30)
+	if w := b.Writable(); w != 128<<10 {
+		t.Fatalf("a second stream may write %d, want half the cap %d", w, 128<<10)
+	}
+	if n := b.Write(big); n != 128<<10 {
+		t.Fatalf("the second stream took %d", n)
+	}
+	if w := a.Writable(); w != 0 {
+		t.Fatalf("the first stream, over its half, may write %d", w)
+	}
+	// Acknowledged bytes make room within the share only.
+	popN(a, 200<<10)
+	a.OnAcked(0, 200<<10, false)
+	if w := a.Writable(); w != 128<<10-(56<<10) {
+		t.Fatalf("after 200 KiB acknowledged the first stream may write %d, want %d", w, 128<<10-(56<<10))
+	}
+	// Four holders: the share (64 KiB) is above the floor; eight: the
+	// floor (16 KiB) rules.
+	c, d := NewSendStream(8, cf, 1<<30), NewSendStream(12, cf, 1<<30)
+	c.Write(big[:1])
+	if w := d.Writable(); w != 64<<10 {
+		t.Fatalf("a fourth stream may write %d, want a quarter of the cap", w)
+	}
+	cf.SetSendCap(64 << 10)
+	if w := d.Writable(); w != 16<<10 {
+		t.Fatalf("under a cap of 64 KiB a fourth stream may write %d, want its floor", w)
+	}
+	// Resets and full acknowledgment end the holding.
+	c.Reset(7)
+	popN(b, 128<<10)
+	b.OnAcked(0, 128<<10, false)
+	cf.SetSendCap(256 << 10)
+	if w := d.Writable(); w != 128<<10 {
+		t.Fatalf("with one other holder left a stream may write %d, want half the cap", w)
+	}
+	cf.SetSendCap(0)
+	if w := d.Writable(); w != 1<<20 {
+		t.Fatalf("without a cap a stream may write %d, want its buffer", w)
+	}
+}
+
+// popN pops frames until n new bytes were sent (frames end at chunks).
+func popN(s *SendStream, n int) {
+	for n > 0 {
+		_, data, _, ok := s.PopFrame(n)
+		if !ok {
+			return
+		}
+		n -= len(data)
+	}
+}
+
 func TestSendReset(t *testing.T) {
 	cf := newConn(t, Config{}, 0)
 	s := NewSendStream(0, cf, 1<<20)
