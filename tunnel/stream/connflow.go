@@ -139,7 +139,7 @@ func (c *ConnFlow) sendShare(holding bool) uint64 {
 		return 0
 	}
 	n := c.holding
-	if !holding {
+	if !holding || n == 0 {
 		n++
 	}
 	return max(uint64(c.cfg.MinSendBufferBytes), c.sendCap/uint64(n))
