@@ -10,8 +10,8 @@ package tunnel
 // few hundred kilobytes are in flight. That memory is the same budget the
 // receive windows grow from, so a tunnel carrying bulk data both ways at
 // once held each direction's windows near their floors: in the simulator
-// at 250 Mbit/s and 200 ms, four streams each way moved 164 and
-// 181 Mbit/s instead of about 227 one way alone (TestSendCapBothWays).
+// at 250 Mbit/s and 200 ms, four streams moved 164 Mbit/s up beside a
+// download instead of 227 alone (TestSendCapBothWays).
 
 // sendCapCwnds is the send cap in congestion windows: one window in
 // flight and about one more written and waiting for the pacer, as
