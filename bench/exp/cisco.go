@@ -72,6 +72,11 @@ type CiscoOptions struct {
 	// lab, the link helper runs at normal priority (see Cisco).
 	EdgesApart bool
 	edgeCPUs   unix.CPUSet // where EdgesApart put the edges
+	// Upload sends from the client to the server (iperf without -R), as a
+	// backup does, instead of the published download; each run is then
+	// the server's figure (see iperfRun.Upload), and the near edge is the
+	// tunnel's sender.
+	Upload bool
 	// PlainRuns is the number of plain-TCP runs per point (default Runs):
 	// on a lossy link plain TCP crawls (5 Mbit/s at 1 % loss and 100 ms),
 	// and one run can take minutes.
@@ -113,9 +118,10 @@ type CiscoRow struct {
 	FarSysS       float64 `json:"far_sys_s"`
 	NearCPUsPerGB float64 `json:"near_cpu_s_per_gb"`
 	FarCPUsPerGB  float64 `json:"far_cpu_s_per_gb"`
-	// The far edge's tunnel (the sender of the download) during the
-	// measured runs: BBR's ProbeRTT episodes, packets lost, and stream
-	// bytes retransmitted as a share of the bytes it sent.
+	// The sending edge's tunnel during the measured runs (the far edge's
+	// in a download; the near edge's with CiscoResult.Upload, the JSON
+	// names kept): BBR's ProbeRTT episodes, packets lost, and stream bytes
+	// retransmitted as a share of the bytes it sent.
 	FarProbeRTTs   int     `json:"far_probe_rtts"`
 	FarPacketsLost uint64  `json:"far_packets_lost"`
 	FarRetransPct  float64 `json:"far_retrans_pct"`
@@ -138,6 +144,8 @@ type CiscoResult struct {
 	Streams        int     `json:"streams"`
 	Runs           int     `json:"runs"`
 	CC             string  `json:"cc"`
+	// Upload: the client sent and the server measured (CiscoOptions.Upload).
+	Upload bool `json:"upload,omitempty"`
 	// Egress is the far edge's egress mode: kernel or transparent.
 	Egress string `json:"egress,omitempty"`
 	// WANRateHint: the edges were told the link's rate (--wan-rate).
@@ -219,6 +227,10 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 		res.Egress = "transparent"
 	}
 	res.WANRateHint = o.WANRateHint
+	res.Upload = o.Upload
+	if o.Upload && o.HasOutage() {
+		return res, fmt.Errorf("an upload with an outage: the recovery is timed from the iperf client's interval reports, which for an upload count bytes its socket took, not bytes delivered; measure outages with downloads")
+	}
 	res.EdgeCPU = o.EdgeCPU
 	res.EdgeProcs = o.EdgeProcs
 	res.LinkOffload = o.LinkOffload
@@ -307,7 +319,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 				return nil, err
 			}
 			run := iperfRun{BytesPerStream: o.BytesPerStream, Streams: o.Streams, Timeout: timeout,
-				OutageAt: imp.OutageAt, OutageFor: imp.OutageFor, LinkBps: float64(o.RateBps), Interval: ReportInterval(rtt)}
+				OutageAt: imp.OutageAt, OutageFor: imp.OutageFor, LinkBps: float64(o.RateBps), Interval: ReportInterval(rtt), Upload: o.Upload}
 			r, err := runIperf(ctx, l, l.Client, srv, run)
 			if err != nil {
 				return nil, fmt.Errorf("rtt %gms profile %s, %s run %d: %w", pt.RTTms, pt.Profile, what, i+1, err)
@@ -445,7 +457,7 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	if cold[0].Failed {
 		waitAfterFailure(o, edges)
 	}
-	if _, err := runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.WarmBytes, Streams: o.Streams, Timeout: 60 * time.Second}); err != nil {
+	if _, err := runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.WarmBytes, Streams: o.Streams, Timeout: 60 * time.Second, Upload: o.Upload}); err != nil {
 		return fmt.Errorf("warming transfer: %w", err)
 	}
 	if err := edges.WaitNoFlows(10 * time.Second); err != nil {
@@ -455,7 +467,11 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	if err != nil {
 		return err
 	}
-	tun0, err := edges.Tunnel("far")
+	sender := "far"
+	if o.Upload {
+		sender = "near"
+	}
+	tun0, err := edges.Tunnel(sender)
 	if err != nil {
 		return err
 	}
@@ -486,7 +502,7 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	row.FarUserS, row.FarSysS = far.User.Seconds(), far.System.Seconds()
 	row.NearCPUsPerGB = cpuSecondsPerGB(near, o.BytesPerStream, o.Streams, len(row.WanoptRuns))
 	row.FarCPUsPerGB = cpuSecondsPerGB(far, o.BytesPerStream, o.Streams, len(row.WanoptRuns))
-	tun1, err := edges.Tunnel("far")
+	tun1, err := edges.Tunnel(sender)
 	if err != nil {
 		return err
 	}
@@ -651,6 +667,15 @@ func (r CiscoResult) Line() string {
 	return fmt.Sprintf("rtt_ms=%.0f profile=%s direct_mbps=%.1f wanopt_mbps=%.1f link_ratio=%.3f", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, ratio)
 }
 
+// direction is iperf's direction flag as the report shows it: -R for the
+// published download, "upload" without it.
+func (r CiscoResult) direction() string {
+	if r.Upload {
+		return "(upload)"
+	}
+	return "-R"
+}
+
 // WriteFiles writes cisco.json, cisco.md and cisco.png into dir.
 func (r CiscoResult) WriteFiles(dir string) error {
 	return writeReport(dir, "cisco", r, r.Markdown(), r.chart)
@@ -658,7 +683,7 @@ func (r CiscoResult) WriteFiles(dir string) error {
 
 func (r CiscoResult) chart(path string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("wanopt against plain TCP over a %.0f Mbit/s link: iperf -P %d -R, %d MiB per stream", r.RateMbps, r.Streams, r.BytesPerStream>>20)
+	p.Title.Text = fmt.Sprintf("wanopt against plain TCP over a %.0f Mbit/s link: iperf -P %d %s, %d MiB per stream", r.RateMbps, r.Streams, r.direction(), r.BytesPerStream>>20)
 	p.X.Label.Text = "RTT (ms)"
 	p.Y.Label.Text = "throughput (Mbit/s)"
 	p.Y.Min, p.Y.Max = 0, r.RateMbps*1.08

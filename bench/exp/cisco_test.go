@@ -75,19 +75,8 @@ func TestCiscoEndToEnd(t *testing.T) {
 	}
 	dir := buildCommands(t, "wanbench", "wanopt")
 	outDir := filepath.Join(dir, "out")
-	cmd := exec.Command(filepath.Join(dir, "wanbench"), "cisco", "--rtt", "50ms", "--runs", "1", "--bytes", "5MB",
+	out := runWanbench(t, dir, "cisco", "--rtt", "50ms", "--runs", "1", "--bytes", "5MB",
 		"--profile", "legacy", "--rate", "100mbit", "--out", outDir)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	t.Logf("wanbench cisco:\n%s\n%s", stderr.String(), out)
-	if err != nil {
-		t.Fatalf("wanbench cisco: %v", err)
-	}
-	if ns := netnsWithPrefix(fmt.Sprintf("wob%d-", cmd.Process.Pid)); ns != "" {
-		t.Errorf("namespaces left behind: %s", ns)
-	}
-
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	kv := map[string]string{}
 	for _, f := range strings.Fields(lines[len(lines)-1]) {
@@ -138,6 +127,60 @@ func TestCiscoEndToEnd(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(outDir, "cisco.png")); err != nil || st.Size() < 1000 {
 		t.Errorf("chart missing or empty: %v", err)
+	}
+}
+
+// runWanbench runs dir's wanbench with args and returns its output; it
+// must succeed and leave no namespace behind.
+func runWanbench(t *testing.T, dir string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(dir, "wanbench"), args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	t.Logf("wanbench %s:\n%s\n%s", args[0], stderr.String(), out)
+	if err != nil {
+		t.Fatalf("wanbench %s: %v", args[0], err)
+	}
+	if ns := netnsWithPrefix(fmt.Sprintf("wob%d-", cmd.Process.Pid)); ns != "" {
+		t.Errorf("namespaces left behind: %s", ns)
+	}
+	return out
+}
+
+// TestCiscoUploadEndToEnd runs 'wanbench cisco --upload': the client sends,
+// and each figure is the server's. Through the edges the client's own
+// figure would beat the link (the near edge takes megabytes ahead of it),
+// so wanopt above the link's rate means the client was measured.
+func TestCiscoUploadEndToEnd(t *testing.T) {
+	needLab(t, "iproute2 iperf", "ip", "iperf")
+	if testing.Short() {
+		t.Skip("skipping the end-to-end lab test in -short mode")
+	}
+	dir := buildCommands(t, "wanbench", "wanopt")
+	outDir := filepath.Join(dir, "out")
+	runWanbench(t, dir, "cisco", "--upload", "--rtt", "10ms", "--runs", "1", "--bytes", "5MB",
+		"--profile", "modern", "--rate", "100mbit", "--out", outDir)
+	js, err := os.ReadFile(filepath.Join(outDir, "cisco.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res CiscoResult
+	if err := json.Unmarshal(js, &res); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Upload || len(res.Rows) != 1 || len(res.Rows[0].WanoptRuns) != 1 {
+		t.Fatalf("want an upload with one row of one wanopt run, got upload=%v rows %+v", res.Upload, res.Rows)
+	}
+	row := res.Rows[0]
+	const linkMbps = 100
+	for name, v := range map[string]float64{"plain TCP": row.PlainMbps, "wanopt": row.WanoptMbps, "cold tunnel": row.ColdMbps, "plain TCP at 0 ms": res.Plain0ms["modern"]} {
+		if v < 20 || v > linkMbps {
+			t.Errorf("%s: %.1f Mbit/s, want 20-%d (the server's figure)", name, v, linkMbps)
+		}
+	}
+	if row.NearCPUsPerGB <= 0 || row.FarCPUsPerGB <= 0 {
+		t.Errorf("CPU per GB near %v far %v: want both measured", row.NearCPUsPerGB, row.FarCPUsPerGB)
 	}
 }
 

@@ -29,6 +29,36 @@ type iperfServer struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	stderr *strings.Builder
+	// stdout is every report the server printed, across restarts: an
+	// upload is measured from the server's report (see runIperf).
+	stdout lockedText
+}
+
+// lockedText is a process's output, read while the process still writes
+// it.
+type lockedText struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (t *lockedText) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.b.Write(p)
+}
+
+// Len is the output's length so far, a mark for since.
+func (t *lockedText) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.b.Len()
+}
+
+// since is the output from mark on.
+func (t *lockedText) since(mark int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.b.String()[mark:]
 }
 
 func startIperfServer(ctx context.Context, l *lab.Lab, h *lab.Host) (*iperfServer, error) {
@@ -51,9 +81,9 @@ func (s *iperfServer) ensure(ctx context.Context) error {
 			return nil
 		}
 	}
-	cmd := s.lab.Command(ctx, s.host, "iperf", "-s", "-p", "5001")
+	cmd := s.lab.Command(ctx, s.host, "iperf", "-s", "-p", "5001", "-f", "m")
 	s.stderr = &strings.Builder{}
-	cmd.Stderr = s.stderr
+	cmd.Stdout, cmd.Stderr = &s.stdout, s.stderr
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start iperf server in %s: %w", s.host.NS, err)
 	}
@@ -85,6 +115,32 @@ func (s *iperfServer) kill() {
 	}
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	<-exited
+}
+
+// serverReportWait bounds the wait for the server's report once the
+// client has exited: the server prints it when its last stream closes,
+// which is at most a round trip and the edges' buffers behind the client.
+const serverReportWait = 10 * time.Second
+
+// report waits up to wait for the server's report of the transfer it
+// served after mark in its output (its [SUM] line with several streams,
+// the stream's line with one) and returns that output.
+func (s *iperfServer) report(ctx context.Context, mark, streams int, wait time.Duration) (string, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		out := s.stdout.since(mark)
+		if hasIperfResult(out, streams) {
+			return out, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("the iperf server printed no report %v after the client ended (restarting it); it printed: %q", wait, tail(out, 600))
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // died reports whether the server exited (it should run until stopped).
@@ -148,6 +204,11 @@ type iperfRun struct {
 	OutageAt, OutageFor time.Duration
 	Interval            time.Duration
 	LinkBps             float64
+	// Upload sends from the client to the server (iperf without -R), and
+	// the run is the server's report: the client's counts the bytes its
+	// socket took, and through a pair of edges those are bytes the near
+	// edge buffered, not bytes delivered. No outage with an upload.
+	Upload bool
 }
 
 // runTimeout bounds one iperf run of bytes at a link of rateBps: a minute
@@ -180,18 +241,7 @@ var sumRE = regexp.MustCompile(`\[(?:SUM|\s*\*?\d+)\]\s+([0-9.]+)-([0-9.]+)\s+se
 // before it). A transfer that reports less than all its bytes (a stream
 // was reset) is an error.
 func parseIperf(out string, streams int, bytesPerStream int64) (IperfResult, error) {
-	var best []string
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		line := sc.Text()
-		m := sumRE.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		if streams == 1 || strings.Contains(line, "[SUM]") {
-			best = m
-		}
-	}
+	best := lastIperfResult(out, streams)
 	if best == nil {
 		return IperfResult{}, fmt.Errorf("no result line in iperf output: %q", tail(out, 400))
 	}
@@ -211,6 +261,26 @@ func parseIperf(out string, streams int, bytesPerStream int64) (IperfResult, err
 	r.Mbps = float64(r.Bytes) * 8 / secs / 1e6
 	return r, nil
 }
+
+// lastIperfResult is the submatches of the last line of out that reports
+// a whole transfer of streams: [SUM] with several, else a stream's line.
+func lastIperfResult(out string, streams int) []string {
+	var best []string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		m := sumRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		if streams == 1 || strings.Contains(line, "[SUM]") {
+			best = m
+		}
+	}
+	return best
+}
+
+func hasIperfResult(out string, streams int) bool { return lastIperfResult(out, streams) != nil }
 
 // iperfBytes converts iperf 2's transfer column (binary multiples) to
 // bytes.
@@ -394,13 +464,17 @@ func runOutage(ctx context.Context, l *lab.Lab, start time.Time, at, dur time.Du
 	return ot
 }
 
-// runIperf runs 'iperf -c server -n N -P streams -R' from client. Without
-// an outage, it retries up to twice with a restarted server if the server
-// died or the client failed (iperf 2.1.8 bugs). With one, it does not
-// retry: a failed run is returned as a result with Failed set, and the
-// error is for what stops the experiment (the lab or ctx).
+// runIperf runs 'iperf -c server -n N -P streams -R' from client (without
+// -R for an upload). Without an outage, it retries up to twice with a
+// restarted server if the server died or the client failed (iperf 2.1.8
+// bugs). With one, it does not retry: a failed run is returned as a result
+// with Failed set, and the error is for what stops the experiment (the lab
+// or ctx).
 func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServer, run iperfRun) (IperfResult, error) {
 	outage := run.OutageFor > 0
+	if outage && run.Upload {
+		return IperfResult{}, errors.New("an upload with an outage: the recovery is timed from the client's interval reports, which for an upload count bytes its socket took, not bytes delivered")
+	}
 	interval := max(run.Interval, 100*time.Millisecond)
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -409,7 +483,11 @@ func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServe
 		}
 		rctx, cancel := context.WithTimeout(ctx, run.Timeout)
 		args := []string{"iperf", "-c", l.Server.Addr.String(), "-p", "5001",
-			"-n", strconv.FormatInt(run.BytesPerStream, 10), "-P", strconv.Itoa(run.Streams), "-R", "-f", "m"}
+			"-n", strconv.FormatInt(run.BytesPerStream, 10), "-P", strconv.Itoa(run.Streams), "-f", "m"}
+		if !run.Upload {
+			args = append(args, "-R")
+		}
+		mark := srv.stdout.Len()
 		if outage {
 			args = append(args, "-i", strconv.FormatFloat(interval.Seconds(), 'f', -1, 64))
 		}
@@ -457,6 +535,13 @@ func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServe
 			lastErr = fmt.Errorf("iperf client: %w: %s", err, tail(out, 400))
 			srv.kill()
 			continue
+		}
+		if run.Upload {
+			if out, err = srv.report(ctx, mark, run.Streams, serverReportWait); err != nil {
+				lastErr = err
+				srv.kill()
+				continue
+			}
 		}
 		r, err := parseIperf(out, run.Streams, run.BytesPerStream)
 		r.Retried = attempt

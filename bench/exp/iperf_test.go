@@ -1,6 +1,7 @@
 package exp
 
 import (
+	"context"
 	"math"
 	"strconv"
 	"strings"
@@ -219,5 +220,67 @@ func TestLossyRunTimeout(t *testing.T) {
 	// Near 0 ms the link, not the loss, bounds the rate.
 	if got := lossyRunTimeout(bytes, 250e6, 4, 0, 1); got != clean {
 		t.Errorf("1 %% loss at 0 ms: %v, want the lossless %v", got, clean)
+	}
+}
+
+// The output of iperf 2.1.8's server ('iperf -s -f m') for one transfer of
+// 'iperf -c … -n 10M -P 4' and then one of -P 1, as printed: the lines of
+// its threads interleave.
+const iperfServerOut = `------------------------------------------------------------
+Server listening on TCP port 5999
+TCP window size:  128 KByte (default)
+------------------------------------------------------------
+[  1] local 127.0.0.1 port 5999 connected with 127.0.0.1 port 52728 (icwnd/mss/irtt=320/32768/21)
+[ ID] Interval       Transfer     Bandwidth
+[  2] 0.0000-0.0101 sec  10.0 MBytes  8328 Mbits/sec
+[  3] 0.0000-0.0091 sec  10.0 MBytes  9206 Mbits/sec
+[  4] local 127.0.0.1 port 5999 connected with 127.0.0.1 port 52750 (icwnd/mss/irtt=320/32768/7)
+[  2] local 127.0.0.1 port 5999 connected with 127.0.0.1 port 52736 (icwnd/mss/irtt=320/32768/23)
+[  1] 0.0000-0.0096 sec  10.0 MBytes  8777 Mbits/sec
+[  4] 0.0000-0.0061 sec  10.0 MBytes  13729 Mbits/sec
+[SUM] 0.0000-0.0111 sec  40.0 MBytes  30229 Mbits/sec
+[  3] local 127.0.0.1 port 5999 connected with 127.0.0.1 port 52738 (icwnd/mss/irtt=320/32768/5)
+`
+
+const iperfServerOut1 = `[  5] local 127.0.0.1 port 5999 connected with 127.0.0.1 port 52766 (icwnd/mss/irtt=320/32768/19)
+[ ID] Interval       Transfer     Bandwidth
+[  5] 0.0000-0.0058 sec  10.0 MBytes  14483 Mbits/sec
+`
+
+// TestServerReport: an upload's figure is the server's report of the
+// transfer after the mark, waited for while the server is still printing
+// it, never an earlier transfer's; without one in time, an error.
+func TestServerReport(t *testing.T) {
+	ctx := context.Background()
+	var s iperfServer
+	// An earlier transfer of four streams, already reported.
+	s.stdout.Write([]byte(iperfServerOut))
+	mark := s.stdout.Len()
+	if _, err := s.report(ctx, mark, 4, 50*time.Millisecond); err == nil {
+		t.Fatal("the earlier transfer's [SUM] was taken for this one's")
+	}
+	// This transfer's report arrives in two writes, after the wait began.
+	lines := strings.SplitAfter(strings.Replace(iperfServerOut, "[SUM] 0.0000-0.0111 sec  40.0 MBytes", "[SUM] 0.0000-0.0400 sec  40.0 MBytes", 1), "[SUM]")
+	go func() {
+		s.stdout.Write([]byte(lines[0]))
+		time.Sleep(30 * time.Millisecond)
+		s.stdout.Write([]byte(lines[1]))
+	}()
+	out, err := s.report(ctx, mark, 4, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := parseIperf(out, 4, 10<<20)
+	if err != nil || math.Abs(r.Seconds-0.04) > 1e-9 {
+		t.Fatalf("four streams: %+v, %v; want the new transfer's 0.04 s", r, err)
+	}
+	// One stream: its own line is the report.
+	mark = s.stdout.Len()
+	s.stdout.Write([]byte(iperfServerOut1))
+	if out, err = s.report(ctx, mark, 1, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = parseIperf(out, 1, 10<<20); err != nil || math.Abs(r.Seconds-0.0058) > 1e-9 {
+		t.Fatalf("one stream: %+v, %v", r, err)
 	}
 }

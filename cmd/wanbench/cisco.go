@@ -32,6 +32,10 @@ The impairment flags (--loss, --jitter, --reorder, --dup, --burst-loss,
 the table then shows how long each path took, after the link came back, to
 get back to 80 % of the link's goodput limit (rate x 1448/1500).
 
+With --upload the client sends (iperf without -R), as a backup does, and
+every figure is the iperf server's: the client's own counts the bytes its
+socket took, which through the edges run megabytes ahead of the link.
+
 Flags:
 `)
 		fs.PrintDefaults()
@@ -49,6 +53,7 @@ Flags:
 	edgesApart := fs.Bool("edges-apart", false, "run both wanopt edges on the last CPU and the rest of the lab (the link emulator, iperf) on the others, so that the lab's processes do not preempt the edges: their own cost, as on an appliance of their own (needs two CPUs)")
 	edgeCPU := fs.Float64("edge-cpu", 0, "hold each wanopt edge (near and far apart) to this many CPUs with a CPU-bandwidth cgroup, e.g. 0.5; 0: no cap")
 	linkOffload := fs.Bool("link-offload", false, "open the link's TUN devices with UDP segmentation offload: a sender's UDP GSO batch reaches the emulator whole, as a NIC with that offload takes it, instead of being segmented by the sender's kernel (Linux 6.2+)")
+	upload := fs.Bool("upload", false, "send from the client to the server (iperf without -R), as a backup does, instead of the published download; each run's figure is then the iperf server's, since the client's counts bytes the near edge took, not bytes delivered")
 	plainRuns := fs.Int("plain-runs", 0, "plain-TCP runs per point (default --runs): on a lossy link one plain run can take minutes")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -80,7 +85,7 @@ Flags:
 	if *plainRuns < 0 {
 		return fmt.Errorf("--plain-runs %d: want 1 or more (0: as --runs)", *plainRuns)
 	}
-	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns, WANRateHint: *wanRateHint, EdgeCPU: *edgeCPU, EdgeProcs: *edgeProcs, LinkOffload: *linkOffload, EdgesApart: *edgesApart}
+	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns, WANRateHint: *wanRateHint, EdgeCPU: *edgeCPU, EdgeProcs: *edgeProcs, LinkOffload: *linkOffload, EdgesApart: *edgesApart, Upload: *upload}
 	if o.LinkImpairments, err = imp.impairments(); err != nil {
 		return err
 	}
@@ -129,8 +134,12 @@ Flags:
 	if err := res.WriteFiles(*pf.out); err != nil {
 		return err
 	}
-	fmt.Printf("\nPlain TCP and wanopt, link %.0f Mbit/s, %.1f MB drop-tail queue, impairments: %s (seed %d), iperf -n %dMB -P %d -R, %d runs per point, %s end hosts, %s egress, %s (%.0f s):\n\n",
-		res.RateMbps, float64(res.QueueBytes)/1e6, res.Impairments, res.Seed, res.BytesPerStream>>20, res.Streams, res.Runs, res.CC, res.Egress, edgeCPUText(res.EdgeCPU, res.EdgeProcs), time.Since(start).Seconds())
+	direction := "-R (download)"
+	if res.Upload {
+		direction = "(upload, measured at the server)"
+	}
+	fmt.Printf("\nPlain TCP and wanopt, link %.0f Mbit/s, %.1f MB drop-tail queue, impairments: %s (seed %d), iperf -n %dMB -P %d %s, %d runs per point, %s end hosts, %s egress, %s (%.0f s):\n\n",
+		res.RateMbps, float64(res.QueueBytes)/1e6, res.Impairments, res.Seed, res.BytesPerStream>>20, res.Streams, direction, res.Runs, res.CC, res.Egress, edgeCPUText(res.EdgeCPU, res.EdgeProcs), time.Since(start).Seconds())
 	if res.LinkOffload {
 		fmt.Println("The link's TUN devices took UDP GSO batches whole (--link-offload).")
 	}
