@@ -229,7 +229,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	res.WANRateHint = o.WANRateHint
 	res.Upload = o.Upload
 	if o.Upload && o.HasOutage() {
-		return res, fmt.Errorf("an upload with an outage: the recovery is timed from the iperf client's interval reports, which for an upload count bytes its socket took, not bytes delivered; measure outages with downloads")
+		return res, errUploadOutage
 	}
 	res.EdgeCPU = o.EdgeCPU
 	res.EdgeProcs = o.EdgeProcs
@@ -667,8 +667,8 @@ func (r CiscoResult) Line() string {
 	return fmt.Sprintf("rtt_ms=%.0f profile=%s direct_mbps=%.1f wanopt_mbps=%.1f link_ratio=%.3f", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, ratio)
 }
 
-// direction is iperf's direction flag as the report shows it: -R for the
-// published download, "upload" without it.
+// direction is how the chart's title names the transfer's direction:
+// iperf's -R for the published download, "(upload)" without it.
 func (r CiscoResult) direction() string {
 	if r.Upload {
 		return "(upload)"

@@ -2,7 +2,9 @@ package exp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -382,5 +384,15 @@ func TestHubBenchShares(t *testing.T) {
 	}
 	if got, want := r.Line(), "branches=3 rtt_ms=100 total_mbps=240.0 min_share=0.75 max_share=1.25"; got != want {
 		t.Errorf("Line = %q, want %q", got, want)
+	}
+}
+
+// TestCiscoRefusesUploadWithOutage: an outage's recovery is timed from
+// the client's interval reports, which mean nothing in an upload; the
+// refusal comes before any lab is built (so this runs without root).
+func TestCiscoRefusesUploadWithOutage(t *testing.T) {
+	o := CiscoOptions{Upload: true, Wanopt: "wanopt", LinkImpairments: LinkImpairments{OutageAt: time.Second, OutageFor: time.Second}}
+	if _, err := Cisco(context.Background(), o); !errors.Is(err, errUploadOutage) {
+		t.Fatalf("Cisco with --upload and an outage: %v, want errUploadOutage", err)
 	}
 }

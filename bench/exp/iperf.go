@@ -117,6 +117,9 @@ func (s *iperfServer) kill() {
 	<-exited
 }
 
+// errUploadOutage refuses an upload with an outage.
+var errUploadOutage = errors.New("an upload with an outage: the recovery is timed from the iperf client's interval reports, which for an upload count bytes its socket took, not bytes delivered; measure outages with downloads")
+
 // serverReportWait bounds the wait for the server's report once the
 // client has exited: the server prints it when its last stream closes,
 // which is at most a round trip and the edges' buffers behind the client.
@@ -473,7 +476,7 @@ func runOutage(ctx context.Context, l *lab.Lab, start time.Time, at, dur time.Du
 func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServer, run iperfRun) (IperfResult, error) {
 	outage := run.OutageFor > 0
 	if outage && run.Upload {
-		return IperfResult{}, errors.New("an upload with an outage: the recovery is timed from the client's interval reports, which for an upload count bytes its socket took, not bytes delivered")
+		return IperfResult{}, errUploadOutage
 	}
 	interval := max(run.Interval, 100*time.Millisecond)
 	var lastErr error
