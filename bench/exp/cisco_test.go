@@ -71,14 +71,8 @@ func TestCiscoReport(t *testing.T) {
 // short setting: both figures must be plausible for a 100 Mbit/s link, and
 // wanopt must not fall below plain TCP by more than noise.
 func TestCiscoEndToEnd(t *testing.T) {
-	needLab(t, "iproute2 iperf", "ip", "iperf")
-	if testing.Short() {
-		t.Skip("skipping the end-to-end lab test in -short mode")
-	}
-	dir := buildCommands(t, "wanbench", "wanopt")
-	outDir := filepath.Join(dir, "out")
-	out := runWanbench(t, dir, "cisco", "--rtt", "50ms", "--runs", "1", "--bytes", "5MB",
-		"--profile", "legacy", "--rate", "100mbit", "--out", outDir)
+	out, res, outDir := ciscoEndToEnd(t, "--rtt", "50ms", "--runs", "1", "--bytes", "5MB",
+		"--profile", "legacy", "--rate", "100mbit")
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	kv := map[string]string{}
 	for _, f := range strings.Fields(lines[len(lines)-1]) {
@@ -109,14 +103,6 @@ func TestCiscoEndToEnd(t *testing.T) {
 		t.Errorf("link_ratio %v, want wanopt_mbps/100 = %.3f", ratio, wan/100)
 	}
 
-	js, err := os.ReadFile(filepath.Join(outDir, "cisco.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res CiscoResult
-	if err := json.Unmarshal(js, &res); err != nil {
-		t.Fatal(err)
-	}
 	if len(res.Rows) != 1 || len(res.Rows[0].PlainRuns) != 1 || len(res.Rows[0].WanoptRuns) != 1 {
 		t.Fatalf("want one row with one plain and one wanopt run, got %+v", res.Rows)
 	}
@@ -132,22 +118,38 @@ func TestCiscoEndToEnd(t *testing.T) {
 	}
 }
 
-// runWanbench runs dir's wanbench with args and returns its output; it
-// must succeed and leave no namespace behind.
-func runWanbench(t *testing.T, dir string, args ...string) []byte {
+// ciscoEndToEnd builds wanbench and wanopt without the race detector and
+// runs 'wanbench cisco args' into a fresh folder (skipping t without the
+// lab or in -short mode); it must succeed and leave no namespace behind.
+// It returns wanbench's output, its JSON result and the folder.
+func ciscoEndToEnd(t *testing.T, args ...string) ([]byte, CiscoResult, string) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(dir, "wanbench"), args...)
+	needLab(t, "iproute2 iperf", "ip", "iperf")
+	if testing.Short() {
+		t.Skip("skipping the end-to-end lab test in -short mode")
+	}
+	dir := buildCommands(t, "wanbench", "wanopt")
+	outDir := filepath.Join(dir, "out")
+	cmd := exec.Command(filepath.Join(dir, "wanbench"), append(append([]string{"cisco"}, args...), "--out", outDir)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	t.Logf("wanbench %s:\n%s\n%s", args[0], stderr.String(), out)
+	t.Logf("wanbench cisco:\n%s\n%s", stderr.String(), out)
 	if err != nil {
-		t.Fatalf("wanbench %s: %v", args[0], err)
+		t.Fatalf("wanbench cisco: %v", err)
 	}
 	if ns := netnsWithPrefix(fmt.Sprintf("wob%d-", cmd.Process.Pid)); ns != "" {
 		t.Errorf("namespaces left behind: %s", ns)
 	}
-	return out
+	var res CiscoResult
+	js, err := os.ReadFile(filepath.Join(outDir, "cisco.json"))
+	if err == nil {
+		err = json.Unmarshal(js, &res)
+	}
+	if err != nil {
+		t.Fatalf("wanbench cisco's JSON: %v", err)
+	}
+	return out, res, outDir
 }
 
 // TestCiscoUploadEndToEnd runs 'wanbench cisco --upload': the client sends,
@@ -155,22 +157,8 @@ func runWanbench(t *testing.T, dir string, args ...string) []byte {
 // figure would beat the link (the near edge takes megabytes ahead of it),
 // so wanopt above the link's rate means the client was measured.
 func TestCiscoUploadEndToEnd(t *testing.T) {
-	needLab(t, "iproute2 iperf", "ip", "iperf")
-	if testing.Short() {
-		t.Skip("skipping the end-to-end lab test in -short mode")
-	}
-	dir := buildCommands(t, "wanbench", "wanopt")
-	outDir := filepath.Join(dir, "out")
-	runWanbench(t, dir, "cisco", "--upload", "--rtt", "10ms", "--runs", "1", "--bytes", "5MB",
-		"--profile", "modern", "--rate", "100mbit", "--out", outDir)
-	js, err := os.ReadFile(filepath.Join(outDir, "cisco.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res CiscoResult
-	if err := json.Unmarshal(js, &res); err != nil {
-		t.Fatal(err)
-	}
+	_, res, _ := ciscoEndToEnd(t, "--upload", "--rtt", "10ms", "--runs", "1", "--bytes", "5MB",
+		"--profile", "modern", "--rate", "100mbit")
 	if !res.Upload || len(res.Rows) != 1 || len(res.Rows[0].WanoptRuns) != 1 {
 		t.Fatalf("want an upload with one row of one wanopt run, got upload=%v rows %+v", res.Upload, res.Rows)
 	}
