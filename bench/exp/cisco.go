@@ -749,6 +749,9 @@ func (r CiscoResult) chart(path string) error {
 		xys   plotter.XYs
 		shape draw.GlyphDrawer
 	}{{"published plain TCP", publishedPlainTCP, draw.CrossGlyph{}}, {"published router optimisation", publishedOptimised, draw.PlusGlyph{}}} {
+		if r.Upload {
+			break // the published figures are downloads
+		}
 		s, err := plotter.NewScatter(pub.xys)
 		if err != nil {
 			return err
