@@ -132,7 +132,7 @@ func (s *iperfServer) report(ctx context.Context, mark, streams int, wait time.D
 	deadline := time.Now().Add(wait)
 	for {
 		out := s.stdout.since(mark)
-		if hasIperfResult(out, streams) {
+		if lastIperfResult(out, streams) != nil {
 			return out, nil
 		}
 		if time.Now().After(deadline) {
@@ -282,8 +282,6 @@ func lastIperfResult(out string, streams int) []string {
 	}
 	return best
 }
-
-func hasIperfResult(out string, streams int) bool { return lastIperfResult(out, streams) != nil }
 
 // iperfBytes converts iperf 2's transfer column (binary multiples) to
 // bytes.

@@ -125,10 +125,10 @@ func (s *Stream) Read(p []byte) (int, error) { return s.ReadGather(p, 1, 0) }
 // with at most half its wait left is also answered when another stream's
 // gathering read expires, so that streams gather in step and the driver
 // wakes once for them. A passed read deadline also returns the bytes
-// gathered so far. The first byte itself is not delayed, and bytes that come after the
-// read has waited with nothing for longer than wait (the flow paused)
-// are returned at once, without gathering. The driver fills p as data
-// arrives, so the caller wakes once per gathered buffer.
+// gathered so far. The first byte itself is not delayed, and bytes that
+// come after the read has waited with nothing for longer than wait (the
+// flow paused) are returned at once, without gathering. The driver fills
+// p as data arrives, so the caller wakes once per gathered buffer.
 func (s *Stream) ReadGather(p []byte, atLeast int, wait time.Duration) (int, error) {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
