@@ -63,6 +63,18 @@ type Conn interface {
 	Close() error
 }
 
+// WaitNotifier is implemented by a Conn whose ReadBatch can tell its
+// caller when it finds no datagram and is about to wait for one. The
+// tunnel's driver uses it to know that no further batch is coming soon,
+// so that deadlines a coming batch would make it check anyway need a
+// timer only then.
+type WaitNotifier interface {
+	// OnReadWait sets f, which ReadBatch calls on its own goroutine each
+	// time it is about to wait for the socket (nil: none). Set it before
+	// ReadBatch runs, from the goroutine that reads.
+	OnReadWait(f func())
+}
+
 // ErrAddressFamily means WriteBatch was given a destination the socket
 // cannot reach: IPv6 from an IPv4 socket, IPv4 from an IPv6-only one, or an
 // invalid address. Listen on "udp" (dual-stack) to reach both families.

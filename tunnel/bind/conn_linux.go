@@ -33,7 +33,14 @@ type linuxConn struct {
 	tx     sender
 }
 
-var _ Conn = (*linuxConn)(nil)
+var (
+	_ Conn         = (*linuxConn)(nil)
+	_ WaitNotifier = (*linuxConn)(nil)
+)
+
+// OnReadWait implements WaitNotifier: f runs before ReadBatch waits in
+// the poller, each time the socket was found empty.
+func (c *linuxConn) OnReadWait(f func()) { c.rxw.onWait = f }
 
 // fastPath tells tests which implementation this build has.
 const fastPath = true

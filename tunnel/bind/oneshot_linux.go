@@ -34,6 +34,7 @@ type oneshot struct {
 	pwaits uint64 // epoll_pwait calls (tests)
 	errno  syscall.Errno
 	waitFn func(fd uintptr) bool // o.wait, bound once so that a wait allocates nothing
+	onWait func()                // called before each wait (WaitNotifier); nil: none
 }
 
 func newOneshot(sock int, events uint32) (*oneshot, error) {
@@ -62,6 +63,9 @@ func newOneshot(sock int, events uint32) (*oneshot, error) {
 // epoll file's error.
 func (o *oneshot) do(f func(fd uintptr) bool) error {
 	for !f(uintptr(o.sock)) {
+		if o.onWait != nil {
+			o.onWait()
+		}
 		o.armed, o.errno = false, 0
 		if err := o.rc.Read(o.waitFn); err != nil {
 			return err

@@ -55,6 +55,8 @@ func (t *Tunnel) run() {
 			d.sleeping = 0
 			d.ctr.sleepWakeups++
 			d.handleTimeout(monotime.Now())
+		case <-t.rxWait:
+			d.ctr.readWaitWakeups++ // service below arms the gathers' deadlines
 		case <-t.ctx.Done():
 			d.conn.Close(monotime.Now(), wire.CloseNoError, "closed by the application")
 			d.service()
@@ -107,7 +109,8 @@ func (d *driverState) shutdown() {
 	t.log.Info("tunnel stopped", "reason", reason,
 		"datagrams_in", d.ctr.datagramsIn, "datagrams_out", d.ctr.datagramsOut,
 		"rx_batches", d.ctr.rxBatches, "tx_batches", d.ctr.txBatches, "rx_holds", t.rxHolds.Load(),
-		"loops", d.ctr.loops, "sleep_wakeups", d.ctr.sleepWakeups, "timer_wakeups", d.ctr.timerWakeups)
+		"loops", d.ctr.loops, "sleep_wakeups", d.ctr.sleepWakeups, "timer_wakeups", d.ctr.timerWakeups,
+		"read_wait_wakeups", d.ctr.readWaitWakeups)
 	close(t.done)
 }
 
@@ -127,7 +130,7 @@ func (d *driverState) service() bool {
 		if next == 0 && d.conn.Closed() {
 			return d.restartServer(now)
 		}
-		if g := d.expireParked(now); g != 0 && (next == 0 || g.Before(next)) {
+		if g := d.expireParked(now); d.timerForGathers(g) && (next == 0 || g.Before(next)) {
 			next = g
 		}
 		if next == 0 {

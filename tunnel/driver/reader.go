@@ -140,6 +140,10 @@ func (t *Tunnel) readLoop() {
 			}
 		}
 		n, err := t.bc.ReadBatch(b.bufs, b.sizes, b.eps)
+		// A batch is coming to the driver (see readwait.go); after an
+		// error the reader does not wait for the socket but retries, so
+		// the driver is to keep its timer for what it gathers.
+		t.rxWaiting.Store(err != nil)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) || t.ctx.Err() != nil {
 				return

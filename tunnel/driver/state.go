@@ -32,6 +32,10 @@ type driverState struct {
 	parked    map[*Stream]struct{}
 	gatherq   []gatherWait
 	gathering gatherPeak
+	// waitHook: the socket tells the reader's waits (bind.WaitNotifier),
+	// so the gathers' deadlines may be left to the coming batches;
+	// wantWait mirrors Tunnel.rxWantWait (readwait.go).
+	waitHook, wantWait bool
 
 	txBufs [][]byte // BatchSize buffers of MaxUDPPayloadBytes
 	txOut  [][]byte // the filled prefixes handed to WriteBatch
@@ -75,6 +79,7 @@ type counters struct {
 	rxBatches, txBatches      uint64
 	timerWakeups, loops       uint64
 	sleepWakeups              uint64
+	readWaitWakeups           uint64
 	txErrors, acceptOverflow  uint64
 	rejectsSent, rehandshakes uint64
 	clientRestarts            uint64

@@ -57,6 +57,13 @@ type Tunnel struct {
 	// and the path's RTT), in ns: the driver goroutine updates it after a
 	// received batch that changed it.
 	rxHoldMax atomic.Int64
+	// The reader's waits (readWait.go): rxWaiting is set by the reader
+	// when ReadBatch is about to wait for the socket, cleared when it
+	// returns; rxWantWait is set by the driver while it leaves deadlines
+	// to the next batch, and then the reader signals rxWait (capacity 1)
+	// as it starts to wait.
+	rxWaiting, rxWantWait atomic.Bool
+	rxWait                chan struct{}
 
 	// Set by the driver goroutine before it closes done; read after done.
 	err        error // why the tunnel closed (wraps ErrTunnelClosed)
@@ -173,6 +180,12 @@ func newTunnel(cfg Config, bc bind.Conn, conn *tunnel.Conn, client bool) *Tunnel
 		dgq:         make(chan []byte, cfg.DatagramQueue),
 		dgFree:      make(chan []byte, cfg.DatagramQueue),
 		dgBufCap:    conn.Stats().PathMTUCeilingBytes,
+		rxWait:      make(chan struct{}, 1),
+	}
+	t.rxWaiting.Store(true) // until the reader's first batch
+	if wn, ok := bc.(bind.WaitNotifier); ok {
+		wn.OnReadWait(t.readerWaits) // before the reader starts
+		t.d.waitHook = true
 	}
 	t.maxDatagram.Store(int64(conn.MaxDatagramBytes()))
 	t.rxHoldMax.Store(int64(cfg.RxHold))

@@ -55,6 +55,7 @@ type Conn struct {
 	wmu    sync.Mutex
 	pool   sync.Pool // *[]byte
 	closed atomic.Bool
+	onWait func() // bind.WaitNotifier; set before the first ReadBatch
 
 	datagramsRead, bytesRead       atomic.Uint64
 	datagramsWritten, bytesWritten atomic.Uint64
@@ -66,7 +67,10 @@ type datagram struct {
 	from netip.AddrPort
 }
 
-var _ bind.Conn = (*Conn)(nil)
+var (
+	_ bind.Conn         = (*Conn)(nil)
+	_ bind.WaitNotifier = (*Conn)(nil)
+)
 
 // NewPair returns two connected Conns.
 func NewPair(cfg Config) (a, b *Conn) {
@@ -115,6 +119,15 @@ func (c *Conn) ReadBatch(bufs [][]byte, sizes []int, eps []netip.AddrPort) (int,
 			return 0, fmt.Errorf("bindtest: read on %v: %w", c.local, net.ErrClosed)
 		}
 		select {
+		case d := <-c.in:
+			n = c.take(d, bufs, sizes, eps, n)
+			continue
+		default:
+		}
+		if c.onWait != nil {
+			c.onWait()
+		}
+		select {
 		case <-c.done:
 		case d := <-c.in:
 			n = c.take(d, bufs, sizes, eps, n)
@@ -131,6 +144,10 @@ more:
 	}
 	return n, nil
 }
+
+// OnReadWait implements bind.WaitNotifier: f runs before ReadBatch waits
+// for a datagram, each time it finds none queued.
+func (c *Conn) OnReadWait(f func()) { c.onWait = f }
 
 // take copies d into bufs[n] unless it does not fit, and returns the new
 // count.
