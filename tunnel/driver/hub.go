@@ -269,6 +269,7 @@ type hubConn struct {
 	closed  chan struct{}
 	once    sync.Once
 	indices []uint32 // under h.mu
+	onWait  func()   // bind.WaitNotifier; set before the branch's reader starts
 }
 
 // deliver queues a copy of p for the peer's tunnel (reader goroutine).
@@ -290,8 +291,15 @@ func (c *hubConn) ReadBatch(bufs [][]byte, sizes []int, eps []bind.Endpoint) (in
 	var d hubDatagram
 	select {
 	case d = <-c.q:
-	case <-c.closed:
-		return 0, net.ErrClosed
+	default:
+		if c.onWait != nil {
+			c.onWait()
+		}
+		select {
+		case d = <-c.q:
+		case <-c.closed:
+			return 0, net.ErrClosed
+		}
 	}
 	n := 0
 	for {
@@ -313,6 +321,15 @@ func (c *hubConn) ReadBatch(bufs [][]byte, sizes []int, eps []bind.Endpoint) (in
 		}
 	}
 }
+
+var (
+	_ bind.Conn         = (*hubConn)(nil)
+	_ bind.WaitNotifier = (*hubConn)(nil)
+)
+
+// OnReadWait implements bind.WaitNotifier: f runs before ReadBatch waits
+// for the hub's reader to deliver a datagram.
+func (c *hubConn) OnReadWait(f func()) { c.onWait = f }
 
 func (c *hubConn) WriteBatch(bufs [][]byte, ep bind.Endpoint) error {
 	select {
