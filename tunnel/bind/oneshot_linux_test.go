@@ -141,3 +141,53 @@ func TestOneshotReadyWhenArmed(t *testing.T) {
 		t.Fatal("a socket readable when armed did not wake the wait")
 	}
 }
+
+// TestOnReadWait: ReadBatch tells its caller each time it finds the
+// socket empty and is about to wait (WaitNotifier), and not when a
+// datagram is already there.
+func TestOnReadWait(t *testing.T) {
+	a, b, _ := oneshotPair(t)
+	bufs, sizes, eps := buffers(a.BatchSize(), 1500)
+	one := [][]byte{make([]byte, 100)}
+	waits := make(chan struct{}, 4)
+	a.(WaitNotifier).OnReadWait(func() { waits <- struct{}{} })
+
+	// On loopback the datagram is queued by the time WriteBatch returns.
+	if err := b.WriteBatch(one, a.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.ReadBatch(bufs, sizes, eps); n != 1 || err != nil {
+		t.Fatalf("read of a queued datagram: %d, %v", n, err)
+	}
+	if len(waits) != 0 {
+		t.Fatal("ReadBatch said it waits, with a datagram queued")
+	}
+
+	got := make(chan int, 1)
+	go func() {
+		n, err := a.ReadBatch(bufs, sizes, eps)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- n
+	}()
+	select {
+	case <-waits:
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReadBatch on an empty socket did not say it waits")
+	}
+	select {
+	case n := <-got:
+		t.Fatalf("ReadBatch returned %d before any datagram came", n)
+	default:
+	}
+	if err := b.WriteBatch(one, a.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-got; n != 1 {
+		t.Fatalf("the waiting read returned %d datagrams, want 1", n)
+	}
+	if len(waits) != 0 {
+		t.Fatalf("%d more waits reported for one wait", len(waits))
+	}
+}
