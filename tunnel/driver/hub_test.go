@@ -211,3 +211,33 @@ func TestHubDeliveryAllocs(t *testing.T) {
 		t.Errorf("%.1f allocations per datagram; want 0", n)
 	}
 }
+
+// TestHubConnReadWait: a peer's socket tells its reader's waits
+// (bind.WaitNotifier) when nothing is queued for it, not when a
+// datagram is.
+func TestHubConnReadWait(t *testing.T) {
+	c := &hubConn{h: &Hub{}, q: make(chan hubDatagram, 4), closed: make(chan struct{})}
+	waits := make(chan struct{}, 4)
+	c.OnReadWait(func() { waits <- struct{}{} })
+	p := make([]byte, 100)
+	ep := netip.MustParseAddrPort("198.18.0.1:4500")
+	bufs, sizes, eps := [][]byte{make([]byte, hubBufLen)}, make([]int, 1), make([]netip.AddrPort, 1)
+
+	c.deliver(p, ep)
+	if k, err := c.ReadBatch(bufs, sizes, eps); k != 1 || err != nil {
+		t.Fatalf("ReadBatch of a queued datagram: %d, %v", k, err)
+	}
+	if len(waits) != 0 {
+		t.Fatal("a wait was told with a datagram queued")
+	}
+	got := make(chan int, 1)
+	go func() {
+		k, _ := c.ReadBatch(bufs, sizes, eps)
+		got <- k
+	}()
+	<-waits // the read found nothing: it says so before it waits
+	c.deliver(p, ep)
+	if k := <-got; k != 1 {
+		t.Fatalf("the waiting read returned %d datagrams, want 1", k)
+	}
+}
