@@ -27,6 +27,20 @@ func epollReadable(t *testing.T, o *oneshot) bool {
 	return ready
 }
 
+// readAsync runs one ReadBatch of c on a goroutine of its own and
+// sends the datagrams it returned.
+func readAsync(t *testing.T, c Conn, bufs [][]byte, sizes []int, eps []Endpoint) <-chan int {
+	got := make(chan int, 1)
+	go func() {
+		n, err := c.ReadBatch(bufs, sizes, eps)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- n
+	}()
+	return got
+}
+
 // oneshotPair returns two sockets on loopback, closed at the test's end
 // or after 10 s, and a's receive waiter.
 func oneshotPair(t *testing.T) (a, b Conn, rxw *oneshot) {
@@ -97,14 +111,7 @@ func TestOneshotOneWait(t *testing.T) {
 	a, b, rxw := oneshotPair(t)
 	bufs, sizes, eps := buffers(a.BatchSize(), 1500)
 	for i := range 3 {
-		got := make(chan int, 1)
-		go func() {
-			n, err := a.ReadBatch(bufs, sizes, eps)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- n
-		}()
+		got := readAsync(t, a, bufs, sizes, eps)
 		time.Sleep(20 * time.Millisecond) // let it wait
 		if err := b.WriteBatch([][]byte{make([]byte, 100)}, a.LocalAddr()); err != nil {
 			t.Fatal(err)
@@ -163,14 +170,7 @@ func TestOnReadWait(t *testing.T) {
 		t.Fatal("ReadBatch said it waits, with a datagram queued")
 	}
 
-	got := make(chan int, 1)
-	go func() {
-		n, err := a.ReadBatch(bufs, sizes, eps)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- n
-	}()
+	got := readAsync(t, a, bufs, sizes, eps)
 	select {
 	case <-waits:
 	case <-time.After(5 * time.Second):
