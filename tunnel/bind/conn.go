@@ -71,7 +71,7 @@ type Conn interface {
 type WaitNotifier interface {
 	// OnReadWait sets f, which ReadBatch calls on its own goroutine each
 	// time it is about to wait for the socket (nil: none). Set it before
-	// ReadBatch runs, from the goroutine that reads.
+	// the first ReadBatch, and before the goroutine that reads starts.
 	OnReadWait(f func())
 }
 

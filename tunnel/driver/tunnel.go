@@ -57,7 +57,7 @@ type Tunnel struct {
 	// and the path's RTT), in ns: the driver goroutine updates it after a
 	// received batch that changed it.
 	rxHoldMax atomic.Int64
-	// The reader's waits (readWait.go): rxWaiting is set by the reader
+	// The reader's waits (readwait.go): rxWaiting is set by the reader
 	// when ReadBatch is about to wait for the socket, cleared when it
 	// returns; rxWantWait is set by the driver while it leaves deadlines
 	// to the next batch, and then the reader signals rxWait (capacity 1)
@@ -182,11 +182,6 @@ func newTunnel(cfg Config, bc bind.Conn, conn *tunnel.Conn, client bool) *Tunnel
 		dgBufCap:    conn.Stats().PathMTUCeilingBytes,
 		rxWait:      make(chan struct{}, 1),
 	}
-	t.rxWaiting.Store(true) // until the reader's first batch
-	if wn, ok := bc.(bind.WaitNotifier); ok {
-		wn.OnReadWait(t.readerWaits) // before the reader starts
-		t.d.waitHook = true
-	}
 	t.maxDatagram.Store(int64(conn.MaxDatagramBytes()))
 	t.rxHoldMax.Store(int64(cfg.RxHold))
 	bufLen := rxBufLen(cfg)
@@ -194,6 +189,11 @@ func newTunnel(cfg Config, bc bind.Conn, conn *tunnel.Conn, client bool) *Tunnel
 		t.rxFree <- newRxBatch(bc.BatchSize(), bufLen)
 	}
 	t.d.init(t, conn, cfg)
+	t.rxWaiting.Store(true) // until the reader's first batch
+	if wn, ok := bc.(bind.WaitNotifier); ok {
+		wn.OnReadWait(t.readerWaits) // before the reader starts
+		t.d.waitHook = true
+	}
 	return t
 }
 
