@@ -33,8 +33,7 @@ func (d *driverState) timerForGathers(g monotime.Time) bool {
 	if !d.waitHook {
 		return g != 0
 	}
-	if want := g != 0; want != d.wantWait {
-		d.wantWait = want
+	if want := g != 0; d.t.rxWantWait.Load() != want { // the driver alone stores it
 		d.t.rxWantWait.Store(want)
 	}
 	return g != 0 && d.t.rxWaiting.Load()

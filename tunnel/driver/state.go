@@ -33,9 +33,9 @@ type driverState struct {
 	gatherq   []gatherWait
 	gathering gatherPeak
 	// waitHook: the socket tells the reader's waits (bind.WaitNotifier),
-	// so the gathers' deadlines may be left to the coming batches;
-	// wantWait mirrors Tunnel.rxWantWait (readwait.go).
-	waitHook, wantWait bool
+	// so the gathers' deadlines may be left to the coming batches
+	// (readwait.go).
+	waitHook bool
 
 	txBufs [][]byte // BatchSize buffers of MaxUDPPayloadBytes
 	txOut  [][]byte // the filled prefixes handed to WriteBatch
