@@ -44,18 +44,24 @@ const (
 // EarlyRelease is how far ahead of its release time a Link's releaser
 // writes a packet instead of sleeping for it. A sleep costs a timer and two
 // context switches whatever its length (on a paravirtualised guest, with a
-// VM exit to program the timer). At 1 Gbit/s, where packets are 12 µs
-// apart, sleeping for each took half of the emulator's CPU, on a machine
-// of two cores whose edges needed the rest. With this bound the emulator
-// used 0.84 cores instead of 1.18 and 0.97 while wanopt ran at 1 Gbit/s,
-// quietly and beside a test loop; while plain TCP ran, 1.26 instead of
-// 1.59 quietly but the same beside the loop (wanbench cisco --rate 1gbit
-// --rtt 0ms --queue 8MB; docs/efficiency/early-release-ab.txt).
-// 50 µs is well below any RTT the lab sets and below one packet's time at
-// 50 Mbit/s (240 µs), where it changes nothing. The rate limiter's
-// departure times, and so the queue and its drops, are not affected;
-// Counters.EarlyMax shows how early packets went.
-const EarlyRelease = 50 * time.Microsecond
+// VM exit to program the timer), and the releaser runs at real-time
+// priority: the timer's wake-up takes the CPU from whatever runs there,
+// which on the lab's two cores is often a wanopt edge or iperf, even with
+// the other CPU idle (an RT task woken on a CPU that runs a normal task
+// stays there). At 1 Gbit/s, where packets are 12 µs apart, sleeping for
+// each took half of the emulator's CPU (docs/efficiency/early-release-ab.txt,
+// with a bound of 50 µs). At 250 Mbit/s (48 µs apart) 50 µs still meant a
+// sleep for every second packet; with 200 µs the releaser writes four or
+// five per wake, the emulator took 40-41 % of a core instead of 50-55 %,
+// and each edge was preempted about 1,200 times a second instead of
+// 1,800-2,000 (docs/efficiency/early-release-200-ab.txt). 200 µs is well
+// below any RTT the lab sets and below one packet's time at 50 Mbit/s
+// (240 µs), where it changes little; a receiver's NIC with interrupt
+// moderation delivers packets in groups of that order too. The rate
+// limiter's departure times, and so the queue and its drops, are not
+// affected; Counters.EarlyMax shows how early packets went, and wanbench
+// check the RTT and rate that result.
+const EarlyRelease = 200 * time.Microsecond
 
 // Link forwards packets between two Devices through one Pipe per
 // direction. Create it with NewLink and drive it with Run.
