@@ -50,14 +50,15 @@ const (
 // the other CPU idle (an RT task woken on a CPU that runs a normal task
 // stays there). At 1 Gbit/s, where packets are 12 µs apart, sleeping for
 // each took half of the emulator's CPU (docs/efficiency/early-release-ab.txt,
-// with a bound of 50 µs). At 250 Mbit/s (48 µs apart) 50 µs still meant a
-// sleep for every second packet; with 200 µs the releaser writes four or
-// five per wake, the emulator took 40-41 % of a core instead of 50-55 %,
-// and each edge was preempted about 1,200 times a second instead of
-// 1,800-2,000 (docs/efficiency/early-release-200-ab.txt). 200 µs is well
-// below any RTT the lab sets and below one packet's time at 50 Mbit/s
-// (240 µs), where it changes little; a receiver's NIC with interrupt
-// moderation delivers packets in groups of that order too. The rate
+// with a bound of 50 µs). At 250 Mbit/s (48 µs apart) 50 µs still meant
+// a sleep for about every second packet; with 200 µs the releaser can
+// write four or five per wake, the emulator took 40-41 % of a core
+// instead of 50-55 %, and each edge was switched out against its will
+// 1,200-1,300 times a second instead of 1,800-2,000
+// (docs/efficiency/early-release-200-ab.txt). 200 µs is well below any
+// RTT the lab sets and below one packet's time at 50 Mbit/s (240 µs),
+// where it changes little; a receiver's NIC with interrupt moderation
+// delivers packets in groups too. The rate
 // limiter's departure times, and so the queue and its drops, are not
 // affected; Counters.EarlyMax shows how early packets went, and wanbench
 // check the RTT and rate that result.
