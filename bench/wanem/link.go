@@ -58,10 +58,9 @@ const (
 // (docs/efficiency/early-release-200-ab.txt). 200 µs is well below any
 // RTT the lab sets and below one packet's time at 50 Mbit/s (240 µs),
 // where it changes little; a receiver's NIC with interrupt moderation
-// delivers packets in groups too. The rate
-// limiter's departure times, and so the queue and its drops, are not
-// affected; Counters.EarlyMax shows how early packets went, and wanbench
-// check the RTT and rate that result.
+// delivers packets in groups too. The rate limiter's departure times, and
+// so the queue and its drops, are not affected; Counters.EarlyMax shows
+// how early packets went, and wanbench check the RTT and rate that result.
 const EarlyRelease = 200 * time.Microsecond
 
 // Link forwards packets between two Devices through one Pipe per

@@ -235,7 +235,11 @@ func TestHubConnReadWait(t *testing.T) {
 		k, _ := c.ReadBatch(bufs, sizes, eps)
 		got <- k
 	}()
-	<-waits // the read found nothing: it says so before it waits
+	select { // the read found nothing: it says so before it waits
+	case <-waits:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a read of an empty socket did not tell its wait")
+	}
 	c.deliver(p, ep)
 	if k := <-got; k != 1 {
 		t.Fatalf("the waiting read returned %d datagrams, want 1", k)
