@@ -74,11 +74,12 @@ type Link struct {
 type direction struct {
 	inName, outName string
 	in, out         Device
-	wake            chan struct{} // capacity 1: "the pipe may have a packet due"
+	wake            *waker // the releaser waits on it for the pipe's first packet (set by Run)
 
-	mu          sync.Mutex // guards pipe and writeErrors
+	mu          sync.Mutex // guards pipe, writeErrors and waiting
 	pipe        *Pipe
 	writeErrors uint64
+	waiting     bool // the releaser waits on wake: the reader's next packet signals it
 }
 
 // NewLink returns a link that forwards packets read from a to b with the
@@ -97,8 +98,8 @@ func NewLink(a, b Device, ab, ba Config) (*Link, error) {
 		return nil, fmt.Errorf("direction B→A: %w", err)
 	}
 	return &Link{dirs: [2]*direction{
-		{inName: "A", outName: "B", in: a, out: b, pipe: pab, wake: make(chan struct{}, 1)},
-		{inName: "B", outName: "A", in: b, out: a, pipe: pba, wake: make(chan struct{}, 1)},
+		{inName: "A", outName: "B", in: a, out: b, pipe: pab},
+		{inName: "B", outName: "A", in: b, out: a, pipe: pba},
 	}}, nil
 }
 
@@ -185,11 +186,27 @@ func (l *Link) Run(ctx context.Context) error {
 		once.Do(func() { firstErr = err })
 		cancel()
 	}
+	for i, d := range l.dirs {
+		w, err := newWaker()
+		if err != nil {
+			for _, e := range l.dirs[:i] {
+				e.wake.close()
+			}
+			return err
+		}
+		d.wake = w
+	}
+	defer func() {
+		for _, d := range l.dirs {
+			d.wake.close()
+		}
+	}()
 	interrupted := make(chan struct{})
 	stopInterrupt := context.AfterFunc(ctx, func() {
 		defer close(interrupted)
 		for _, d := range l.dirs {
 			setDeadlines(d.in, time.Now().Add(-time.Second))
+			d.wake.signal()
 		}
 	})
 	var wg sync.WaitGroup
@@ -235,10 +252,11 @@ func (d *direction) readLoop(stopping func() bool, fail func(error)) {
 		now := clockNow()
 		d.mu.Lock()
 		d.pipe.Enqueue(now, buf[:n])
+		wake := d.waiting
+		d.waiting = false
 		d.mu.Unlock()
-		select {
-		case d.wake <- struct{}{}:
-		default:
+		if wake {
+			d.wake.signal()
 		}
 	}
 }
@@ -281,6 +299,7 @@ func (d *direction) releaseLoop(ctx context.Context, stopping func() bool, fail 
 		if !due {
 			next, pending = d.pipe.Next()
 			preempt = d.pipe.Preemptible()
+			d.waiting = !pending
 		}
 		d.mu.Unlock()
 
@@ -299,11 +318,7 @@ func (d *direction) releaseLoop(ctx context.Context, stopping func() bool, fail 
 			continue
 		}
 		if !pending {
-			select {
-			case <-d.wake:
-			case <-done:
-				return
-			}
+			d.wake.wait() // the reader's next packet, or Run stopping
 			continue
 		}
 		// Sleep even if a wake is pending: a new packet can be due before

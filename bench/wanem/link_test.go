@@ -388,3 +388,24 @@ func TestLinkOutage(t *testing.T) {
 		t.Fatalf("stats A→B %+v, B→A %+v; want 1 packet and %d outage drops each way", ab, ba, n)
 	}
 }
+
+// TestLinkWakesAnIdleReleaser sends packets one at a time, each after the
+// previous one came out, so that the releaser has emptied its pipe and
+// waits for the reader's wake-up before every one: none may be left
+// waiting.
+func TestLinkWakesAnIdleReleaser(t *testing.T) {
+	leaktest.Check(t)
+	a, b, _, stop := startLink(t, Config{}, Config{})
+	for i := range uint64(300) {
+		a.Inject(packet(64, i))
+		if got := seqOf(receive(t, b).Data); got != i {
+			t.Fatalf("received seq %d, want %d", got, i)
+		}
+		if i%3 == 0 {
+			time.Sleep(100 * time.Microsecond) // let it reach the wait
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run returned %v after cancel, want nil", err)
+	}
+}
