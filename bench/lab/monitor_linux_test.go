@@ -1,0 +1,55 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestMonitorThread finds this test process's Go monitor thread while a
+// goroutine keeps it busy with system calls (which it wakes up to watch),
+// and checks that batchMonitor leaves a monitor that is not real-time
+// alone. The busy goroutine's own thread sleeps in nanosleep too, and must
+// not be taken for it.
+func TestMonitorThread(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	busyTID := make(chan int, 1)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		busyTID <- unix.Gettid()
+		ts := unix.NsecToTimespec(200_000)
+		for ctx.Err() == nil {
+			_ = unix.Nanosleep(&ts, nil) // a blocking system call: the monitor takes its P
+		}
+	}()
+	busy := <-busyTID
+	var tid int
+	for deadline := time.Now().Add(5 * time.Second); tid == 0; {
+		var err error
+		if tid, err = monitorThread(); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no monitor thread seen in nanosleep within 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if tid == busy || tid == unix.Getpid() {
+		t.Fatalf("monitorThread = %d: the busy goroutine's thread (%d) or the main thread", tid, busy)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	if got, err := batchMonitor(wctx); got != 0 || !errors.Is(err, errNotRealtime) {
+		t.Errorf("batchMonitor in a process that is not real-time = %d, %v; want 0, errNotRealtime", got, err)
+	}
+	cancel()
+	<-stopped
+}
