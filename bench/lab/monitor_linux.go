@@ -18,10 +18,11 @@ import (
 // of its own every 20 µs to 10 ms to take back processors from threads in
 // system calls, which the releasers and readers are in all the time; a
 // real-time thread's wake-up takes the CPU it lands on at once. In a
-// scheduler trace at 250 Mbit/s and 0 ms it preempted the near edge about
-// 480 times a second, more than the emulator's own threads did. It has
-// no timing of the link's to keep, so the helper moves it to SCHED_BATCH,
-// which never preempts on waking (docs/efficiency/lab-monitor-ab.txt).
+// scheduler trace at 250 Mbit/s and 0 ms it preempted the far edge 575
+// times a second and the near edge 531, half of the helper's preemptions
+// of each. It has no timing of the link's to keep, so the helper moves it
+// to SCHED_BATCH, which never preempts on waking
+// (docs/efficiency/lab-monitor-ab.txt).
 //
 // Go has no API for it. The runtime starts the monitor first, before any
 // other thread (runtime.main), and it sleeps in nanosleep, which nothing
