@@ -125,9 +125,12 @@ func RunLinkSpec(ctx context.Context, spec LinkSpec, control io.Reader, out io.W
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- link.Run(runCtx) }()
-	go func() { // see monitor_linux.go; silent unless moving it fails
-		if _, err := batchMonitor(runCtx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, errNotRealtime) {
-			fmt.Fprintf(os.Stderr, "link: %v\n", err)
+	go func() { // see monitor_linux.go; silent unless that fails
+		search, stop := context.WithTimeout(runCtx, monitorSearch)
+		defer stop()
+		_, err := batchMonitor(search)
+		if err != nil && runCtx.Err() == nil && !errors.Is(err, errNotRealtime) {
+			fmt.Fprintf(os.Stderr, "link: %v; it stays real-time\n", err)
 		}
 	}()
 	fmt.Fprintln(out, readyLine)

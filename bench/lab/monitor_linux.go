@@ -30,6 +30,11 @@ import (
 // helper takes the lowest thread ID after its main thread, once that
 // thread is seen in nanosleep.
 
+// monitorSearch bounds the helper's search for the monitor thread: it
+// sleeps in nanosleep as soon as packets flow, which in the lab is within
+// seconds of the link's start.
+const monitorSearch = 30 * time.Second
+
 // errNotRealtime: the monitor thread was left at its policy, not a real-time one.
 var errNotRealtime = errors.New("not real-time; left alone")
 

@@ -195,6 +195,9 @@ func (l *Link) Run(ctx context.Context) error {
 			return err
 		}
 		d.wake = w
+		d.mu.Lock()
+		d.waiting = false // a releaser stopped while waiting left it set
+		d.mu.Unlock()
 	}
 	defer func() {
 		for _, d := range l.dirs {
