@@ -35,7 +35,7 @@ import (
 // seconds of the link's start.
 const monitorSearch = 30 * time.Second
 
-// errNotRealtime: the monitor thread was left at its policy, not a real-time one.
+// errNotRealtime: the process is not real-time; its monitor thread is left alone.
 var errNotRealtime = errors.New("not real-time; left alone")
 
 // monitorThread returns the ID of this process's Go monitor thread, or 0
@@ -68,11 +68,19 @@ func monitorThread() (int, error) {
 	return lowest, nil
 }
 
-// batchMonitor moves this process's Go monitor thread to SCHED_BATCH if it
-// runs at a real-time policy, looking for it every 10 ms until ctx is done
-// (it sleeps elsewhere while the process is idle). It returns the thread's
+// batchMonitor moves this process's Go monitor thread to SCHED_BATCH if the
+// process runs at a real-time policy (every thread inherits it from the
+// one chrt started), looking for it every 10 ms until ctx is done (it
+// sleeps elsewhere while the process is idle). It returns the thread's
 // ID, or 0 and why not (errNotRealtime, ctx's error, or a failure).
 func batchMonitor(ctx context.Context) (int, error) {
+	own, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		return 0, fmt.Errorf("this thread's scheduling policy: %w", err)
+	}
+	if own.Policy != unix.SCHED_FIFO && own.Policy != unix.SCHED_RR {
+		return 0, fmt.Errorf("policy %d: %w", own.Policy, errNotRealtime)
+	}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -81,13 +89,6 @@ func batchMonitor(ctx context.Context) (int, error) {
 			return 0, fmt.Errorf("find Go's monitor thread: %w", err)
 		}
 		if tid != 0 {
-			attr, err := unix.SchedGetAttr(tid, 0)
-			if err != nil {
-				return 0, fmt.Errorf("Go's monitor thread %d: %w", tid, err)
-			}
-			if attr.Policy != unix.SCHED_FIFO && attr.Policy != unix.SCHED_RR {
-				return 0, fmt.Errorf("Go's monitor thread %d (policy %d): %w", tid, attr.Policy, errNotRealtime)
-			}
 			batch := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_BATCH}
 			if err := unix.SchedSetAttr(tid, &batch, 0); err != nil {
 				return 0, fmt.Errorf("move Go's monitor thread %d to SCHED_BATCH: %w", tid, err)

@@ -12,8 +12,8 @@ import (
 
 // TestMonitorThread finds this test process's Go monitor thread while a
 // goroutine keeps it busy with system calls (which it wakes up to watch),
-// and checks that batchMonitor leaves a monitor that is not real-time
-// alone. The busy goroutine's own thread sleeps in nanosleep too, and must
+// and checks that batchMonitor leaves the monitor of a process that is
+// not real-time alone. The busy goroutine's own thread sleeps in nanosleep too, and must
 // not be taken for it.
 func TestMonitorThread(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
