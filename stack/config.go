@@ -63,8 +63,9 @@ type Config struct {
 	// CongestionControl of the intercepted connections: "reno" (default)
 	// or "cubic". On the short LAN side CUBIC runs in its TCP-friendly
 	// region, where it is Reno anyway; and gVisor's CUBIC overflows its
-	// window after about five weeks without a congestion event (900 h of
-	// idle stalled a connection in TestCubicAfterLongIdle, Reno did not).
+	// window after months without a congestion event (in
+	// TestCubicAfterLongIdle 120 days of idle stalled a connection for
+	// good, Reno did not).
 	CongestionControl string
 	// QueueLen is the length of the NIC's outbound FIFO queue; packets are
 	// written to the TUN by the queue's own goroutine, not the TCP one.
