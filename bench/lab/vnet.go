@@ -22,7 +22,7 @@ import (
 // It is off by default: in the first A/B of README ("The link can take
 // UDP GSO batches whole") it lifted wanopt at 1 Gbit/s but cost 2 % at
 // 250 Mbit/s and 0 ms; rerun later, that loss was gone and the edges
-// spent 5 and 14 % less, but the published tables are without it.
+// spent 7 and 15 % less, but the published tables are without it.
 const (
 	vnetHdrLen     = tun.VirtioNetHdrLen
 	vnetFNeedsCsum = 1
