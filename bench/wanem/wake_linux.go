@@ -1,6 +1,7 @@
 package wanem
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -36,8 +37,9 @@ func (w *waker) wait() {
 }
 
 func (w *waker) signal() {
-	one := [8]byte{1}
-	_, _ = unix.Write(w.fd, one[:]) // fails only if the counter would overflow: it is set then
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1) // an eventfd counts in the host's byte order
+	_, _ = unix.Write(w.fd, one[:])          // blocks only past 2^64-2 signals without a wait
 }
 
 func (w *waker) close() { unix.Close(w.fd) }
