@@ -118,6 +118,16 @@ type CiscoRow struct {
 	FarSysS       float64 `json:"far_sys_s"`
 	NearCPUsPerGB float64 `json:"near_cpu_s_per_gb"`
 	FarCPUsPerGB  float64 `json:"far_cpu_s_per_gb"`
+	// Each edge's wake-ups and preemptions (its threads' voluntary and
+	// involuntary context switches, see CPUTime) per MB (1e6 bytes) of
+	// iperf payload over the same runs: the wake-ups follow the edge's
+	// design (batches, holds, timers), the preemptions the machine around
+	// it, which is what moves the CPU seconds between runs. Zero in
+	// results from before they were recorded.
+	NearWakeupsPerMB     float64 `json:"near_wakeups_per_mb"`
+	FarWakeupsPerMB      float64 `json:"far_wakeups_per_mb"`
+	NearPreemptionsPerMB float64 `json:"near_preemptions_per_mb"`
+	FarPreemptionsPerMB  float64 `json:"far_preemptions_per_mb"`
 	// The sending edge's tunnel during the measured runs (the far edge's
 	// in a download; the near edge's with CiscoResult.Upload, the JSON
 	// names kept): BBR's ProbeRTT episodes, packets lost, and stream bytes
@@ -502,6 +512,9 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	row.FarUserS, row.FarSysS = far.User.Seconds(), far.System.Seconds()
 	row.NearCPUsPerGB = cpuSecondsPerGB(near, o.BytesPerStream, o.Streams, len(row.WanoptRuns))
 	row.FarCPUsPerGB = cpuSecondsPerGB(far, o.BytesPerStream, o.Streams, len(row.WanoptRuns))
+	mb := payloadMB(o.BytesPerStream, o.Streams, len(row.WanoptRuns))
+	row.NearWakeupsPerMB, row.NearPreemptionsPerMB = perMB(near.Wakeups, mb), perMB(near.Preemptions, mb)
+	row.FarWakeupsPerMB, row.FarPreemptionsPerMB = perMB(far.Wakeups, mb), perMB(far.Preemptions, mb)
 	tun1, err := edges.Tunnel(sender)
 	if err != nil {
 		return err
@@ -525,6 +538,20 @@ func cpuSecondsPerGB(cpu CPUTime, bytesPerStream int64, streams, runs int) float
 		return 0
 	}
 	return cpu.Total().Seconds() / gb
+}
+
+// payloadMB is the iperf payload of runs transfers of streams ×
+// bytesPerStream each, in MB (1e6 bytes).
+func payloadMB(bytesPerStream int64, streams, runs int) float64 {
+	return float64(bytesPerStream) * float64(streams) * float64(runs) / 1e6
+}
+
+// perMB is n per MB of mb; 0 if nothing was moved.
+func perMB(n uint64, mb float64) float64 {
+	if mb <= 0 {
+		return 0
+	}
+	return float64(n) / mb
 }
 
 // checkEdgeCPU fails early, before minutes of plain-TCP runs, if the edges
@@ -575,18 +602,18 @@ func profileOf(ps []Profile, name string) Profile {
 func (r CiscoResult) Markdown() string {
 	var b strings.Builder
 	outage := r.Impairments.HasOutage()
-	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s | near edge CPU % | far edge CPU % | near CPU-s/GB | far CPU-s/GB | ProbeRTTs | plain runs min–max (n) | wanopt runs min–max (n) |")
+	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s | near edge CPU % | far edge CPU % | near CPU-s/GB | far CPU-s/GB | near / far wake-ups per MB (preemptions) | ProbeRTTs | plain runs min–max (n) | wanopt runs min–max (n) |")
 	if outage {
 		b.WriteString(" plain TCP recovery s | wanopt recovery s | cold recovery s | failed runs plain/wanopt/cold |")
 	}
-	b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	if outage {
 		b.WriteString("---:|---:|---:|---:|")
 	}
 	b.WriteString("\n")
 	for _, row := range r.Rows {
-		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.0f | %s | %s | %d | %s | %s |", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps,
-			row.NearCPUPct, row.FarCPUPct, perGBCell(row.NearCPUsPerGB), perGBCell(row.FarCPUsPerGB), row.FarProbeRTTs,
+		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.0f | %s | %s | %s | %d | %s | %s |", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps,
+			row.NearCPUPct, row.FarCPUPct, perGBCell(row.NearCPUsPerGB), perGBCell(row.FarCPUsPerGB), switchesCell(row), row.FarProbeRTTs,
 			spreadCell(row.PlainRuns), spreadCell(row.WanoptRuns))
 		if outage {
 			coldFailed := 0
@@ -629,6 +656,15 @@ func perGBCell(v float64) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.1f", v)
+}
+
+// switchesCell shows each edge's wake-ups per MB with its preemptions in
+// parentheses, "–" in results from before they were recorded.
+func switchesCell(row CiscoRow) string {
+	if row.NearWakeupsPerMB == 0 && row.FarWakeupsPerMB == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f (%.0f) / %.0f (%.0f)", row.NearWakeupsPerMB, row.NearPreemptionsPerMB, row.FarWakeupsPerMB, row.FarPreemptionsPerMB)
 }
 
 // recoveryCell sums up the recovery of runs with an outage: the mean

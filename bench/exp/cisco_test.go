@@ -255,12 +255,13 @@ func TestCiscoCPUPerGB(t *testing.T) {
 		Plain0ms: map[string]float64{"modern": 241},
 		Rows: []CiscoRow{{RTTms: 50, Profile: "modern", PlainMbps: 180, WanoptMbps: 236, Ratio: 236.0 / 241, ColdMbps: 210,
 			NearCPUPct: 50, FarCPUPct: 35, NearUserS: 3, NearSysS: 1, FarUserS: 1.5, FarSysS: 1.25,
-			NearCPUsPerGB: 12.72, FarCPUsPerGB: 8.74, FarProbeRTTs: 2}},
+			NearCPUsPerGB: 12.72, FarCPUsPerGB: 8.74, FarProbeRTTs: 2,
+			NearWakeupsPerMB: 26.4, FarWakeupsPerMB: 28.6, NearPreemptionsPerMB: 22.5, FarPreemptionsPerMB: 21}},
 	}
 	md := r.Markdown()
 	for _, want := range []string{
-		"| near edge CPU % | far edge CPU % | near CPU-s/GB | far CPU-s/GB | ProbeRTTs | plain runs min–max (n) | wanopt runs min–max (n) |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-		"| 50 | modern | 180.0 | 236.0 | 0.98 | 210.0 | 50 | 35 | 12.7 | 8.7 | 2 |",
+		"| near edge CPU % | far edge CPU % | near CPU-s/GB | far CPU-s/GB | near / far wake-ups per MB (preemptions) | ProbeRTTs | plain runs min–max (n) | wanopt runs min–max (n) |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+		"| 50 | modern | 180.0 | 236.0 | 0.98 | 210.0 | 50 | 35 | 12.7 | 8.7 | 26 (22) / 29 (21) | 2 |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("table lacks %q:\n%s", want, md)
@@ -295,7 +296,7 @@ func TestCiscoReplotOldJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(old), &r); err != nil {
 		t.Fatal(err)
 	}
-	if want := "| 50 | modern | 185.5 | 239.1 | 0.99 | 233.1 | 54 | 35 | – | – | 0 |"; !strings.Contains(r.Markdown(), want) {
+	if want := "| 50 | modern | 185.5 | 239.1 | 0.99 | 233.1 | 54 | 35 | – | – | – | 0 |"; !strings.Contains(r.Markdown(), want) {
 		t.Errorf("table lacks %q:\n%s", want, r.Markdown())
 	}
 	if r.EdgeCPU != 0 {
@@ -328,9 +329,39 @@ func TestParseProcStat(t *testing.T) {
 			t.Errorf("parseProcStat(%q): no error", bad)
 		}
 	}
-	// This process's own line parses.
-	if _, err := procCPUTime(os.Getpid()); err != nil {
-		t.Error(err)
+	// This process's own line parses, and its threads have waited (the
+	// test runner's goroutines park; their threads sleep).
+	c, err := procCPUTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Wakeups == 0 {
+		t.Errorf("procCPUTime(self) = %+v: no voluntary context switches", c)
+	}
+}
+
+func TestParseSwitches(t *testing.T) {
+	status := "Name:\twanopt\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t8533\nnonvoluntary_ctxt_switches:\t  761\n"
+	vol, invol, err := parseSwitches(status)
+	if err != nil || vol != 8533 || invol != 761 {
+		t.Errorf("parseSwitches = %d, %d, %v; want 8533, 761, nil", vol, invol, err)
+	}
+	for _, bad := range []string{"Name:\tx\n", "voluntary_ctxt_switches:\t1\n", "voluntary_ctxt_switches:\tx\nnonvoluntary_ctxt_switches:\t1\n"} {
+		if _, _, err := parseSwitches(bad); err == nil {
+			t.Errorf("parseSwitches(%q): no error", bad)
+		}
+	}
+	// Sub counts the switches between two readings, never below zero (a
+	// thread that ended took its switches with it).
+	a := CPUTime{Wakeups: 100, Preemptions: 50}
+	if d := (CPUTime{Wakeups: 130, Preemptions: 40}).Sub(a); d.Wakeups != 30 || d.Preemptions != 0 {
+		t.Errorf("Sub = %+v, want 30 wake-ups, 0 preemptions", d)
+	}
+	if got := perMB(30, 1.5); got != 20 {
+		t.Errorf("perMB(30, 1.5) = %v, want 20", got)
+	}
+	if got := perMB(30, 0); got != 0 {
+		t.Errorf("perMB(30, 0) = %v, want 0", got)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -187,17 +188,27 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	return e, nil
 }
 
-// CPUTime is a process's CPU time in user and in system (kernel) mode.
+// CPUTime is a process's CPU time in user and in system (kernel) mode,
+// and its threads' context switches: Wakeups counts the voluntary ones (a
+// thread waited, for a socket, a timer or another thread, and was woken:
+// what an edge's work costs in wake-ups, steady from one run to the next
+// where its CPU seconds are not), Preemptions the involuntary ones
+// (another thread took the CPU; in the lab mostly the link helper, which
+// runs at real-time priority, and iperf). The counts are summed over the
+// threads alive when read, so a thread that ended between two readings
+// takes its switches with it (Go's threads live as long as the program).
 type CPUTime struct {
-	User, System time.Duration
+	User, System         time.Duration
+	Wakeups, Preemptions uint64
 }
 
 // Total is user plus system time.
 func (c CPUTime) Total() time.Duration { return c.User + c.System }
 
-// Sub is the CPU time used between b and c.
+// Sub is the CPU time used, and the switches made, between b and c.
 func (c CPUTime) Sub(b CPUTime) CPUTime {
-	return CPUTime{User: c.User - b.User, System: c.System - b.System}
+	return CPUTime{User: c.User - b.User, System: c.System - b.System,
+		Wakeups: c.Wakeups - min(b.Wakeups, c.Wakeups), Preemptions: c.Preemptions - min(b.Preemptions, c.Preemptions)}
 }
 
 // CPUTimes returns the CPU time each edge's process has used so far, read
@@ -224,13 +235,66 @@ func (p *edgeProc) cpuTime() (CPUTime, error) {
 	return procCPUTime(p.cmd.Process.Pid)
 }
 
-// procCPUTime reads utime and stime of a process from /proc/PID/stat.
+// procCPUTime reads utime and stime of a process from /proc/PID/stat,
+// and its threads' context switches from /proc/PID/task/*/status.
 func procCPUTime(pid int) (CPUTime, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return CPUTime{}, fmt.Errorf("CPU time of process %d: %w", pid, err)
 	}
-	return parseProcStat(pid, string(b))
+	c, err := parseProcStat(pid, string(b))
+	if err != nil {
+		return CPUTime{}, err
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return CPUTime{}, fmt.Errorf("threads of process %d: %w", pid, err)
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // the thread ended since the listing
+		}
+		if err != nil {
+			return CPUTime{}, fmt.Errorf("context switches of process %d: %w", pid, err)
+		}
+		vol, invol, err := parseSwitches(string(b))
+		if err != nil {
+			return CPUTime{}, fmt.Errorf("context switches of thread %s of process %d: %w", t.Name(), pid, err)
+		}
+		c.Wakeups += vol
+		c.Preemptions += invol
+	}
+	return c, nil
+}
+
+// parseSwitches reads voluntary_ctxt_switches and
+// nonvoluntary_ctxt_switches from the text of /proc/PID/task/TID/status.
+func parseSwitches(status string) (vol, invol uint64, err error) {
+	var found int
+	for line := range strings.Lines(status) {
+		name, value, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		var dst *uint64
+		switch name {
+		case "voluntary_ctxt_switches":
+			dst = &vol
+		case "nonvoluntary_ctxt_switches":
+			dst = &invol
+		default:
+			continue
+		}
+		if *dst, err = strconv.ParseUint(strings.TrimSpace(value), 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", name, err)
+		}
+		found++
+	}
+	if found != 2 {
+		return 0, 0, errors.New("no voluntary_ctxt_switches and nonvoluntary_ctxt_switches lines")
+	}
+	return vol, invol, nil
 }
 
 // parseProcStat reads utime and stime from the text of /proc/PID/stat.
