@@ -193,8 +193,9 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 // thread waited, for a socket, a timer or another thread, and was woken:
 // what an edge's work costs in wake-ups, steady from one run to the next
 // where its CPU seconds are not), Preemptions the involuntary ones
-// (another thread took the CPU; in the lab mostly the link helper, which
-// runs at real-time priority, and iperf). The counts are summed over the
+// (another thread took the CPU, in the lab mostly the link helper, which
+// runs at real-time priority, and iperf; or the cgroup of --edge-cpu ran
+// out of its quota). The counts are summed over the
 // threads alive when read, so a thread that ended between two readings
 // takes its switches with it (Go's threads live as long as the program).
 type CPUTime struct {

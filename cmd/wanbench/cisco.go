@@ -147,7 +147,7 @@ Flags:
 		fmt.Printf("The edges ran on CPU %s, the rest of the lab on CPU %s (--edges-apart).\n", res.EdgeCPUs, res.LabCPUs)
 	}
 	fmt.Print(res.Markdown())
-	fmt.Printf("\nwanopt / plain 0 ms: against plain TCP's own 0 ms figure in this run (%s). Cold tunnel: the first run on a fresh pair of edges. CPU-s/GB: each edge's user + system CPU seconds over the measured runs per GB (1e9 bytes) of iperf payload they moved. Wake-ups per MB: each edge's voluntary context switches (a thread waited and was woken) per MB of that payload; in parentheses its preemptions (involuntary switches: another program took its CPU).\n", fmtRefs(res.Plain0ms))
+	fmt.Printf("\nwanopt / plain 0 ms: against plain TCP's own 0 ms figure in this run (%s). Cold tunnel: the first run on a fresh pair of edges. CPU-s/GB: each edge's user + system CPU seconds over the measured runs per GB (1e9 bytes) of iperf payload they moved. Wake-ups per MB: each edge's voluntary context switches (a thread waited and was woken) per MB of that payload; in parentheses its preemptions (involuntary switches: another program took its CPU, or its --edge-cpu quota ran out).\n", fmtRefs(res.Plain0ms))
 	if res.Impairments.HasOutage() {
 		fmt.Printf("Recovery: seconds from the link's return until a report interval reached %.1f Mbit/s (80 %% of the link's goodput limit); never: not before the transfer ended; –: the outage hit no run that completed. Failed runs count in no mean.\n", res.RecoveryBarMbps)
 	}
