@@ -533,7 +533,7 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 // each. A failed run counts as a whole transfer, though it moved less: with
 // outages the figure is a lower bound. 0 if nothing was moved.
 func cpuSecondsPerGB(cpu CPUTime, bytesPerStream int64, streams, runs int) float64 {
-	gb := float64(bytesPerStream) * float64(streams) * float64(runs) / 1e9
+	gb := payloadMB(bytesPerStream, streams, runs) / 1e3
 	if gb <= 0 {
 		return 0
 	}
