@@ -83,7 +83,7 @@ const maxPacerBurstBytes = 4 << 20
 // the same; a batch leaves at most 1 ms later than it would have, and the
 // bottleneck's queue takes at most 1 ms of extra burst, as Linux's TSO
 // autosizing allows. (At 250 Mbit/s the far edge went from 6,100 sends a
-// second to 940, with a tenth less CPU; see the README.)
+// second to 940, with a tenth less CPU; see docs/efficiency/JOURNAL.md.)
 //
 // A rate of 0 means unpaced: Budget is unlimited and NextSendTime is now.
 // A Pacer is not safe for concurrent use.

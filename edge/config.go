@@ -336,7 +336,7 @@ const (
 // flows, and at 32 flows sharing 250 Mbit/s the near edge made 4,900 TUN
 // writes a second and spent 10.6-12.7 CPU-seconds per GB (about 4 at
 // four flows); at 1 MiB all 32 hold a grant (wanbench cisco --streams 32,
-// README).
+// docs/efficiency/JOURNAL.md).
 func (c Config) buffers() bufferPlan {
 	c = c.withDefaults()
 	total := int64(c.MemoryMiB) << 20

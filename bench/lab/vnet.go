@@ -19,10 +19,11 @@ import (
 // a NIC with UDP segmentation offload would not. The helper splits the
 // frame into the datagrams the wire would carry before they enter the
 // emulated link, so rate, queue and loss still act on each datagram.
-// It is off by default: in the first A/B of README ("The link can take
-// UDP GSO batches whole") it lifted wanopt at 1 Gbit/s but cost 2 % at
-// 250 Mbit/s and 0 ms; rerun later, that loss was gone and the edges
-// spent 7 and 15 % less, but the published tables are without it.
+// It is off by default: in its first A/B (docs/efficiency/JOURNAL.md,
+// "The link can take UDP GSO batches whole") it lifted wanopt at
+// 1 Gbit/s but cost 2 % at 250 Mbit/s and 0 ms; rerun later, that loss
+// was gone and the edges spent 7 and 15 % less, but the published
+// tables are without it.
 const (
 	vnetHdrLen     = tun.VirtioNetHdrLen
 	vnetFNeedsCsum = 1
