@@ -246,15 +246,64 @@ func newPayload(seed uint64, total int, hashIt bool) *payload {
 	return p
 }
 
-// writer pumps a payload into a stream and closes it at the end.
+// writer pumps a payload into a stream and closes it at the end. With
+// lend it fills room lent by StreamLend (64 KiB, once 32 KiB are free)
+// instead of calling StreamWrite, and counts the lends and the
+// EventStreamWritable that found no room (idleWakes).
 type writer struct {
 	c      *Conn
 	id     uint64
 	p      *payload
 	closed bool
+
+	lend            bool
+	room            [][]byte
+	lends, minLent  int
+	idleWakes, lent int
+}
+
+// pumpLent is pump with lend: it returns how many bytes it committed.
+func (w *writer) pumpLent() int {
+	total := 0
+	for !w.closed {
+		if w.p.done == w.p.total {
+			if err := w.c.StreamCloseWrite(w.id); err == nil {
+				w.closed = true
+			}
+			return total
+		}
+		room, err := w.c.StreamLend(w.id, w.room, 64<<10, 32<<10)
+		w.room = room
+		if err != nil || len(room) == 0 {
+			return total
+		}
+		n := 0
+		for _, b := range room {
+			b = b[:min(len(b), w.p.total-w.p.done-n)]
+			w.p.gen.Read(b)
+			if w.p.hash {
+				w.p.sum.Write(b)
+			}
+			n += len(b)
+		}
+		if _, err := w.c.StreamCommit(w.id, n); err != nil {
+			panic(err)
+		}
+		w.p.done += n
+		total += n
+		w.lends++
+		if w.p.done < w.p.total && (w.minLent == 0 || n < w.minLent) {
+			w.minLent = n // the last lend may take less than it was lent
+		}
+	}
+	return total
 }
 
 func (w *writer) pump() {
+	if w.lend {
+		w.pumpLent()
+		return
+	}
 	for !w.closed {
 		if len(w.p.pend) == 0 {
 			if w.p.done == w.p.total {
@@ -331,6 +380,7 @@ type bulkApp struct {
 	readers   map[uint64]*reader
 	openOnEst int // streams to open when established
 	refused   int
+	lend      bool // writers fill lent room (StreamLend) instead of writing
 }
 
 func newBulkApp(c *Conn, perStream int, hashIt bool, seedBase uint64) *bulkApp {
@@ -359,7 +409,7 @@ func (a *bulkApp) startWriter(id uint64) {
 	if a.perStream <= 0 {
 		return
 	}
-	w := &writer{c: a.c, id: id, p: newPayload(a.seedBase^id*0x9e3779b97f4a7c15, a.perStream, a.hash)}
+	w := &writer{c: a.c, id: id, p: newPayload(a.seedBase^id*0x9e3779b97f4a7c15, a.perStream, a.hash), lend: a.lend}
 	a.writers[id] = w
 	w.pump()
 }
@@ -384,7 +434,11 @@ func (a *bulkApp) onEvent(now monotime.Time, ev Event) {
 		}
 	case EventStreamWritable:
 		if w := a.writers[ev.StreamID]; w != nil {
-			w.pump()
+			if w.lend && w.pumpLent() == 0 && !w.closed {
+				w.idleWakes++
+			} else if !w.lend {
+				w.pump()
+			}
 		}
 	case EventStreamReadable:
 		if r := a.readers[ev.StreamID]; r != nil {

@@ -213,7 +213,7 @@ func (c *Conn) onAcked(tok uint64) {
 		case fkStream:
 			if st := c.streams[r.id]; st != nil {
 				st.send.OnAcked(r.off, int(r.n), r.fin)
-				if st.wantWritable && st.send.Writable() > 0 {
+				if st.wantWritable && st.send.Writable() >= max(st.writableAt, 1) {
 					st.wantWritable = false
 					c.events.push(Event{Kind: EventStreamWritable, StreamID: st.id})
 				}

@@ -38,6 +38,7 @@ type streamState struct {
 
 	inSched, inCtrl, removed    bool
 	readSignalled, wantWritable bool
+	writableAt                  int    // room that makes EventStreamWritable due (wantWritable)
 	appRecvDone                 bool   // the application saw the FIN or the reset, or stopped reading
 	sentHigh                    uint64 // highest stream offset sent, to count retransmissions
 }
@@ -286,12 +287,59 @@ func (c *Conn) StreamWrite(id uint64, p []byte) (int, error) {
 	}
 	n := st.send.Write(p)
 	if n < len(p) {
-		st.wantWritable = true
+		st.wantWritable, st.writableAt = true, 1
 	}
 	if n > 0 {
 		c.schedule(st)
 	}
 	return n, nil
+}
+
+// StreamLend lends room at the end of the stream's send buffer, up to want
+// bytes, as slices appended to dst[:0]: the caller fills them (on any
+// goroutine) and passes the count to StreamCommit, which must follow before
+// the next StreamWrite or StreamLend; the bytes are then the stream's, with
+// no copy. It lends nothing while there is room for fewer than atLeast
+// bytes (at most the stream's Config.MinSendBufferBytes, which it always
+// has once its bytes are acknowledged): EventStreamWritable follows once
+// there is room for that many. A caller that reads a socket into the room
+// then reads large pieces, not one per acknowledgment. Errors are
+// StreamWrite's. See stream.SendStream.Lend.
+func (c *Conn) StreamLend(id uint64, dst [][]byte, want, atLeast int) ([][]byte, error) {
+	st, err := c.stream(id)
+	if err != nil {
+		return dst[:0], err
+	}
+	if st.send.Closed() {
+		return dst[:0], fmt.Errorf("write on stream %d: %w", id, ErrStreamState)
+	}
+	atLeast = max(1, min(atLeast, want, c.flow.Config().MinSendBufferBytes))
+	if st.send.Writable() < atLeast {
+		st.wantWritable, st.writableAt = true, atLeast
+		return dst[:0], nil
+	}
+	return st.send.Lend(dst, want), nil
+}
+
+// StreamCommit ends a StreamLend: the first n lent bytes become the
+// stream's next bytes, as if written by StreamWrite, and the rest of the
+// room is given back. It returns the bytes taken: n, or 0 with an error
+// wrapping ErrStreamState when the stream was closed or reset meanwhile
+// (the bytes are dropped), or wrapping ErrUnknownStream when it is gone.
+func (c *Conn) StreamCommit(id uint64, n int) (int, error) {
+	st, err := c.stream(id)
+	if err != nil {
+		return 0, err
+	}
+	k := st.send.Commit(n)
+	if k > 0 {
+		c.schedule(st)
+	}
+	c.maybeFinish(st) // its end may have been acknowledged while the room was lent
+	if k < n {
+		return k, fmt.Errorf("write on stream %d: %w", id, ErrStreamState)
+	}
+	return k, nil
 }
 
 // StreamCloseWrite ends the sending half after the bytes written so far

@@ -67,6 +67,43 @@ func TestIntegrityLossReorderDuplication(t *testing.T) {
 	}
 }
 
+// TestIntegrityLent: streams filled through StreamLend instead of
+// StreamWrite arrive whole over a path that loses, reorders and
+// duplicates (retransmissions come from what was lent), every room lent
+// but a stream's last holds at least the 32 KiB asked for, an
+// EventStreamWritable finds that much room (nearly always: the send cap's
+// share of a stream can shrink in between, as other streams start
+// holding bytes), and the streams are forgotten at the end.
+func TestIntegrityLent(t *testing.T) {
+	const streams, perStream, seed = 4, 4 << 20, 5
+	path := pathConfig{rateBps: 250_000_000, rtt: 50 * time.Millisecond,
+		lossPct: 2, reorderPct: 1, dupPct: 1}
+	n := newTestNet(t, seed, path, nil)
+	cli, srv := bulkNet(n, perStream, true, streams)
+	cli.lend, srv.lend = true, true
+	n.runUntil(t, 120*time.Second, func() bool {
+		a, fa := cli.received()
+		b, fb := srv.received()
+		return fa && fb && a == streams*perStream && b == streams*perStream
+	})
+	checkHashes(t, seed, cli, srv)
+	checkHashes(t, seed, srv, cli)
+	for _, app := range []*bulkApp{cli, srv} {
+		for id, w := range app.writers {
+			if w.lends == 0 || w.minLent < 32<<10 || w.idleWakes*10 > w.lends {
+				t.Errorf("stream %d: %d lends, the smallest %d bytes, %d wake-ups without room; want lends of at least 32 KiB and a wake-up without room at most once in ten",
+					id, w.lends, w.minLent, w.idleWakes)
+			}
+		}
+	}
+	n.runUntil(t, 2*time.Second, func() bool {
+		return n.client.c.Stats().StreamsOpen == 0 && n.server.c.Stats().StreamsOpen == 0
+	})
+	if used := n.client.c.Stats().BudgetUsedBytes; used != 0 {
+		t.Errorf("the budget holds %d bytes after the streams ended", used)
+	}
+}
+
 // warmUp carries streams of 20 BDPs from client to server until BBR has
 // left Startup.
 func warmUp(t *testing.T, n *testNet, seed uint64, path pathConfig) {

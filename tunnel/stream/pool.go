@@ -47,6 +47,10 @@ func (p *Pool) put(c []byte) {
 	}
 }
 
+// drop forgets a chunk obtained from get that must not be reused (its
+// borrower may still write into it); the garbage collector takes it.
+func (p *Pool) drop() { p.inUse-- }
+
 // chunkRing is a deque of chunks holding the bytes of one stream at absolute
 // stream offsets: chunk number k holds offsets [k*size, (k+1)*size). The
 // ring covers chunk numbers [first, first+n); a slot is nil until a byte
@@ -90,6 +94,18 @@ func (r *chunkRing) grow() {
 		ns[i] = r.slots[(r.head+i)%len(r.slots)]
 	}
 	r.slots, r.head = ns, 0
+}
+
+// forget empties the slot of chunk number k, if covered and filled, without
+// returning its chunk to the pool, and reports whether it held one.
+func (r *chunkRing) forget(k uint64) bool {
+	if k < r.first || k >= r.first+uint64(r.n) {
+		return false
+	}
+	s := r.slot(k)
+	had := *s != nil
+	*s = nil
+	return had
 }
 
 // releaseBelow returns to p every chunk whose bytes all lie below offset.

@@ -30,7 +30,8 @@ type SendStream struct {
 	ackedBase uint64    // every byte below is acknowledged (and freed)
 	sentEnd   uint64    // bytes below were sent at least once
 	writeEnd  uint64    // bytes written by the application
-	reserved  uint64    // bytes reserved from the budget (the buffered bytes)
+	reserved  uint64    // bytes reserved from the budget (the buffered and lent bytes)
+	lent      uint64    // room above writeEnd lent by Lend until Commit
 
 	acked rangeSet // acknowledged ranges above ackedBase
 	lost  rangeSet // ranges to retransmit, within [ackedBase, sentEnd), none acked
@@ -72,7 +73,7 @@ func (s *SendStream) Writable() int {
 		return 0
 	}
 	cfg := &s.cf.cfg
-	buffered := s.writeEnd - s.ackedBase
+	buffered := s.writeEnd + s.lent - s.ackedBase
 	room := uint64(cfg.SendBufferBytes) - min(buffered, uint64(cfg.SendBufferBytes))
 	if share := s.cf.sendShare(s.reserved > 0); share > 0 {
 		room = min(room, share-min(buffered, share))
@@ -87,21 +88,12 @@ func (s *SendStream) Writable() int {
 // Write copies as much of p as Writable allows into the stream's buffer and
 // returns the number of bytes taken; 0 means the buffer is full (or the
 // stream closed or reset), and the driver should wait for OnAcked. p is not
-// retained.
+// retained. It must not be called while space is lent (Lend).
 func (s *SendStream) Write(p []byte) int {
-	want := min(uint64(len(p)), uint64(s.Writable()))
-	if want == 0 {
+	if s.lent > 0 {
 		return 0
 	}
-	var floor uint64
-	if f, b := uint64(s.cf.cfg.MinSendBufferBytes), s.writeEnd-s.ackedBase; b < f {
-		floor = f - b
-	}
-	n := int(s.cf.budget.reserve(want, floor))
-	if s.reserved == 0 && n > 0 {
-		s.cf.holding++
-	}
-	s.reserved += uint64(n)
+	n := s.reserve(len(p))
 	p = p[:n]
 	chunk := uint64(s.cf.pool.chunkBytes)
 	for len(p) > 0 {
@@ -111,6 +103,105 @@ func (s *SendStream) Write(p []byte) int {
 		p = p[m:]
 	}
 	return n
+}
+
+// reserve takes up to want bytes of room from the stream's buffer and the
+// budget, as Writable allows, and returns how many it took.
+func (s *SendStream) reserve(want int) int {
+	w := min(uint64(want), uint64(s.Writable()))
+	if w == 0 {
+		return 0
+	}
+	var floor uint64
+	if f, b := uint64(s.cf.cfg.MinSendBufferBytes), s.writeEnd-s.ackedBase; b < f {
+		floor = f - b
+	}
+	n := s.cf.budget.reserve(w, floor)
+	if s.reserved == 0 && n > 0 {
+		s.cf.holding++
+	}
+	s.reserved += n
+	return int(n)
+}
+
+// unreserve gives back n reserved bytes that were never written.
+func (s *SendStream) unreserve(n uint64) {
+	if n == 0 {
+		return
+	}
+	s.reserved -= n
+	if s.reserved == 0 {
+		s.cf.holding--
+	}
+	s.cf.budget.release(n)
+}
+
+// Lend lends the caller the room at the end of the stream's buffer, up to
+// want bytes and what Writable allows, as consecutive slices of the
+// buffer's chunks appended to dst[:0] (at most want/ChunkBytes+2 of them),
+// so that the application's bytes can be read straight into the buffer
+// instead of copied in by Write. The room counts as written (against
+// Writable and the budget) until Commit says how much of it was filled;
+// every Lend must be followed by one Commit, and Write and Lend wait for it.
+// It returns no slices when there is no room, as Write takes nothing.
+//
+// The slices are the caller's to fill, on any goroutine, until Commit:
+// nothing else reads or writes those bytes, and a Reset meanwhile leaves
+// their chunks to the caller instead of recycling them.
+func (s *SendStream) Lend(dst [][]byte, want int) [][]byte {
+	dst = dst[:0]
+	if s.lent > 0 {
+		return dst
+	}
+	n := uint64(s.reserve(want))
+	s.lent = n
+	chunk := uint64(s.cf.pool.chunkBytes)
+	for off, end := s.writeEnd, s.writeEnd+n; off < end; {
+		c := s.buf.chunkFor(s.cf.pool, s.ackedBase/chunk, off/chunk)
+		i := off % chunk
+		m := min(chunk-i, end-off)
+		dst = append(dst, c[i:i+m:i+m])
+		off += m
+	}
+	return dst
+}
+
+// Commit ends a Lend: the first n bytes of the lent room (in the order of
+// the slices) become the stream's next bytes, as if given to Write, and the
+// rest goes back to the buffer and the budget. It returns the bytes taken:
+// n, or 0 after Reset or CloseWrite (the bytes are dropped: nothing may
+// follow the end of a stream) or when nothing was lent.
+func (s *SendStream) Commit(n int) int {
+	lent := s.lent
+	s.lent = 0
+	if s.reset {
+		return 0 // Reset released the reservation and dropped the chunks
+	}
+	k := min(uint64(max(n, 0)), lent)
+	if s.closed {
+		k = 0
+	}
+	s.writeEnd += k
+	s.unreserve(lent - k)
+	if s.Done() { // the FIN was acknowledged while the room was lent
+		s.buf.releaseAll(s.cf.pool)
+	}
+	return int(k)
+}
+
+// dropLent forgets the chunks holding lent room, which the borrower may
+// still be writing, instead of letting releaseAll recycle them: the
+// garbage collector takes them once the borrower is done.
+func (s *SendStream) dropLent() {
+	if s.lent == 0 {
+		return
+	}
+	chunk := uint64(s.cf.pool.chunkBytes)
+	for k := s.writeEnd / chunk; k <= (s.writeEnd+s.lent-1)/chunk; k++ {
+		if s.buf.forget(k) {
+			s.cf.pool.drop()
+		}
+	}
 }
 
 // CloseWrite ends the stream after the bytes written so far: a FIN will be
@@ -322,6 +413,7 @@ func (s *SendStream) Reset(code wire.ErrorCode) (finalSize uint64, ok bool) {
 		return 0, false
 	}
 	s.reset, s.resetCode = true, code
+	s.dropLent()
 	s.buf.releaseAll(s.cf.pool)
 	s.cf.budget.release(s.reserved)
 	if s.reserved > 0 {
@@ -357,7 +449,7 @@ func (s *SendStream) Done() bool {
 	if s.reset {
 		return s.resetAcked
 	}
-	return s.finAcked && s.ackedBase == s.writeEnd
+	return s.finAcked && s.ackedBase == s.writeEnd && s.lent == 0
 }
 
 // SendLimit names what holds a stream's bytes back, for an operator asking

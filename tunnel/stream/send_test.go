@@ -440,3 +440,139 @@ func TestSendLimit(t *testing.T) {
 		t.Fatalf("at its floor with the budget spent: %v; want memory", l)
 	}
 }
+
+// fill writes src into the lent slices and returns how many bytes fit.
+func fill(lent [][]byte, src []byte) int {
+	n := 0
+	for _, b := range lent {
+		n += copy(b, src[n:])
+	}
+	return n
+}
+
+func TestSendLendCommit(t *testing.T) {
+	cf := newConn(t, Config{ChunkBytes: 4096}, 0)
+	s := NewSendStream(4, cf, 1<<20)
+	src := pattern(20000)
+	if n := s.Write(src[:1000]); n != 1000 {
+		t.Fatalf("Write took %d", n)
+	}
+	lent := s.Lend(nil, 9000) // 3096 in the first chunk, 4096, 1808
+	if len(lent) != 3 || len(lent[0]) != 3096 || len(lent[1]) != 4096 || len(lent[2]) != 1808 {
+		t.Fatalf("lent %d slices: %v", len(lent), lens(lent))
+	}
+	if n := s.Write(src[1000:]); n != 0 {
+		t.Fatalf("Write while lent took %d", n)
+	}
+	if again := s.Lend(nil, 100); len(again) != 0 {
+		t.Fatal("a second Lend before Commit lent room")
+	}
+	if used := cf.Budget().Used(); used != 10000 {
+		t.Fatalf("budget used %d while 1000 written and 9000 lent, want 10000", used)
+	}
+	fill(lent, src[1000:])
+	if n := s.Commit(5000); n != 5000 {
+		t.Fatalf("Commit took %d of 5000", n)
+	}
+	if s.Buffered() != 6000 || cf.Budget().Used() != 6000 {
+		t.Fatalf("after Commit: buffered %d, budget used %d, want 6000 and 6000", s.Buffered(), cf.Budget().Used())
+	}
+	// The rest of the stream through a second lend, then the whole stream
+	// comes out in order.
+	lent = s.Lend(lent, 14000)
+	if k := fill(lent, src[6000:]); k != 14000 {
+		t.Fatalf("lent %d bytes, want 14000", k)
+	}
+	if n := s.Commit(14000); n != 14000 {
+		t.Fatalf("Commit took %d", n)
+	}
+	var next uint64
+	for _, f := range popAll(s, 1350) {
+		if f.offset != next {
+			t.Fatalf("frame at %d, want %d", f.offset, next)
+		}
+		checkFrame(t, f, src)
+		next += uint64(len(f.data))
+		s.OnAcked(f.offset, len(f.data), false)
+	}
+	if next != 20000 || cf.Budget().Used() != 0 {
+		t.Fatalf("sent %d, budget used %d; want 20000 and 0", next, cf.Budget().Used())
+	}
+}
+
+func lens(bs [][]byte) []int {
+	var n []int
+	for _, b := range bs {
+		n = append(n, len(b))
+	}
+	return n
+}
+
+func TestSendLendLimits(t *testing.T) {
+	cf := newConn(t, Config{ChunkBytes: 4096, SendBufferBytes: 8192, MinSendBufferBytes: 4096}, 0)
+	s := NewSendStream(4, cf, 1<<20)
+	if k := fill(s.Lend(nil, 1<<20), pattern(1<<20)); k != 8192 {
+		t.Fatalf("lent %d bytes with an 8192-byte buffer", k)
+	}
+	if s.Writable() != 0 {
+		t.Fatalf("Writable %d with the whole buffer lent", s.Writable())
+	}
+	s.Commit(0)
+	if s.Buffered() != 0 || cf.Budget().Used() != 0 || s.Writable() != 8192 {
+		t.Fatalf("after Commit(0): buffered %d, budget %d, writable %d", s.Buffered(), cf.Budget().Used(), s.Writable())
+	}
+	if n := s.Commit(100); n != 0 {
+		t.Fatalf("Commit without Lend took %d", n)
+	}
+}
+
+// A stream ended while its room is lent: nothing lent is sent or recycled
+// to another stream, the budget is returned, and the stream finishes only
+// after Commit.
+func TestSendLendThenEnd(t *testing.T) {
+	t.Run("reset", func(t *testing.T) {
+		cf := newConn(t, Config{ChunkBytes: 4096}, 0)
+		s := NewSendStream(4, cf, 1<<20)
+		s.Write(pattern(100))
+		lent := s.Lend(nil, 5000)
+		s.Reset(7)
+		if cf.Pool().InUse() != 0 || cf.Budget().Used() != 0 {
+			t.Fatalf("after Reset: %d chunks in use, budget %d", cf.Pool().InUse(), cf.Budget().Used())
+		}
+		// Another stream's chunks are not the lent ones.
+		o := NewSendStream(8, cf, 1<<20)
+		o.Write(pattern(8192))
+		for _, f := range popAll(o, 4096) {
+			for _, b := range lent {
+				if &f.data[0] == &b[0] {
+					t.Fatal("a lent chunk was given to another stream")
+				}
+			}
+		}
+		fill(lent, pattern(5000))
+		if n := s.Commit(5000); n != 0 {
+			t.Fatalf("Commit after Reset took %d", n)
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		cf := newConn(t, Config{ChunkBytes: 4096}, 0)
+		s := NewSendStream(4, cf, 1<<20)
+		s.Write(pattern(100))
+		lent := s.Lend(nil, 5000)
+		s.CloseWrite()
+		for _, f := range popAll(s, 1350) {
+			s.OnAcked(f.offset, len(f.data), f.fin)
+		}
+		if s.Done() {
+			t.Fatal("Done while room is lent")
+		}
+		fill(lent, pattern(5000))
+		if n := s.Commit(5000); n != 0 {
+			t.Fatalf("Commit after CloseWrite took %d", n)
+		}
+		if !s.Done() || s.Buffered() != 0 || cf.Budget().Used() != 0 || cf.Pool().InUse() != 0 {
+			t.Fatalf("after Commit: Done %v, buffered %d, budget %d, %d chunks in use",
+				s.Done(), s.Buffered(), cf.Budget().Used(), cf.Pool().InUse())
+		}
+	})
+}
