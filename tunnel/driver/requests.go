@@ -32,6 +32,7 @@ const (
 	opCancelRead // end the stream's parked read with what it holds
 	opSendLimit  // what holds the stream's written bytes back (result.n)
 	opRateCap    // cap the sending rate at request.code bits per second
+	opLend       // commit request.commit lent bytes, then lend request.min more
 )
 
 // request is an application goroutine's call into the driver. buf is
@@ -49,14 +50,19 @@ type request struct {
 	// by wait having passed since its first byte (see parked.go).
 	min  int
 	wait time.Duration
+	// commit (opLend) is how many bytes of the previous lend were filled,
+	// -1 when none is outstanding; bufs is the slice to lend into.
+	commit int
+	bufs   [][]byte
 }
 
 // result is the driver's answer to a request.
 type result struct {
-	n   int
-	fin bool
-	err error
-	s   *Stream
+	n    int
+	fin  bool
+	err  error
+	s    *Stream
+	bufs [][]byte // opLend: the room lent
 }
 
 // connErr turns an error from a Conn call into the driver's error for
@@ -115,6 +121,8 @@ func (d *driverState) handleReq(r request) {
 		d.cancelParked(s)
 	case opWrite:
 		res = d.write(s, r.buf)
+	case opLend:
+		res = d.lend(s, r)
 	case opCloseWrite:
 		if s.d.gone || s.d.closed || s.d.finQueued || s.d.stopped {
 			break // nothing left to close
@@ -192,7 +200,35 @@ func (d *driverState) write(s *Stream, p []byte) result {
 	return result{n: n}
 }
 
-// closeStream ends both halves of s. The sending half gets a FIN after
+// lend serves Stream.Lend: it commits the bytes filled into the previous
+// lend, then lends room for up to r.min more, once there is room for half
+// of that.
+func (d *driverState) lend(s *Stream, r request) result {
+	var res result
+	if r.commit >= 0 {
+		n, err := d.conn.StreamCommit(s.id, r.commit)
+		if err != nil {
+			return result{n: n, err: d.connErr(s, opWrite, err)}
+		}
+		res.n = n
+	}
+	if r.min <= 0 {
+		return res
+	}
+	if s.d.gone || s.d.closed || s.d.stopped || s.d.finQueued {
+		res.err = d.streamErr(s, opWrite, nil)
+		return res
+	}
+	bufs, err := d.conn.StreamLend(s.id, r.bufs, r.min, r.min/2)
+	if err != nil {
+		res.err = d.connErr(s, opWrite, err)
+		return res
+	}
+	res.bufs = bufs
+	return res
+}
+
+// closeStream ends both halves of s.// closeStream ends both halves of s. The sending half gets a FIN after
 // the data written so far, or a reset when abort is set or unread data
 // is waiting (as TCP sends RST when closing with unread data); the
 // receiving half asks the peer to stop sending. code is the reset's and

@@ -41,10 +41,12 @@ type Stream struct {
 	rerr    error       // sticky read error (io.EOF, reset); guarded by rmu
 	rdl     deadline
 
-	wmu    sync.Mutex
-	wreply chan result
-	werr   error // sticky write error; guarded by wmu
-	wdl    deadline
+	wmu     sync.Mutex
+	wreply  chan result
+	werr    error // sticky write error; guarded by wmu
+	wdl     deadline
+	lent    [][]byte // the room of the outstanding Lend (nil: none); guarded by wmu
+	lendBuf [][]byte // reused for lent
 
 	// peerReset is set, by the driver only (markPeerReset), once the peer
 	// reset the stream or its session ended; atomic so that WatchReset can
@@ -176,6 +178,9 @@ func (s *Stream) Write(p []byte) (int, error) {
 	if s.werr != nil {
 		return 0, s.werr
 	}
+	if s.lent != nil {
+		return 0, fmt.Errorf("driver: write on stream %d while its room is lent (Lend)", s.id)
+	}
 	total := 0
 	for len(p) > 0 {
 		if err := s.ready(&s.wdl); err != nil {
@@ -199,6 +204,68 @@ func (s *Stream) Write(p []byte) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// Lend lends room in the stream's send buffer, so that a copy can read
+// straight into it instead of handing bytes to Write, which copies them:
+// it first commits the first filled bytes of the room the previous Lend
+// returned (0 when none was filled or there was none), then lends room for
+// up to want more bytes (none when want is 0) as one or more slices, which
+// are the caller's to fill until the next Lend. It blocks until there is
+// room for half of want (or the stream's floor, MinSendBufferBytes, if
+// less): a copy from a socket then reads large pieces, not one per
+// acknowledgment that frees a little room. It fails as Write does; a failed Lend lends nothing, and the
+// bytes it was to commit are lost (the stream is closed or reset). Every
+// Lend that returned room must be followed by another (with want 0 at the
+// end of the copy): until then the room is held against the tunnel's
+// memory budget. The commit alone never blocks. Write fails while room is
+// lent.
+func (s *Stream) Lend(filled, want int) ([][]byte, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	commit := -1
+	if s.lent != nil {
+		commit, s.lent = filled, nil
+	} else if filled > 0 {
+		return nil, fmt.Errorf("driver: stream %d: %d bytes committed with nothing lent", s.id, filled)
+	}
+	for {
+		ask := want
+		if s.werr != nil || s.ready(&s.wdl) != nil {
+			ask = 0
+		}
+		if commit < 0 && ask == 0 {
+			break
+		}
+		r := s.t.call(request{op: opLend, s: s, commit: commit, min: ask, bufs: s.lendBuf[:0]}, s.wreply)
+		commit = -1
+		if r.err != nil {
+			if s.werr == nil {
+				s.werr = r.err
+			}
+			return nil, r.err
+		}
+		if len(r.bufs) > 0 {
+			s.lendBuf, s.lent = r.bufs, r.bufs
+			return r.bufs, nil
+		}
+		if ask == 0 {
+			break
+		}
+		select { // the buffer is full; EventStreamWritable wakes us
+		case <-s.writable:
+		case <-s.wdl.wait():
+		case <-s.closed:
+		case <-s.t.done:
+		}
+	}
+	if s.werr != nil {
+		return nil, s.werr
+	}
+	if want > 0 {
+		return nil, s.ready(&s.wdl)
+	}
+	return nil, nil
 }
 
 // ready returns the error that ends a Read or Write before it asks the
