@@ -31,6 +31,9 @@ type rawConn struct {
 	rn      int
 	rerrno  syscall.Errno
 	readFn  func(fd uintptr) bool
+	iov     [4]unix.Iovec // ReadBuffers' vector
+	niov    int
+	readvFn func(fd uintptr) bool
 	wp      []byte
 	wn      int
 	werrno  syscall.Errno
@@ -45,7 +48,7 @@ func wrapRaw(c *net.TCPConn) flow.Conn {
 		return c
 	}
 	r := &rawConn{TCPConn: c, rc: rc}
-	r.readFn, r.writeFn = r.read, r.write
+	r.readFn, r.writeFn, r.readvFn = r.read, r.write, r.readv
 	return r
 }
 
@@ -71,6 +74,11 @@ func (c *rawConn) Read(p []byte) (int, error) {
 	c.rp, c.rn, c.rerrno = p, 0, 0
 	err := c.rc.Read(c.readFn)
 	c.rp = nil
+	return c.readResult(err)
+}
+
+// readResult turns a raw read's outcome into Read's result.
+func (c *rawConn) readResult(err error) (int, error) {
 	switch {
 	case err != nil:
 		return 0, c.opError("read", err)
@@ -80,6 +88,41 @@ func (c *rawConn) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return c.rn, nil
+}
+
+func (c *rawConn) readv(fd uintptr) bool {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&c.iov[0])), uintptr(c.niov))
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		c.rn, c.rerrno = int(n), e
+		return true
+	}
+}
+
+// ReadBuffers reads like Read into bufs in order, with one readv of at
+// most four of them (flow.BuffersReader): a copy into a tunnel stream's
+// lent room, which spans its blocks.
+func (c *rawConn) ReadBuffers(bufs [][]byte) (int, error) {
+	c.niov = 0
+	for _, b := range bufs[:min(len(bufs), len(c.iov))] {
+		if len(b) > 0 {
+			c.iov[c.niov].Base = unsafe.SliceData(b)
+			c.iov[c.niov].SetLen(len(b))
+			c.niov++
+		}
+	}
+	if c.niov == 0 {
+		return 0, nil
+	}
+	c.rn, c.rerrno = 0, 0
+	err := c.rc.Read(c.readvFn)
+	c.iov = [4]unix.Iovec{} // hold no pointers into the buffers
+	return c.readResult(err)
 }
 
 func (c *rawConn) write(fd uintptr) bool {

@@ -130,3 +130,47 @@ func TestRawConnAllocs(t *testing.T) {
 		t.Fatalf("%.1f allocations per write and read, want 0", n)
 	}
 }
+
+// ReadBuffers fills several buffers in order with one read, waits for
+// data like Read, and reports the peer's FIN as EOF.
+func TestRawConnReadBuffers(t *testing.T) {
+	r, peer := rawPair(t)
+	data := make([]byte, 4<<20)
+	rand.Read(data)
+	go func() {
+		peer.Write(data)
+		peer.CloseWrite()
+	}()
+	var got []byte
+	bufs := [][]byte{make([]byte, 1000), make([]byte, 32<<10), make([]byte, 5), make([]byte, 32<<10), make([]byte, 7)}
+	spanned := false
+	for {
+		n, err := r.ReadBuffers(bufs)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 1000 {
+			spanned = true
+		}
+		for _, b := range bufs[:4] { // at most four per read
+			m := min(n, len(b))
+			got = append(got, b[:m]...)
+			n -= m
+		}
+		if n != 0 {
+			t.Fatalf("ReadBuffers read %d bytes past its first four buffers", n)
+		}
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes, not the %d sent", len(got), len(data))
+	}
+	if !spanned {
+		t.Error("no read filled more than the first buffer")
+	}
+	if _, ok := any(r).(flow.BuffersReader); !ok {
+		t.Error("rawConn is not a flow.BuffersReader")
+	}
+}

@@ -27,17 +27,37 @@ type gatherer interface {
 	ReadGather(p []byte, atLeast int, wait time.Duration) (int, error)
 }
 
+// Lender is a destination that lends room in its own buffer for a copy to
+// read straight into (a tunnel stream: driver.Stream.Lend), which saves
+// the copy a memmove of every byte. Lend commits the first filled bytes of
+// the room the previous call lent, then lends room for up to want more
+// (none when want is 0), blocking while it has none; every call that lent
+// room is followed by another.
+type Lender interface {
+	Lend(filled, want int) ([][]byte, error)
+}
+
+// BuffersReader is a source that reads into several buffers with one call
+// (readv): the egress's kernel TCP connection. A copy reading into lent
+// room, which may span several of the lender's blocks, fills them all in
+// one read.
+type BuffersReader interface {
+	ReadBuffers(bufs [][]byte) (int, error)
+}
+
 // copyAdaptive copies src to dst until src ends, counting bytes in n (if
 // not nil). It holds a small pooled buffer while the flow trickles and a
 // large one while reads fill the buffer or the flow streams, if g grants
 // it (nil: always); when src can wait for data without a buffer, it holds
-// none while idle, and gives g back. It returns src's error (io.EOF at a
-// clean end) or dst's error.
-func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant, wait *waitState) (rerr, werr error) {
+// none while idle, and gives g back. Where lend is not nil (dst's Lender),
+// it reads into room lent by dst instead of the large buffer. It returns
+// src's error (io.EOF at a clean end) or dst's error.
+func copyAdaptive(dst io.Writer, lend Lender, src io.Reader, n *atomic.Uint64, g *grant, wait *waitState) (rerr, werr error) {
 	waiter, canWait := src.(idleWaiter)
 	gather, canGather := src.(gatherer)
 	var lastData time.Time // when the previous read returned data
 	var small, big *[]byte
+	large := false // reads go to big, or to lent room
 	release := func() {
 		if small != nil {
 			smallPool.Put(small)
@@ -45,7 +65,14 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant, wait
 		if big != nil {
 			bigPool.Put(big)
 		}
-		small, big = nil, nil
+		small, big, large = nil, nil, false
+	}
+	takeLarge := func() {
+		release()
+		large = true
+		if lend == nil {
+			big = bigPool.Get().(*[]byte)
+		}
 	}
 	defer func() { release(); g.giveBack(true) }()
 	for {
@@ -56,11 +83,23 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant, wait
 			waiter.WaitReadable()
 		}
 		streaming := canGather && time.Since(lastData) < streamingGap
-		if streaming && big == nil && g.take() {
-			release()
-			big = bigPool.Get().(*[]byte)
+		if streaming && !large && g.take() {
+			takeLarge()
 		}
-		if small == nil && big == nil {
+		if large && lend != nil {
+			k, rerr, werr := copyLent(lend, src, n, wait)
+			if rerr != nil || werr != nil {
+				return rerr, werr
+			}
+			if canGather && k > 0 {
+				lastData = time.Now()
+			}
+			// A short read (the flow trickles now) or nothing to read.
+			release()
+			g.giveBack(false)
+			continue
+		}
+		if small == nil && !large {
 			small = smallPool.Get().(*[]byte)
 		}
 		var buf []byte
@@ -88,12 +127,11 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant, wait
 				n.Add(uint64(k))
 			}
 			switch {
-			case big == nil && g.wantsBig(k, len(buf)) && g.take():
-				smallPool.Put(small)
-				small, big = nil, bigPool.Get().(*[]byte)
-			case k < smallBuf && big != nil && !streaming:
-				bigPool.Put(big)
-				small, big = smallPool.Get().(*[]byte), nil
+			case !large && g.wantsBig(k, len(buf)) && g.take():
+				takeLarge()
+			case k < smallBuf && large && !streaming:
+				release()
+				small = smallPool.Get().(*[]byte)
 				g.giveBack(false)
 			}
 		}
@@ -101,6 +139,78 @@ func copyAdaptive(dst io.Writer, src io.Reader, n *atomic.Uint64, g *grant, wait
 			return err, nil
 		}
 	}
+}
+
+// copyLent copies src into room lent by dst while reads fill at least
+// smallBuf (or all the room lent): it returns after the first shorter read,
+// its bytes committed, with their count, or with src's or dst's error. A
+// source that can tell it has nothing to read (the netstack's end) is not
+// waited on with room lent: copyLent returns then, to wait without it. A
+// kernel socket cannot tell without a system call, so a read of it may
+// wait with the room lent, as it waited with the large buffer before.
+func copyLent(dst Lender, src io.Reader, n *atomic.Uint64, wait *waitState) (k int, rerr, werr error) {
+	waiter, canWait := src.(idleWaiter)
+	filled := 0
+	for {
+		if canWait && !waiter.Readable() {
+			if _, err := dst.Lend(filled, 0); err != nil {
+				return 0, nil, err
+			}
+			if n != nil {
+				n.Add(uint64(filled))
+			}
+			return filled, nil, nil
+		}
+		room, err := dst.Lend(filled, bigBuf)
+		if err != nil {
+			return 0, nil, err
+		}
+		if n != nil {
+			n.Add(uint64(filled))
+		}
+		wait.set(WaitRead)
+		k, err = readRoom(src, room)
+		filled = k
+		if err != nil || k < smallBuf && k < roomBytes(room) {
+			if _, cerr := dst.Lend(filled, 0); cerr != nil {
+				return 0, nil, cerr
+			}
+			if n != nil {
+				n.Add(uint64(filled))
+			}
+			return k, err, nil
+		}
+	}
+}
+
+// readRoom reads from src into room in order: with one readv where src is
+// a BuffersReader, otherwise a Read per buffer while the previous one
+// filled its buffer and src, if it can tell, has more without waiting.
+func readRoom(src io.Reader, room [][]byte) (int, error) {
+	if vr, ok := src.(BuffersReader); ok && len(room) > 1 {
+		return vr.ReadBuffers(room)
+	}
+	waiter, canWait := src.(idleWaiter)
+	k := 0
+	for i, b := range room {
+		if i > 0 && (!canWait || !waiter.Readable()) {
+			break
+		}
+		m, err := src.Read(b)
+		k += m
+		if err != nil || m < len(b) {
+			return k, err
+		}
+	}
+	return k, nil
+}
+
+func roomBytes(room [][]byte) int {
+	n := 0
+	for _, b := range room {
+		n += len(b)
+	}
+	return n
 }
 
 // Gathering a tunnel stream's data. The tunnel delivers a bulk flow a

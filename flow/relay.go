@@ -119,7 +119,11 @@ func Relay(ctx context.Context, lan, wan Conn, o RelayOptions) {
 				wait = &o.State.lanToWAN
 			}
 		}
-		rerr, werr := copyAdaptive(busyWriter{dst, &writing, wait}, src, n, g, wait)
+		var lend Lender
+		if l, ok := dst.(Lender); ok {
+			lend = busyLender{l, &writing, wait}
+		}
+		rerr, werr := copyAdaptive(busyWriter{dst, &writing, wait}, lend, src, n, g, wait)
 		wait.set(WaitNone)
 		switch {
 		case werr != nil:
@@ -168,6 +172,20 @@ func (w busyWriter) Write(p []byte) (int, error) {
 	w.wait.set(WaitWrite)
 	defer func() { w.writing.Add(-1); w.wait.set(WaitNone) }()
 	return w.Writer.Write(p)
+}
+
+// busyLender counts a Lend in progress as a Write (it may wait for room).
+type busyLender struct {
+	Lender
+	writing *atomic.Int32
+	wait    *waitState
+}
+
+func (l busyLender) Lend(filled, want int) ([][]byte, error) {
+	l.writing.Add(1)
+	l.wait.set(WaitWrite)
+	defer func() { l.writing.Add(-1); l.wait.set(WaitNone) }()
+	return l.Lender.Lend(filled, want)
 }
 
 // idleWatch fires once a flow has moved no byte for timeout while no Write
