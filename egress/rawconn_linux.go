@@ -52,9 +52,26 @@ func wrapRaw(c *net.TCPConn) flow.Conn {
 	return r
 }
 
+// read and readv convert their buffers' addresses in the system call's own
+// argument list, as unsafe.Pointer's rules ask, so the two loops are
+// written out twice.
 func (c *rawConn) read(fd uintptr) bool {
 	for {
 		n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(c.rp))), uintptr(len(c.rp)))
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		c.rn, c.rerrno = int(n), e
+		return true
+	}
+}
+
+func (c *rawConn) readv(fd uintptr) bool {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&c.iov[0])), uintptr(c.niov))
 		switch e {
 		case unix.EINTR:
 			continue
@@ -88,20 +105,6 @@ func (c *rawConn) readResult(err error) (int, error) {
 		return 0, io.EOF
 	}
 	return c.rn, nil
-}
-
-func (c *rawConn) readv(fd uintptr) bool {
-	for {
-		n, _, e := unix.RawSyscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&c.iov[0])), uintptr(c.niov))
-		switch e {
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false
-		}
-		c.rn, c.rerrno = int(n), e
-		return true
-	}
 }
 
 // ReadBuffers reads like Read into bufs in order, with one readv of at

@@ -314,11 +314,15 @@ func (c *Conn) StreamLend(id uint64, dst [][]byte, want, atLeast int) ([][]byte,
 		return dst[:0], fmt.Errorf("write on stream %d: %w", id, ErrStreamState)
 	}
 	atLeast = max(1, min(atLeast, want, c.flow.Config().MinSendBufferBytes))
-	if st.send.Writable() < atLeast {
-		st.wantWritable, st.writableAt = true, atLeast
-		return dst[:0], nil
+	if st.send.Writable() >= atLeast {
+		dst = st.send.Lend(dst, want)
+	} else {
+		dst = dst[:0]
 	}
-	return st.send.Lend(dst, want), nil
+	if len(dst) == 0 {
+		st.wantWritable, st.writableAt = true, atLeast
+	}
+	return dst, nil
 }
 
 // StreamCommit ends a StreamLend: the first n lent bytes become the

@@ -121,6 +121,22 @@ func memPair(t testing.TB, seed uint64, mod func(c, s *Config)) (cli, srv *Tunne
 	return connect(t, ccfg, scfg)
 }
 
+// lossyMemPair is memPair over an in-memory path that drops 1 % of the
+// datagrams, chosen by a generator seeded with seed.
+func lossyMemPair(t testing.TB, seed uint64) (cli, srv *Tunnel) {
+	t.Helper()
+	var mu sync.Mutex
+	r := seeded(seed)
+	a, b := bindtest.NewPair(bindtest.Config{Drop: func(_, _ netip.AddrPort, _ []byte) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return r.Uint64()%100 == 0
+	}})
+	ccfg, scfg := pairConfigs(t, seed)
+	ccfg.Bind, ccfg.RemoteAddr, scfg.Bind = a, b.LocalAddr(), b
+	return connect(t, ccfg, scfg)
+}
+
 // udpPair connects two tunnels over real UDP sockets on 127.0.0.1.
 func udpPair(t testing.TB, seed uint64, mod func(c, s *Config)) (cli, srv *Tunnel) {
 	t.Helper()

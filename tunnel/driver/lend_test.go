@@ -8,13 +8,10 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
-	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/wanopt/wanopt/internal/leaktest"
-	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
 	"github.com/wanopt/wanopt/tunnel/stream"
 )
 
@@ -52,16 +49,7 @@ func lendAll(s *Stream, src []byte, rng *rand.Rand) error {
 func TestLendTransfer(t *testing.T) {
 	leaktest.Check(t)
 	const seed = 41
-	var mu sync.Mutex
-	r := seeded(seed)
-	a, b := bindtest.NewPair(bindtest.Config{Drop: func(_, _ netip.AddrPort, _ []byte) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return r.Uint64()%100 == 0 // 1 %
-	}})
-	ccfg, scfg := pairConfigs(t, seed)
-	ccfg.Bind, ccfg.RemoteAddr, scfg.Bind = a, b.LocalAddr(), b
-	cli, srv := connect(t, ccfg, scfg)
+	cli, srv := lossyMemPair(t, seed)
 	c, s := openAccepted(t, cli, srv)
 	rng := rand.New(rand.NewPCG(41, 42))
 	src := make([]byte, 6<<20)

@@ -196,14 +196,20 @@ func (s *Stream) Write(p []byte) (int, error) {
 		if len(p) == 0 {
 			break
 		}
-		select { // the buffer is full; EventStreamWritable wakes us
-		case <-s.writable:
-		case <-s.wdl.wait():
-		case <-s.closed:
-		case <-s.t.done:
-		}
+		s.waitWritable()
 	}
 	return total, nil
+}
+
+// waitWritable waits, the buffer being full, for EventStreamWritable, the
+// write deadline, Close or the tunnel's end.
+func (s *Stream) waitWritable() {
+	select {
+	case <-s.writable:
+	case <-s.wdl.wait():
+	case <-s.closed:
+	case <-s.t.done:
+	}
 }
 
 // Lend lends room in the stream's send buffer, so that a copy can read
@@ -214,12 +220,12 @@ func (s *Stream) Write(p []byte) (int, error) {
 // are the caller's to fill until the next Lend. It blocks until there is
 // room for half of want (or the stream's floor, MinSendBufferBytes, if
 // less): a copy from a socket then reads large pieces, not one per
-// acknowledgment that frees a little room. It fails as Write does; a failed Lend lends nothing, and the
-// bytes it was to commit are lost (the stream is closed or reset). Every
-// Lend that returned room must be followed by another (with want 0 at the
-// end of the copy): until then the room is held against the tunnel's
-// memory budget. The commit alone never blocks. Write fails while room is
-// lent.
+// acknowledgment that frees a little room. It fails as Write does; a
+// failed Lend lends nothing, and the bytes it was to commit are lost (the
+// stream is closed or reset). Every Lend that returned room must be
+// followed by another (with want 0 at the end of the copy): until then
+// the room is held against the tunnel's memory budget. The commit alone
+// never blocks. Write fails while room is lent.
 func (s *Stream) Lend(filled, want int) ([][]byte, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -252,12 +258,7 @@ func (s *Stream) Lend(filled, want int) ([][]byte, error) {
 		if ask == 0 {
 			break
 		}
-		select { // the buffer is full; EventStreamWritable wakes us
-		case <-s.writable:
-		case <-s.wdl.wait():
-		case <-s.closed:
-		case <-s.t.done:
-		}
+		s.waitWritable()
 	}
 	if s.werr != nil {
 		return nil, s.werr

@@ -9,14 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/tunnel"
-	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
 
@@ -151,16 +149,7 @@ func TestStreamLimit(t *testing.T) {
 func TestLossyManyStreams(t *testing.T) {
 	leaktest.Check(t)
 	const seed = 26
-	var mu sync.Mutex
-	r := seeded(seed)
-	a, b := bindtest.NewPair(bindtest.Config{Drop: func(_, _ netip.AddrPort, _ []byte) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return r.Uint64()%100 == 0
-	}})
-	ccfg, scfg := pairConfigs(t, seed)
-	ccfg.Bind, ccfg.RemoteAddr, scfg.Bind = a, b.LocalAddr(), b
-	cli, srv := connect(t, ccfg, scfg)
+	cli, srv := lossyMemPair(t, seed)
 	t.Logf("drop seed %d", seed)
 
 	const streams, size = 8, 2 << 20
