@@ -12,7 +12,9 @@ import (
 // netstack buffers at their minimum, its goroutines); the floors bound how
 // many flows are admitted. A flow that streams takes a grant on top, for a
 // large copy buffer and large netstack buffers, while the grants' share
-// has room; without one it moves at its floor's pace. So the bytes flows
+// has room; without one it moves at its floor's pace. (Toward the tunnel
+// the large copy buffer is room lent by the stream, which the tunnel's
+// budget holds: the grant is then counted but not allocated here.) So the bytes flows
 // hold never exceed maxFlows floors plus the grants' share, and a flow is
 // refused at open (Admit) rather than admitted into memory the edge does
 // not have. A nil *Budget admits and grants everything.

@@ -32,8 +32,11 @@
 // Application goroutines never touch the Conn: each call is a request
 // over an unbuffered channel, answered by the driver (Read and Write copy
 // straight between the caller's slice and the Conn's stream buffers while
-// the caller waits). A Write that finds the send buffer full waits
-// outside the driver for the stream's writable signal (sent on
+// the caller waits; Lend instead lends room in the send buffer, which the
+// caller fills from a socket and commits with its next Lend, so that the
+// bytes are copied once, by the kernel). A Write that finds the send
+// buffer full (or a Lend that finds less than half of what it asks)
+// waits outside the driver for the stream's writable signal (sent on
 // EventStreamWritable, a stop-sending or the stream's end), its deadline,
 // Close or the tunnel's end, and then asks again. A Read that finds
 // nothing is parked in the driver instead (parked.go): the driver fills
