@@ -150,35 +150,25 @@ func copyAdaptive(dst io.Writer, lend Lender, src io.Reader, n *atomic.Uint64, g
 // wait with the room lent, as it waited with the large buffer before.
 func copyLent(dst Lender, src io.Reader, n *atomic.Uint64, wait *waitState) (k int, rerr, werr error) {
 	waiter, canWait := src.(idleWaiter)
-	filled := 0
+	want := bigBuf
 	for {
 		if canWait && !waiter.Readable() {
-			if _, err := dst.Lend(filled, 0); err != nil {
-				return 0, nil, err
-			}
-			if n != nil {
-				n.Add(uint64(filled))
-			}
-			return filled, nil, nil
+			want = 0
 		}
-		room, err := dst.Lend(filled, bigBuf)
+		room, err := dst.Lend(k, want) // commits the previous read's k bytes
 		if err != nil {
 			return 0, nil, err
 		}
 		if n != nil {
-			n.Add(uint64(filled))
+			n.Add(uint64(k))
+		}
+		if want == 0 {
+			return k, rerr, nil
 		}
 		wait.set(WaitRead)
-		k, err = readRoom(src, room)
-		filled = k
-		if err != nil || k < smallBuf && k < roomBytes(room) {
-			if _, cerr := dst.Lend(filled, 0); cerr != nil {
-				return 0, nil, cerr
-			}
-			if n != nil {
-				n.Add(uint64(filled))
-			}
-			return k, err, nil
+		k, rerr = readRoom(src, room)
+		if rerr != nil || k < smallBuf && k < roomBytes(room) {
+			want = 0 // a short read: commit it and return
 		}
 	}
 }

@@ -256,10 +256,9 @@ type writer struct {
 	p      *payload
 	closed bool
 
-	lend            bool
-	room            [][]byte
-	lends, minLent  int
-	idleWakes, lent int
+	lend                      bool
+	room                      [][]byte
+	lends, minLent, idleWakes int
 }
 
 // pumpLent is pump with lend: it returns how many bytes it committed.
@@ -434,10 +433,10 @@ func (a *bulkApp) onEvent(now monotime.Time, ev Event) {
 		}
 	case EventStreamWritable:
 		if w := a.writers[ev.StreamID]; w != nil {
-			if w.lend && w.pumpLent() == 0 && !w.closed {
-				w.idleWakes++
-			} else if !w.lend {
+			if !w.lend {
 				w.pump()
+			} else if w.pumpLent() == 0 && !w.closed {
+				w.idleWakes++
 			}
 		}
 	case EventStreamReadable:

@@ -49,22 +49,35 @@ func TestIntegrityLossReorderDuplication(t *testing.T) {
 	for _, seed := range seeds {
 		n := newTestNet(t, seed, path, nil)
 		cli, srv := bulkNet(n, perStream, true, streams)
-		n.runUntil(t, 120*time.Second, func() bool {
-			a, fa := cli.received()
-			b, fb := srv.received()
-			return fa && fb && a == streams*perStream && b == streams*perStream
-		})
-		checkHashes(t, seed, cli, srv)
-		checkHashes(t, seed, srv, cli)
+		transferBoth(t, n, seed, cli, srv, streams*perStream)
 		cs, ss := n.client.c.Stats(), n.server.c.Stats()
 		t.Logf("seed %d: done at %v; client: sent %d pkts, lost %d, retransmitted %d B, PTOs %d, srtt %v; server: lost %d, retransmitted %d B, dropped dup %d",
 			seed, n.sim.Elapsed(), cs.PacketsSent, cs.PacketsLost, cs.StreamBytesRetransmitted, cs.PTOs, cs.SmoothedRTT,
 			ss.PacketsLost, ss.StreamBytesRetransmitted, ss.DroppedDuplicates)
-		// Let the closes and final ACKs settle; streams must be forgotten.
-		n.runUntil(t, 2*time.Second, func() bool {
-			return n.client.c.Stats().StreamsOpen == 0 && n.server.c.Stats().StreamsOpen == 0
-		})
+		waitForgotten(t, n)
 	}
+}
+
+// transferBoth runs n until cli and srv have each read total bytes and
+// every FIN, and checks the hashes both ways.
+func transferBoth(t *testing.T, n *testNet, seed uint64, cli, srv *bulkApp, total int) {
+	t.Helper()
+	n.runUntil(t, 120*time.Second, func() bool {
+		a, fa := cli.received()
+		b, fb := srv.received()
+		return fa && fb && a == total && b == total
+	})
+	checkHashes(t, seed, cli, srv)
+	checkHashes(t, seed, srv, cli)
+}
+
+// waitForgotten lets the closes and final ACKs settle: both ends must
+// forget every stream.
+func waitForgotten(t *testing.T, n *testNet) {
+	t.Helper()
+	n.runUntil(t, 2*time.Second, func() bool {
+		return n.client.c.Stats().StreamsOpen == 0 && n.server.c.Stats().StreamsOpen == 0
+	})
 }
 
 // TestIntegrityLent: streams filled through StreamLend instead of
@@ -81,13 +94,7 @@ func TestIntegrityLent(t *testing.T) {
 	n := newTestNet(t, seed, path, nil)
 	cli, srv := bulkNet(n, perStream, true, streams)
 	cli.lend, srv.lend = true, true
-	n.runUntil(t, 120*time.Second, func() bool {
-		a, fa := cli.received()
-		b, fb := srv.received()
-		return fa && fb && a == streams*perStream && b == streams*perStream
-	})
-	checkHashes(t, seed, cli, srv)
-	checkHashes(t, seed, srv, cli)
+	transferBoth(t, n, seed, cli, srv, streams*perStream)
 	for _, app := range []*bulkApp{cli, srv} {
 		for id, w := range app.writers {
 			if w.lends == 0 || w.minLent < 32<<10 || w.idleWakes*10 > w.lends {
@@ -96,9 +103,7 @@ func TestIntegrityLent(t *testing.T) {
 			}
 		}
 	}
-	n.runUntil(t, 2*time.Second, func() bool {
-		return n.client.c.Stats().StreamsOpen == 0 && n.server.c.Stats().StreamsOpen == 0
-	})
+	waitForgotten(t, n)
 	if used := n.client.c.Stats().BudgetUsedBytes; used != 0 {
 		t.Errorf("the budget holds %d bytes after the streams ended", used)
 	}

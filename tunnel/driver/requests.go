@@ -204,28 +204,22 @@ func (d *driverState) write(s *Stream, p []byte) result {
 // lend, then lends room for up to r.min more, once there is room for half
 // of that.
 func (d *driverState) lend(s *Stream, r request) result {
-	var res result
 	if r.commit >= 0 {
-		n, err := d.conn.StreamCommit(s.id, r.commit)
-		if err != nil {
-			return result{n: n, err: d.connErr(s, opWrite, err)}
+		if _, err := d.conn.StreamCommit(s.id, r.commit); err != nil {
+			return result{err: d.connErr(s, opWrite, err)}
 		}
-		res.n = n
 	}
 	if r.min <= 0 {
-		return res
+		return result{}
 	}
 	if s.d.gone || s.d.closed || s.d.stopped || s.d.finQueued {
-		res.err = d.streamErr(s, opWrite, nil)
-		return res
+		return result{err: d.streamErr(s, opWrite, nil)}
 	}
 	bufs, err := d.conn.StreamLend(s.id, r.bufs, r.min, r.min/2)
 	if err != nil {
-		res.err = d.connErr(s, opWrite, err)
-		return res
+		return result{err: d.connErr(s, opWrite, err)}
 	}
-	res.bufs = bufs
-	return res
+	return result{bufs: bufs}
 }
 
 // closeStream ends both halves of s.// closeStream ends both halves of s. The sending half gets a FIN after

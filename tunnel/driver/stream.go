@@ -45,8 +45,8 @@ type Stream struct {
 	wreply  chan result
 	werr    error // sticky write error; guarded by wmu
 	wdl     deadline
-	lent    [][]byte // the room of the outstanding Lend (nil: none); guarded by wmu
-	lendBuf [][]byte // reused for lent
+	lending bool     // a Lend's room is outstanding; guarded by wmu
+	lendBuf [][]byte // the slices a Lend returns, reused
 
 	// peerReset is set, by the driver only (markPeerReset), once the peer
 	// reset the stream or its session ended; atomic so that WatchReset can
@@ -178,7 +178,7 @@ func (s *Stream) Write(p []byte) (int, error) {
 	if s.werr != nil {
 		return 0, s.werr
 	}
-	if s.lent != nil {
+	if s.lending {
 		return 0, fmt.Errorf("driver: write on stream %d while its room is lent (Lend)", s.id)
 	}
 	total := 0
@@ -230,8 +230,8 @@ func (s *Stream) Lend(filled, want int) ([][]byte, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	commit := -1
-	if s.lent != nil {
-		commit, s.lent = filled, nil
+	if s.lending {
+		commit, s.lending = filled, false
 	} else if filled > 0 {
 		return nil, fmt.Errorf("driver: stream %d: %d bytes committed with nothing lent", s.id, filled)
 	}
@@ -252,7 +252,7 @@ func (s *Stream) Lend(filled, want int) ([][]byte, error) {
 			return nil, r.err
 		}
 		if len(r.bufs) > 0 {
-			s.lendBuf, s.lent = r.bufs, r.bufs
+			s.lendBuf, s.lending = r.bufs, true
 			return r.bufs, nil
 		}
 		if ask == 0 {
