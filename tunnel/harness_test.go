@@ -328,7 +328,9 @@ func (w *writer) pump() {
 	}
 }
 
-// reader drains a stream, hashing what it reads.
+// reader drains a stream, hashing what it reads. With into it lends its
+// buffer between reads (StreamReadInto), as the driver's parked reads do,
+// and counts in taken the bytes that came that way.
 type reader struct {
 	c      *Conn
 	id     uint64
@@ -338,33 +340,53 @@ type reader struct {
 	sum    hash.Hash
 	buf    []byte
 	doHash bool
+	into   bool
+	taken  int
 }
 
-func newReader(c *Conn, id uint64, hashIt bool) *reader {
-	r := &reader{c: c, id: id, buf: make([]byte, 64<<10), doHash: hashIt}
+func newReader(c *Conn, id uint64, hashIt, into bool) *reader {
+	r := &reader{c: c, id: id, buf: make([]byte, 64<<10), doHash: hashIt, into: into}
 	if hashIt {
 		r.sum = sha256.New()
+	}
+	if into {
+		c.StreamReadInto(id, r.buf)
 	}
 	return r
 }
 
 func (r *reader) read(now monotime.Time) {
+	filled := 0
+	if r.into {
+		filled = r.c.StreamReadInto(r.id, nil)
+		r.taken += filled
+	}
 	for !r.fin {
-		n, fin, err := r.c.StreamRead(r.id, r.buf)
+		n, fin, err := r.c.StreamRead(r.id, r.buf[filled:])
+		short := filled+n < len(r.buf)
+		filled += n
+		r.deliver(filled)
+		filled = 0
 		if err != nil {
 			return
 		}
-		if r.doHash {
-			r.sum.Write(r.buf[:n])
-		}
-		r.n += n
 		if fin {
 			r.fin, r.finAt = true, now
 		}
-		if n < len(r.buf) {
-			return
+		if short {
+			break
 		}
 	}
+	if r.into && !r.fin {
+		r.c.StreamReadInto(r.id, r.buf) // took nothing: all delivered
+	}
+}
+
+func (r *reader) deliver(n int) {
+	if r.doHash {
+		r.sum.Write(r.buf[:n])
+	}
+	r.n += n
 }
 
 // bulkApp drives bidirectional bulk streams on one Conn: streams it opens
@@ -380,6 +402,7 @@ type bulkApp struct {
 	openOnEst int // streams to open when established
 	refused   int
 	lend      bool // writers fill lent room (StreamLend) instead of writing
+	into      bool // readers lend their buffers (StreamReadInto)
 }
 
 func newBulkApp(c *Conn, perStream int, hashIt bool, seedBase uint64) *bulkApp {
@@ -398,7 +421,7 @@ func (a *bulkApp) open(now monotime.Time, n int) []uint64 {
 		if err != nil {
 			panic(err)
 		}
-		a.readers[id] = newReader(a.c, id, a.hash)
+		a.readers[id] = newReader(a.c, id, a.hash, a.into)
 		ids = append(ids, id)
 	}
 	return ids
@@ -423,7 +446,7 @@ func (a *bulkApp) onEvent(now monotime.Time, ev Event) {
 		if err := a.c.AcceptStream(ev.StreamID); err != nil {
 			panic(err)
 		}
-		a.readers[ev.StreamID] = newReader(a.c, ev.StreamID, a.hash)
+		a.readers[ev.StreamID] = newReader(a.c, ev.StreamID, a.hash, a.into)
 		a.startWriter(ev.StreamID)
 	case EventOpenResult:
 		if ev.OpenCode == wire.OpenOK {

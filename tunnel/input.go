@@ -117,9 +117,16 @@ func (c *Conn) onStreamFrame(now monotime.Time, f *wire.StreamFrame) {
 	}
 	c.stats.StreamBytesReceived += uint64(len(f.Data))
 	c.rxRate.onReceived(now, len(f.Data), c.rtt.SmoothedRTT())
+	taken := st.recv.Taken()
 	if err := st.recv.HandleFrame(f.Offset, f.Data, f.Fin); err != nil {
 		c.streamError(now, err)
 		return
+	}
+	if k := st.recv.Taken() - taken; k > 0 { // read into the lent buffer: as StreamRead
+		c.stats.StreamBytesReadInto += uint64(k)
+		st.checkCredit = true
+		c.maxDataCheck = true
+		c.queueCtrl(st)
 	}
 	c.signalReadable(st)
 }
@@ -129,7 +136,7 @@ func (c *Conn) signalReadable(st *streamState) {
 	if st.readSignalled || st.appRecvDone {
 		return
 	}
-	if st.recv.Readable() == 0 {
+	if st.recv.Readable() == 0 && st.recv.Taken() == 0 {
 		if _, fin := st.recv.Read(nil); !fin {
 			return
 		}

@@ -17,6 +17,7 @@ type Stats struct {
 	StreamBytesSent          uint64 // new stream bytes sent (first transmissions)
 	StreamBytesRetransmitted uint64 // stream bytes sent again after a loss
 	StreamBytesReceived      uint64 // stream bytes received, duplicates included
+	StreamBytesReadInto      uint64 // stream bytes copied straight into a waiting reader's buffer (StreamReadInto)
 	PacketsLost              uint64 // packets declared lost
 	SpuriousLosses           uint64 // declared lost, acknowledged later
 	PTOs                     uint64 // probe timeouts

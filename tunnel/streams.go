@@ -390,6 +390,22 @@ func (c *Conn) StreamRead(id uint64, p []byte) (n int, fin bool, err error) {
 	return n, fin, nil
 }
 
+// StreamReadInto lends p to stream id's receiving half for a read that
+// waits for data (package driver's parked reads): while p has room,
+// STREAM frames that arrive in order with nothing before them to read are
+// copied straight into p, as StreamRead would copy them later, and
+// EventStreamReadable reports them. It returns the bytes the previous lend
+// took, which the caller must count as read: every byte before them has
+// been read. p nil ends the lending; the caller must end it before it
+// uses p. An unknown stream took nothing.
+func (c *Conn) StreamReadInto(id uint64, p []byte) (taken int) {
+	st, err := c.stream(id)
+	if err != nil {
+		return 0
+	}
+	return st.recv.ReadInto(p)
+}
+
 // StreamReset abandons the sending half with code: unsent and
 // unacknowledged bytes are dropped and RESET_STREAM is sent. Errors wrap
 // ErrUnknownStream.

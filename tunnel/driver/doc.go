@@ -40,7 +40,8 @@
 // EventStreamWritable, a stop-sending or the stream's end), its deadline,
 // Close or the tunnel's end, and then asks again. A Read that finds
 // nothing is parked in the driver instead (parked.go): the driver fills
-// the caller's buffer as data arrives and answers once the read is
+// the caller's buffer as data arrives (data in order goes into it straight
+// from the opened packet, Conn.StreamReadInto) and answers once the read is
 // satisfied, or the stream ends; the reader's deadline or Close cancel
 // it, and the tunnel's end answers it. ReadGather parks until it holds
 // several packets' worth. Nothing queues without bound: requests are

@@ -45,7 +45,8 @@ func lendAll(s *Stream, src []byte, rng *rand.Rand) error {
 
 // TestLendTransfer: bytes given through Lend arrive whole and in order,
 // over a path that loses packets (retransmissions come from the lent
-// room), and the memory budget is all returned.
+// room), read partly straight into the reader's parked reads
+// (StreamReadInto), and the memory budget is all returned.
 func TestLendTransfer(t *testing.T) {
 	leaktest.Check(t)
 	const seed = 41
@@ -70,6 +71,11 @@ func TestLendTransfer(t *testing.T) {
 	}
 	if st := cli.Stats().Tunnel; st.StreamBytesRetransmitted == 0 {
 		t.Fatal("nothing was retransmitted: the test path lost nothing")
+	}
+	// The reader's parked reads lend their buffers: what comes in order
+	// goes straight into them (and the rest through the stream's buffer).
+	if k := srv.Stats().Tunnel.StreamBytesReadInto; k == 0 || k >= uint64(len(src)) {
+		t.Fatalf("%d of %d bytes went straight into parked reads; want some, not all (the path reorders by losing)", k, len(src))
 	}
 	c.Close()
 	s.Close()

@@ -77,8 +77,8 @@ func TestLoopbackTransfer(t *testing.T) {
 		st.DatagramsOut, st.TxBatches, float64(st.DatagramsOut)/float64(max(st.TxBatches, 1)),
 		st.TimerWakeups, st.Loops, st.Tunnel.PacketsLost, st.Tunnel.StreamBytesRetransmitted, st.Bind)
 	ss := srv.Stats()
-	t.Logf("server: %d datagrams in, %d batches, reader dropped %d, bind dropped %d",
-		ss.DatagramsIn, ss.RxBatches, ss.RxDropped, ss.Bind.Dropped)
+	t.Logf("server: %d datagrams in, %d batches, reader dropped %d, bind dropped %d, %d MB straight into parked reads",
+		ss.DatagramsIn, ss.RxBatches, ss.RxDropped, ss.Bind.Dropped, ss.Tunnel.StreamBytesReadInto>>20)
 }
 
 // TestLoopbackPacing sends at a fixed 250 Mbit/s over loopback and

@@ -176,6 +176,9 @@ func (d *driverState) pollNext() {
 // which opens a stream on the new session).
 func (d *driverState) switchConn() {
 	old := d.conn
+	for s := range d.parked { // what the old session put in them was read
+		d.takeParked(s)
+	}
 	d.conn, d.next = d.next, nil
 	if !d.t.client {
 		d.peer, d.nextPeer = d.nextPeer, netip.AddrPort{}

@@ -19,7 +19,9 @@ import (
 //     OnResetStream for RESET_STREAM; an error is fatal to the connection
 //     (close it with CloseCode(err)); the stream is then unchanged.
 //   - The driver calls Read for the application, after Readable > 0 or a
-//     FIN, and StopSending when the application abandons reading.
+//     FIN, and StopSending when the application abandons reading. A
+//     reader that waits may lend its buffer with ReadInto, which
+//     HandleFrame then fills with data that arrives in order.
 //   - After reads, the connection calls ShouldSendMaxStreamData (and
 //     ConnFlow.ShouldSendMaxData) and sends the frame it asks for.
 //   - The stream is finished when Done.
@@ -36,6 +38,11 @@ type RecvStream struct {
 	finalKnown bool
 	finalSize  uint64
 	finRead    bool // Read returned fin
+
+	// into is the reader's buffer lent by ReadInto; taken counts the
+	// bytes copied into it, read as far as the stream is concerned.
+	into  []byte
+	taken int
 
 	// discarding: the application will not read (StopSending) or the peer
 	// reset the stream; bytes up to highest count as consumed, nothing is
@@ -62,10 +69,12 @@ func (s *RecvStream) ID() uint64 { return s.id }
 // HandleFrame takes a STREAM frame's data at offset (fin: the stream ends
 // after it). Data may arrive out of order, overlap earlier frames or repeat
 // them; the bytes at or above the read offset are copied (data is not
-// retained). It returns an error wrapping ErrFlowControl if the frame goes
-// beyond the stream's or the connection's credit, or ErrFinalSize if it
-// contradicts the final size (data beyond it, a second different FIN, a FIN
-// below data already received). On error nothing changes.
+// retained): into the buffer lent by ReadInto while they come in order and
+// it has room, else into the stream's buffer. It returns an error wrapping
+// ErrFlowControl if the frame goes beyond the stream's or the connection's
+// credit, or ErrFinalSize if it contradicts the final size (data beyond
+// it, a second different FIN, a FIN below data already received). On
+// error nothing changes.
 func (s *RecvStream) HandleFrame(offset uint64, data []byte, fin bool) error {
 	end := offset + uint64(len(data))
 	if end < offset || end > wire.MaxVarint {
@@ -101,6 +110,17 @@ func (s *RecvStream) HandleFrame(offset uint64, data []byte, fin bool) error {
 	}
 	start := max(offset, read)
 	data = data[start-offset:]
+	if len(s.into) > 0 && start == read && s.Readable() == 0 {
+		// In order with nothing before it: straight to the reader.
+		m := copy(s.into, data)
+		s.into = s.into[m:]
+		s.taken += m
+		s.consume(uint64(m))
+		start, read, data = start+uint64(m), s.win.consumed, data[m:]
+		if len(data) == 0 {
+			return nil
+		}
+	}
 	chunk := uint64(s.cf.pool.chunkBytes)
 	for off := start; len(data) > 0; {
 		c := s.buf.chunkFor(s.cf.pool, read/chunk, off/chunk)
@@ -156,12 +176,7 @@ func (s *RecvStream) Read(p []byte) (n int, fin bool) {
 		off += uint64(m)
 	}
 	if want > 0 {
-		s.win.consumed += want
-		s.received.removeBelow(s.win.consumed)
-		s.buf.releaseBelow(s.cf.pool, s.win.consumed, s.cf.pool.chunkBytes)
-		s.reserved -= want
-		s.cf.budget.release(want)
-		s.cf.onConsumed(want)
+		s.consume(want)
 	}
 	if s.finalKnown && s.win.consumed == s.finalSize && !s.finRead {
 		s.finRead = true
@@ -169,6 +184,33 @@ func (s *RecvStream) Read(p []byte) (n int, fin bool) {
 	}
 	return int(want), s.finRead
 }
+
+// consume moves the read offset n bytes on: their chunks and credit are
+// returned.
+func (s *RecvStream) consume(n uint64) {
+	s.win.consumed += n
+	s.received.removeBelow(s.win.consumed)
+	s.buf.releaseBelow(s.cf.pool, s.win.consumed, s.cf.pool.chunkBytes)
+	s.reserved -= n
+	s.cf.budget.release(n)
+	s.cf.onConsumed(n)
+}
+
+// ReadInto lends p to the stream for a reader that waits for data (a
+// parked read in package driver): while p has room, data that arrives in
+// order with nothing before it waiting to be read is copied straight into
+// p, as if read, instead of into the stream's buffer and out again on the
+// next Read. It returns the bytes the previous lend took (see Taken),
+// which the caller counts as read; ReadInto(nil) ends the lend. The caller
+// must not use p until the lend ends.
+func (s *RecvStream) ReadInto(p []byte) (taken int) {
+	taken = s.taken
+	s.into, s.taken = p, 0
+	return taken
+}
+
+// Taken returns the bytes copied into the buffer lent by ReadInto so far.
+func (s *RecvStream) Taken() int { return s.taken }
 
 // RecvWindow returns the stream's current receive window and the credit
 // last advertised (MAX_STREAM_DATA).
@@ -249,6 +291,7 @@ func (s *RecvStream) discard() {
 		return
 	}
 	s.discarding = true
+	s.into = nil // bytes taken stay taken: they were in order
 	s.cf.onConsumed(s.highest - s.win.consumed)
 	s.win.consumed = s.highest
 	s.buf.releaseAll(s.cf.pool)

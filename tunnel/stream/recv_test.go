@@ -69,6 +69,127 @@ func TestRecvReassembly(t *testing.T) {
 	}
 }
 
+// TestRecvReadInto: a reader that lends its buffer between reads gets
+// the stream whole and in order whatever the segments' order, overlaps
+// and repeats; in-order data needs no chunk; what does not fit in the lent
+// buffer, or comes after a gap, waits in the stream's buffer.
+func TestRecvReadInto(t *testing.T) {
+	cfg := Config{ChunkBytes: 4096, InitialStreamWindow: 512 << 10, InitialConnWindow: 512 << 10}
+	t.Run("cases", func(t *testing.T) {
+		src := pattern(10_000)
+		cf := newConn(t, cfg, 0)
+		r := NewRecvStream(1, cf)
+		lent := make([]byte, 3000)
+		r.ReadInto(lent)
+		must := func(off, n int, fin bool) {
+			t.Helper()
+			if err := r.HandleFrame(uint64(off), src[off:off+n], fin); err != nil {
+				t.Fatal(err)
+			}
+		}
+		must(0, 1000, false) // in order: straight into the lent buffer
+		if r.Taken() != 1000 || r.Readable() != 0 || cf.Pool().InUse() != 0 {
+			t.Fatalf("in order: taken %d, readable %d, chunks %d; want 1000, 0, 0", r.Taken(), r.Readable(), cf.Pool().InUse())
+		}
+		must(2000, 1000, false) // after a gap: buffered
+		must(500, 1500, false)  // fills the gap (and overlaps): its new bytes go to the lent buffer
+		if r.Taken() != 2000 || r.Readable() != 1000 {
+			t.Fatalf("gap filled: taken %d, readable %d; want 2000, 1000", r.Taken(), r.Readable())
+		}
+		must(3000, 2000, false) // bytes wait to be read: buffered, even with room lent
+		if r.Taken() != 2000 || r.Readable() != 3000 {
+			t.Fatalf("behind readable bytes: taken %d, readable %d; want 2000, 3000", r.Taken(), r.Readable())
+		}
+		if k := r.ReadInto(nil); k != 2000 || !bytes.Equal(lent[:k], src[:k]) {
+			t.Fatalf("ReadInto(nil) = %d; want 2000 bytes of the stream", k)
+		}
+		buf := make([]byte, 10_000)
+		if n, fin := r.Read(buf); n != 3000 || fin || !bytes.Equal(buf[:n], src[2000:5000]) {
+			t.Fatalf("Read = %d, %v; want bytes 2000-5000", n, fin)
+		}
+		lent = make([]byte, 3000)
+		r.ReadInto(lent)
+		must(5000, 5000, true) // more than the lent buffer holds: the rest is buffered
+		if k := r.ReadInto(nil); k != 3000 || !bytes.Equal(lent, src[5000:8000]) {
+			t.Fatalf("ReadInto(nil) = %d; want bytes 5000-8000", k)
+		}
+		if n, fin := r.Read(buf); n != 2000 || !fin || !bytes.Equal(buf[:n], src[8000:]) {
+			t.Fatalf("Read = %d, %v; want bytes 8000-10000 and the FIN", n, fin)
+		}
+		if !r.Done() || cf.Pool().InUse() != 0 || cf.Budget().Used() != 0 || cf.recv.consumed != 10_000 {
+			t.Fatalf("Done=%v chunks %d budget %d consumed %d", r.Done(), cf.Pool().InUse(), cf.Budget().Used(), cf.recv.consumed)
+		}
+	})
+	t.Run("random", func(t *testing.T) {
+		for seed := uint64(1); seed <= 20; seed++ {
+			rng := newRand(t, seed)
+			size := 1 + rng.IntN(300_000)
+			src := randBytes(rng, size)
+			cf := newConn(t, cfg, 0)
+			r := NewRecvStream(1, cf)
+			var segs []segment
+			for off := 0; off < size; {
+				n := min(1+rng.IntN(3000), size-off)
+				segs = append(segs, segment{uint64(off), n, off+n == size})
+				if rng.IntN(4) == 0 {
+					o := off + rng.IntN(n)
+					segs = append(segs, segment{uint64(o), min(rng.IntN(2000)+1, size-o), false})
+				}
+				off += n
+			}
+			for range len(segs) / 5 {
+				segs = append(segs, segs[rng.IntN(len(segs))])
+			}
+			// Mostly in order, some segments moved later, as a lossy path delivers them.
+			for i := range segs {
+				if j := i + rng.IntN(8); rng.IntN(10) == 0 && j < len(segs) {
+					segs[i], segs[j] = segs[j], segs[i]
+				}
+			}
+			var got []byte
+			lent := make([]byte, rng.IntN(5000))
+			r.ReadInto(lent)
+			buf := make([]byte, 1+rng.IntN(5000))
+			fin, taken := false, 0
+			read := func() {
+				k := r.ReadInto(nil)
+				got, taken = append(got, lent[:k]...), taken+k
+				n, f := r.Read(buf)
+				got, fin = append(got, buf[:n]...), f
+				lent = make([]byte, rng.IntN(5000))
+				r.ReadInto(lent)
+			}
+			for _, sg := range segs {
+				if err := r.HandleFrame(sg.off, src[sg.off:sg.off+uint64(sg.n)], sg.fin); err != nil {
+					t.Fatalf("seed %d: HandleFrame(%d, %d): %v", seed, sg.off, sg.n, err)
+				}
+				if rng.IntN(3) == 0 {
+					read()
+				}
+			}
+			for !fin {
+				before := len(got)
+				read()
+				if len(got) == before && !fin {
+					t.Fatalf("seed %d: stuck at %d of %d bytes", seed, len(got), size)
+				}
+			}
+			if k := r.ReadInto(nil); k != 0 {
+				t.Fatalf("seed %d: %d bytes taken after the FIN", seed, k)
+			}
+			if sha256.Sum256(got) != sha256.Sum256(src) {
+				t.Fatalf("seed %d: reassembled %d bytes differ from the %d sent", seed, len(got), size)
+			}
+			if taken == 0 {
+				t.Errorf("seed %d: no byte taken through the lent buffer", seed)
+			}
+			if !r.Done() || cf.Pool().InUse() != 0 || cf.Budget().Used() != 0 {
+				t.Fatalf("seed %d: Done=%v chunks %d budget %d", seed, r.Done(), cf.Pool().InUse(), cf.Budget().Used())
+			}
+		}
+	})
+}
+
 func TestRecvErrors(t *testing.T) {
 	type op struct {
 		reset bool
