@@ -110,7 +110,7 @@ func (s *RecvStream) HandleFrame(offset uint64, data []byte, fin bool) error {
 	}
 	start := max(offset, read)
 	data = data[start-offset:]
-	if len(s.into) > 0 && start == read && s.Readable() == 0 {
+	if len(data) > 0 && len(s.into) > 0 && start == read && s.Readable() == 0 {
 		// In order with nothing before it: straight to the reader.
 		m := copy(s.into, data)
 		s.into = s.into[m:]
