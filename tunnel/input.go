@@ -122,11 +122,9 @@ func (c *Conn) onStreamFrame(now monotime.Time, f *wire.StreamFrame) {
 		c.streamError(now, err)
 		return
 	}
-	if k := st.recv.Taken() - taken; k > 0 { // read into the lent buffer: as StreamRead
+	if k := st.recv.Taken() - taken; k > 0 { // read into the lent buffer
 		c.stats.StreamBytesReadInto += uint64(k)
-		st.checkCredit = true
-		c.maxDataCheck = true
-		c.queueCtrl(st)
+		c.creditDue(st)
 	}
 	c.signalReadable(st)
 }

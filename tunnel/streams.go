@@ -379,15 +379,21 @@ func (c *Conn) StreamRead(id uint64, p []byte) (n int, fin bool, err error) {
 		st.readSignalled = false
 	}
 	if n > 0 {
-		st.checkCredit = true
-		c.maxDataCheck = true
-		c.queueCtrl(st)
+		c.creditDue(st)
 	}
 	if fin {
 		st.appRecvDone = true
 		c.maybeFinish(st)
 	}
 	return n, fin, nil
+}
+
+// creditDue marks st's and the connection's credit for a check after
+// bytes of st were read (StreamRead, or into a buffer StreamReadInto lent).
+func (c *Conn) creditDue(st *streamState) {
+	st.checkCredit = true
+	c.maxDataCheck = true
+	c.queueCtrl(st)
 }
 
 // StreamReadInto lends p to stream id's receiving half for a read that

@@ -231,10 +231,7 @@ func (d *driverState) unpark(s *Stream, res result) {
 	if !p.active {
 		return
 	}
-	if p.lent { // the buffer goes back to its reader: taken bytes with it
-		p.lent = false
-		res.n += d.conn.StreamReadInto(s.id, nil) // after p.n: the bytes before them were read
-	}
+	res.n += d.takeParked(s) // the buffer goes back to its reader: taken bytes with it
 	reply := p.reply
 	*p = parkedRead{gen: p.gen} // drop the reader's buffer
 	delete(d.parked, s)
