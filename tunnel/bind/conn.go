@@ -75,6 +75,19 @@ type WaitNotifier interface {
 	OnReadWait(f func())
 }
 
+// ReadWaiter is implemented by a Conn that can wait for the socket
+// before a read. A reader that has not slept since its last ReadBatch
+// calls WaitRead before the next: if the last read's system call emptied
+// the socket, WaitRead waits there for the next datagram, where ReadBatch
+// would first make one more system call only to be told there is none.
+// A reader that slept (to let datagrams gather) reads at once instead.
+type ReadWaiter interface {
+	// WaitRead returns when a ReadBatch may find a datagram: at once
+	// unless the last read emptied the socket and left nothing pending.
+	// It tells OnReadWait's function before it waits, as ReadBatch does.
+	WaitRead() error
+}
+
 // ErrAddressFamily means WriteBatch was given a destination the socket
 // cannot reach: IPv6 from an IPv4 socket, IPv4 from an IPv6-only one, or an
 // invalid address. Listen on "udp" (dual-stack) to reach both families.

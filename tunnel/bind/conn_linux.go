@@ -36,6 +36,7 @@ type linuxConn struct {
 var (
 	_ Conn         = (*linuxConn)(nil)
 	_ WaitNotifier = (*linuxConn)(nil)
+	_ ReadWaiter   = (*linuxConn)(nil)
 )
 
 // OnReadWait implements WaitNotifier: f runs before ReadBatch waits in

@@ -63,16 +63,25 @@ func newOneshot(sock int, events uint32) (*oneshot, error) {
 // epoll file's error.
 func (o *oneshot) do(f func(fd uintptr) bool) error {
 	for !f(uintptr(o.sock)) {
-		if o.onWait != nil {
-			o.onWait()
-		}
-		o.armed, o.errno = false, 0
-		if err := o.rc.Read(o.waitFn); err != nil {
+		if err := o.await(); err != nil {
 			return err
 		}
-		if o.errno != 0 {
-			return os.NewSyscallError("epoll_ctl", o.errno)
-		}
+	}
+	return nil
+}
+
+// await waits until the socket has its event (or the epoll file is
+// closed), telling onWait first.
+func (o *oneshot) await() error {
+	if o.onWait != nil {
+		o.onWait()
+	}
+	o.armed, o.errno = false, 0
+	if err := o.rc.Read(o.waitFn); err != nil {
+		return err
+	}
+	if o.errno != 0 {
+		return os.NewSyscallError("epoll_ctl", o.errno)
 	}
 	return nil
 }

@@ -191,3 +191,95 @@ func TestOnReadWait(t *testing.T) {
 		t.Fatalf("%d more waits reported for one wait", len(waits))
 	}
 }
+
+// TestWaitRead: after a read that emptied the socket, WaitRead waits for
+// the next datagram (saying so to OnReadWait), and the read after it
+// takes it in one recvmmsg, where ReadBatch alone would have made a
+// second, told EAGAIN. After a full read, which may have left datagrams
+// behind, it does not wait.
+func TestWaitRead(t *testing.T) {
+	a, b, _ := oneshotPair(t)
+	bufs, sizes, eps := buffers(a.BatchSize(), 1500)
+	one := [][]byte{make([]byte, 100)}
+	waits := make(chan struct{}, 4)
+	a.(WaitNotifier).OnReadWait(func() { waits <- struct{}{} })
+	w := a.(ReadWaiter)
+
+	three := [][]byte{make([]byte, 100), make([]byte, 100), make([]byte, 100)}
+	if err := b.WriteBatch(three, a.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.ReadBatch(bufs, sizes, eps); n != 3 || err != nil {
+		t.Fatalf("read of three queued datagrams: %d, %v", n, err)
+	}
+	calls0 := a.Stats().ReadSyscalls
+	done := make(chan error, 1)
+	go func() { done <- w.WaitRead() }()
+	select {
+	case <-waits:
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitRead after a read that emptied the socket did not say it waits")
+	}
+	time.Sleep(20 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("WaitRead returned (%v) before any datagram came", err)
+	default:
+	}
+	if err := b.WriteBatch(one, a.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.ReadBatch(bufs, sizes, eps); n != 1 || err != nil {
+		t.Fatalf("read after the wait: %d, %v", n, err)
+	}
+	if calls := a.Stats().ReadSyscalls - calls0; calls != 1 {
+		t.Fatalf("%d recvmmsg calls for the read after the wait, want 1", calls)
+	}
+	if len(waits) != 0 {
+		t.Fatal("the read after the wait waited again")
+	}
+
+	// A full read: WaitRead returns at once, although nothing is left.
+	full := make([][]byte, a.BatchSize())
+	for i := range full {
+		full[i] = make([]byte, 100)
+	}
+	if err := b.WriteBatch(full, a.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n, err := a.ReadBatch(bufs, sizes, eps); n != len(full) || err != nil {
+		t.Fatalf("full read: %d of %d, %v", n, len(full), err)
+	}
+	go func() { done <- w.WaitRead() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitRead after a full read waited")
+	}
+
+	// A waiting WaitRead ends with an error when the socket is closed.
+	if err := b.WriteBatch(one, a.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.ReadBatch(bufs, sizes, eps); n != 1 || err != nil {
+		t.Fatalf("read: %d, %v", n, err)
+	}
+	go func() { done <- w.WaitRead() }()
+	time.Sleep(20 * time.Millisecond)
+	a.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("WaitRead on a closed socket returned no error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not wake a waiting WaitRead")
+	}
+}

@@ -59,8 +59,10 @@ type receiver struct {
 	seg              int
 	from             Endpoint
 
-	// recvmmsg arguments and results around oneshot.do.
+	// recvmmsg arguments and results around oneshot.do; emptied: the
+	// last one returned fewer messages than it asked for (see WaitRead).
 	vlen, got int
+	emptied   bool
 	errno     syscall.Errno
 	calls     uint64
 	readFn    func(fd uintptr) bool // r.recvmmsg, bound once
@@ -119,6 +121,7 @@ func (r *receiver) recvmmsg(fd uintptr) bool {
 			return false
 		case 0:
 			r.got, r.errno = int(n), 0
+			r.emptied = r.got < r.vlen
 		default:
 			r.got, r.errno = 0, e
 		}
@@ -178,6 +181,28 @@ func (c *linuxConn) ReadBatch(bufs [][]byte, sizes []int, eps []Endpoint) (int, 
 			return n, nil
 		}
 	}
+}
+
+// WaitRead implements ReadWaiter. It waits only while nothing is pending
+// from the last receive (GRO data not yet returned) and that receive
+// returned fewer messages than it asked for, so found the socket empty
+// after them. A ReadBatch after a wait that Go's poller ended at once
+// (a datagram came in between) reads as it would have anyway.
+func (c *linuxConn) WaitRead() error {
+	r := &c.rx
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c.closed.Load() {
+		return c.ioError("read", nil)
+	}
+	if !r.emptied || r.next < r.count {
+		return nil
+	}
+	r.emptied = false
+	if err := c.rxw.await(); err != nil {
+		return c.ioError("wait for the socket", err)
+	}
+	return nil
 }
 
 // direct reports whether the caller's buffers can head the messages of a

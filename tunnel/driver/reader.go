@@ -12,6 +12,7 @@ import (
 
 	"github.com/wanopt/wanopt/internal/monotime"
 	"github.com/wanopt/wanopt/tunnel"
+	"github.com/wanopt/wanopt/tunnel/bind"
 )
 
 // rxStallLimit is how long the reader waits for a free batch before it
@@ -121,6 +122,12 @@ func (t *Tunnel) readLoop() {
 		sl = newSleeper()
 		defer sl.close()
 	}
+	// waitFirst: the last read was not held, so the socket it may have
+	// emptied has had no time to fill; wait there first (bind.ReadWaiter)
+	// rather than read to be told EAGAIN. On the far edge, whose reads of
+	// ACKs are never held, every second recvmmsg was such a read.
+	rw, _ := t.bc.(bind.ReadWaiter)
+	waitFirst := false
 	for {
 		var b *rxBatch
 		select {
@@ -138,6 +145,9 @@ func (t *Tunnel) readLoop() {
 			case <-t.ctx.Done():
 				return
 			}
+		}
+		if waitFirst && rw != nil {
+			_ = rw.WaitRead() // an error comes again from ReadBatch
 		}
 		n, err := t.bc.ReadBatch(b.bufs, b.sizes, b.eps)
 		// A batch is coming to the driver (see readwait.go); after an
@@ -169,12 +179,14 @@ func (t *Tunnel) readLoop() {
 		}
 		b.n = n
 		t.rxq <- b // never blocks: rxq holds every batch
+		waitFirst = true
 		if holds {
 			hold.max = time.Duration(t.rxHoldMax.Load())
 			now := monotime.Now()
 			if d := hold.after(now, b.sizes[:n]); d > 0 {
 				sl.until(now.Add(d))
 				t.rxHolds.Add(1)
+				waitFirst = false
 			}
 		}
 	}

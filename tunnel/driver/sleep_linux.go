@@ -17,16 +17,21 @@ const havePreciseSleep = true
 // sleeper waits until a monotonic instant with sub-millisecond precision,
 // where a Go timer shorter than a millisecond fires after 1-2 ms on an
 // idle runtime (its poller waits in whole milliseconds). It arms a timerfd
-// and reads it, so the waiting goroutine is parked in Go's poller and
-// holds no P. A nanosleep(2) would hold the P in a system call: on one
-// thread (GOMAXPROCS 1) the runtime's monitor takes the P away after 20
-// µs, every sleep, and then keeps waking every 20 µs itself. Without a
-// timerfd it falls back to nanosleep. One goroutine owns a sleeper.
+// and waits for it to become readable, so the waiting goroutine is parked
+// in Go's poller and holds no P. A nanosleep(2) would hold the P in a
+// system call: on one thread (GOMAXPROCS 1) the runtime's monitor takes
+// the P away after 20 µs, every sleep, and then keeps waking every 20 µs
+// itself. Without a timerfd it falls back to nanosleep. One goroutine owns
+// a sleeper.
 //
-// Arming and reading the timerfd are raw system calls (they never wait:
-// the fd is non-blocking), because any system call made through the
-// scheduler wakes the runtime's monitor from its idle sleep and sets it
-// back to waking every 20 µs.
+// Arming the timerfd is a raw system call (it never waits), because any
+// system call made through the scheduler wakes the runtime's monitor from
+// its idle sleep and sets it back to waking every 20 µs. The timerfd is
+// never read: its expiry count is left behind, and the next arming clears
+// it (timerfd_settime(2) resets the count), so a sleep costs one system
+// call, not two (a near edge at 250 Mbit/s sleeps about 450 times a
+// second, and a system call costs about a microsecond on a
+// paravirtualised guest).
 type sleeper struct {
 	f        *os.File // nil: nanosleep
 	rc       syscall.RawConn
@@ -34,10 +39,8 @@ type sleeper struct {
 	errno    syscall.Errno
 	setFn    func(fd uintptr)      // s.set, bound once so that arming allocates nothing
 	readFn   func(fd uintptr) bool // s.read, likewise
-	buf      [8]byte
-	armedFor monotime.Time // the instant the armed timer expires at or after
-	armed    bool          // no read has come since the timer was armed
-	reads    uint64        // read(2) calls on the timerfd (tests)
+	armedFor monotime.Time         // the instant the armed timer expires at or after
+	calls    uint64                // read calls: one, then one per wake-up (tests)
 }
 
 func newSleeper() *sleeper {
@@ -62,27 +65,15 @@ func (s *sleeper) set(fd uintptr) {
 }
 
 // read is the RawConn.Read callback: false (wait in the poller) until the
-// timer has expired. Its first call after arming, before the instant
-// armed, returns false without a read(2), which would only say EAGAIN:
-// the timer, armed for a span measured from before the arming call,
-// cannot have expired, so its expiry wakes the poller after this call
-// (which follows Go's reset of the fd's readiness). That halves the
-// sleeper's reads (a far edge pacing at 250 Mbit/s sleeps about 1,000
-// times a second).
+// clock has reached the armed instant. It reads nothing: the timer was
+// armed for a span measured from before the arming call, so it expires
+// at or after that instant on the same clock, and while the clock is short
+// of it the expiry, and with it the poller's wake-up, is still to come
+// (Go reset the fd's readiness before this call). A wake-up left from an
+// earlier arming only brings another call.
 func (s *sleeper) read(fd uintptr) bool {
-	if s.armed {
-		s.armed = false
-		if monotime.Now().Before(s.armedFor) {
-			return false
-		}
-	}
-	for {
-		s.reads++
-		_, _, s.errno = unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&s.buf[0])), uintptr(len(s.buf)))
-		if s.errno != unix.EINTR {
-			return s.errno != unix.EAGAIN
-		}
-	}
+	s.calls++
+	return !monotime.Now().Before(s.armedFor)
 }
 
 // until returns when the monotonic clock reaches t (or at once if the
@@ -101,8 +92,8 @@ func (s *sleeper) until(t monotime.Time) {
 		nanosleep(t)
 		return
 	}
-	s.armedFor, s.armed = t, true
-	if err := s.rc.Read(s.readFn); err != nil || s.errno != 0 {
+	s.armedFor = t
+	if err := s.rc.Read(s.readFn); err != nil {
 		nanosleep(t)
 	}
 }
