@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,54 +119,90 @@ func TestEdgeDatagrams(t *testing.T) {
 		if _, err := exec.LookPath("iperf3"); err != nil {
 			t.Skip("iperf3 is not installed")
 		}
-		srv := l.Command(ctx, l.Server, "iperf3", "-s", "-1", "-B", "198.18.2.2", "-p", strconv.Itoa(iperf3Port))
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer srv.Wait()
-		time.Sleep(300 * time.Millisecond)
-		// -l 1200: a 1,228-byte IP packet, which one tunnel datagram holds
-		// (MaxDatagramBytes is about 1,430 at the default tunnel MTU);
-		// iperf3's default for UDP (1,448) would be dropped as too big.
-		// -w 4M: the server's socket buffer (iperf3 passes it on). On two
-		// cores beside CI's tests the iperf3 server itself reads late,
-		// and its default 208 KiB overflowed: 39-827 of the datagrams the
-		// edges delivered in 5 s were lost in it (RcvbufErrors).
-		kernelBefore := dropCounts(ctx, l)
-		cli := l.Command(ctx, l.Client, "iperf3", "-c", "198.18.2.2", "-p", strconv.Itoa(iperf3Port), "-u", "-b", "50M", "-t", "5", "-l", "1200", "-w", "4M", "-J")
-		out, err := cli.Output()
-		if err != nil {
-			t.Fatalf("iperf3 -u: %v\n%s", err, out)
-		}
-		var r struct {
-			End struct {
-				Sum struct {
-					Packets     int     `json:"packets"`
-					LostPackets int     `json:"lost_packets"`
-					LostPercent float64 `json:"lost_percent"`
-					BitsPerSec  float64 `json:"bits_per_second"`
-				} `json:"sum"`
-			} `json:"end"`
-		}
-		if err := json.Unmarshal(out, &r); err != nil {
-			t.Fatalf("iperf3 -J output: %v\n%s", err, out)
-		}
-		s := r.End.Sum
-		delivered := 100 - s.LostPercent
-		near, far := datagramStats(t, e)
-		var ns, fs control.Status
-		queryControl(e.sock("near"), "status", &ns)
-		queryControl(e.sock("far"), "status", &fs)
-		var nd, fd uint64
-		if ns.Tunnel != nil && fs.Tunnel != nil {
-			nd, fd = ns.Tunnel.DatagramsDropped, fs.Tunnel.DatagramsDropped
-		}
-		t.Logf("iperf3 -u -b 50M -l 1200 -w 4M -t 5: %d packets, %d lost (%.2f %% delivered), %.1f Mbit/s; near drops %+v, far drops %+v; tunnel datagram drops near %d, far %d; kernel drops %s",
-			s.Packets, s.LostPackets, delivered, s.BitsPerSec/1e6, near.Drops, far.Drops, nd, fd, dropDelta(kernelBefore, dropCounts(ctx, l)))
-		if s.Packets == 0 || delivered < 98 {
-			t.Errorf("iperf3 -u delivered %.2f %% of %d packets, want at least 98 %%", delivered, s.Packets)
+		// A second round only when the first loses more than 2 %: iperf3
+		// -u owes its rate from the start, so a client the host kept off
+		// the CPU sends what it owes at once when it runs again, and a
+		// burst of several thousand packets overflows the tunnel's queue
+		// of 1,024 as it would a router's. CI once lost 3,200 of 26,039
+		// (every loss a tunnel queue drop at the near edge); stopping the
+		// iperf3 client for 0.8 s here loses 3,103 the same way. Edges
+		// that drop steadily fail both rounds.
+		for round := 1; ; round++ {
+			packets, delivered := iperf3UDP(t, ctx, e)
+			if packets > 0 && delivered >= 98 {
+				return
+			}
+			if round == 2 {
+				t.Errorf("iperf3 -u delivered %.2f %% of %d packets in round %d (and under 98 %% in round 1), want at least 98 %%", delivered, packets, round)
+				return
+			}
+			t.Logf("round %d delivered %.2f %% of %d packets; trying once more", round, delivered, packets)
 		}
 	})
+}
+
+// iperf3UDP sends iperf3 -u at 50 Mbit/s for 5 s from the client to the
+// server through the edges and returns the packets iperf3 sent and the
+// percentage delivered. It logs the drops the edges and the kernel
+// counted in the meantime.
+func iperf3UDP(t *testing.T, ctx context.Context, e *edgeLab) (packets int, delivered float64) {
+	t.Helper()
+	l := e.l
+	srv := l.Command(ctx, l.Server, "iperf3", "-s", "-1", "-B", "198.18.2.2", "-p", strconv.Itoa(iperf3Port))
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Wait()
+	time.Sleep(300 * time.Millisecond)
+	// -l 1200: a 1,228-byte IP packet, which one tunnel datagram holds
+	// (MaxDatagramBytes is about 1,430 at the default tunnel MTU);
+	// iperf3's default for UDP (1,448) would be dropped as too big.
+	// -w 4M: the server's socket buffer (iperf3 passes it on). On two
+	// cores beside CI's tests the iperf3 server itself reads late,
+	// and its default 208 KiB overflowed: 39-827 of the datagrams the
+	// edges delivered in 5 s were lost in it (RcvbufErrors).
+	kernelBefore := dropCounts(ctx, l)
+	nearBefore, farBefore := datagramStats(t, e)
+	ndBefore, fdBefore := tunnelDatagramDrops(e)
+	cli := l.Command(ctx, l.Client, "iperf3", "-c", "198.18.2.2", "-p", strconv.Itoa(iperf3Port), "-u", "-b", "50M", "-t", "5", "-l", "1200", "-w", "4M", "-J")
+	out, err := cli.Output()
+	if err != nil {
+		t.Fatalf("iperf3 -u: %v\n%s", err, out)
+	}
+	var r struct {
+		End struct {
+			Sum struct {
+				Packets     int     `json:"packets"`
+				LostPackets int     `json:"lost_packets"`
+				LostPercent float64 `json:"lost_percent"`
+				BitsPerSec  float64 `json:"bits_per_second"`
+			} `json:"sum"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("iperf3 -J output: %v\n%s", err, out)
+	}
+	s := r.End.Sum
+	near, far := datagramStats(t, e)
+	nd, fd := tunnelDatagramDrops(e)
+	t.Logf("iperf3 -u -b 50M -l 1200 -w 4M -t 5: %d packets, %d lost (%.2f %% delivered), %.1f Mbit/s; edges' drops in the meantime: near %+v, far %+v; tunnel datagram drops near %d, far %d; kernel drops %s",
+		s.Packets, s.LostPackets, 100-s.LostPercent, s.BitsPerSec/1e6, dropsSince(nearBefore.Drops, near.Drops), dropsSince(farBefore.Drops, far.Drops), nd-ndBefore, fd-fdBefore, dropDelta(kernelBefore, dropCounts(ctx, l)))
+	return s.Packets, 100 - s.LostPercent
+}
+
+// tunnelDatagramDrops returns each edge's tunnel datagram drops so far
+// (0 where its status has no tunnel).
+func tunnelDatagramDrops(e *edgeLab) (near, far uint64) {
+	var ns, fs control.Status
+	queryControl(e.sock("near"), "status", &ns)
+	queryControl(e.sock("far"), "status", &fs)
+	if ns.Tunnel != nil {
+		near = ns.Tunnel.DatagramsDropped
+	}
+	if fs.Tunnel != nil {
+		far = fs.Tunnel.DatagramsDropped
+	}
+	return near, far
 }
 
 // pingRounds pings dst from ns in rounds of count echoes, as pingIn, and
@@ -362,4 +399,14 @@ func dropDelta(before, after map[string]uint64) string {
 	}
 	slices.Sort(s)
 	return strings.Join(s, ", ")
+}
+
+// dropsSince returns the drops counted between two readings.
+func dropsSince(before, after dgram.Drops) dgram.Drops {
+	d := after
+	b, v := reflect.ValueOf(before), reflect.ValueOf(&d).Elem()
+	for i := range v.NumField() {
+		v.Field(i).SetUint(v.Field(i).Uint() - b.Field(i).Uint())
+	}
+	return d
 }
