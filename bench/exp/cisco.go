@@ -55,6 +55,10 @@ type CiscoOptions struct {
 	// that many CPUs (see EdgeOptions.EdgeCPU); iperf, the link emulator
 	// and the forwarding-only edges of the plain runs are never capped.
 	EdgeCPU float64
+	// EdgeWeight, if positive, gives each wanopt edge a cgroup of that
+	// CPU weight (see EdgeOptions.EdgeWeight; the systemd unit's is
+	// 1000); 0: the edges weigh as any process.
+	EdgeWeight int
 	// EdgeProcs, if positive, runs each wanopt edge with --procs EdgeProcs
 	// (GOMAXPROCS); the lab's own processes keep Go's default. 0: 1 when
 	// EdgeCPU is one CPU or less (what the edge would choose itself if it
@@ -162,6 +166,9 @@ type CiscoResult struct {
 	WANRateHint bool `json:"wan_rate_hint,omitempty"`
 	// EdgeCPU is the CPUs each wanopt edge was held to; 0: no cap.
 	EdgeCPU float64 `json:"edge_cpu_cores"`
+	// EdgeWeight is the CPU weight of each wanopt edge's cgroup; 0: none
+	// (the default of any process, 100).
+	EdgeWeight int `json:"edge_cpu_weight,omitempty"`
 	// EdgeProcs is the edges' --procs (GOMAXPROCS); 0: the edge's own
 	// choice (see wanopt run --procs).
 	EdgeProcs int `json:"edge_procs,omitempty"`
@@ -242,12 +249,13 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 		return res, errUploadOutage
 	}
 	res.EdgeCPU = o.EdgeCPU
+	res.EdgeWeight = o.EdgeWeight
 	res.EdgeProcs = o.EdgeProcs
 	res.LinkOffload = o.LinkOffload
 	if o.Wanopt == "" {
 		return res, fmt.Errorf("no wanopt binary given (CiscoOptions.Wanopt)")
 	}
-	if err := checkEdgeCPU(o.EdgeCPU); err != nil {
+	if err := checkEdgeCPU(o.EdgeCPU, o.EdgeWeight); err != nil {
 		return res, err
 	}
 	// The link helper runs at real-time priority (lab.Options.Realtime),
@@ -446,7 +454,7 @@ func (r *CiscoResult) FillRatios() {
 // ciscoWanopt measures one row through a fresh pair of wanopt edges: the
 // cold run, a warming transfer, then the runs.
 func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptions, row *CiscoRow, measure func(what string, n int) ([]IperfResult, error)) error {
-	eo := EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent, EdgeCPU: o.EdgeCPU, CPUs: o.edgeCPUs}
+	eo := EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent, EdgeCPU: o.EdgeCPU, EdgeWeight: o.EdgeWeight, CPUs: o.edgeCPUs}
 	if o.WANRateHint {
 		eo.Args = append(eo.Args, "--wan-rate", fmt.Sprint(o.RateBps))
 	}
@@ -555,17 +563,21 @@ func perMB(n uint64, mb float64) float64 {
 }
 
 // checkEdgeCPU fails early, before minutes of plain-TCP runs, if the edges
-// cannot be capped at cores CPUs: it creates a cap and removes it again.
-func checkEdgeCPU(cores float64) error {
-	if cores == 0 {
+// cannot be capped at cores CPUs or given weight: it creates such a group
+// and removes it again.
+func checkEdgeCPU(cores float64, weight int) error {
+	if cores == 0 && weight == 0 {
 		return nil
 	}
-	if !(cores > 0) || math.IsInf(cores, 0) { // also NaN
+	if !(cores >= 0) || math.IsInf(cores, 0) { // also NaN
 		return fmt.Errorf("edge CPU cap %v: want 0 (no cap) or a positive number of CPUs", cores)
 	}
-	c, err := cgroup.NewCPUCap(cgroup.Root, "check", cores)
+	if weight < 0 || weight > cgroup.MaxWeight {
+		return fmt.Errorf("edge CPU weight %d: want 0 (none) or 1 to %d (%d is any process's)", weight, cgroup.MaxWeight, cgroup.DefaultWeight)
+	}
+	c, err := cgroup.New(cgroup.Root, "check", cgroup.Limits{Cores: cores, Weight: weight})
 	if err != nil {
-		return fmt.Errorf("cap the wanopt edges' CPU at %g cores: %w", cores, err)
+		return fmt.Errorf("a cgroup for the wanopt edges (%g cores, weight %d): %w", cores, weight, err)
 	}
 	return c.Close()
 }

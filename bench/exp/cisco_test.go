@@ -366,12 +366,17 @@ func TestParseSwitches(t *testing.T) {
 }
 
 func TestCheckEdgeCPU(t *testing.T) {
-	if err := checkEdgeCPU(0); err != nil {
+	if err := checkEdgeCPU(0, 0); err != nil {
 		t.Errorf("no cap: %v", err)
 	}
 	for _, bad := range []float64{-0.5, math.NaN(), math.Inf(1)} {
-		if err := checkEdgeCPU(bad); err == nil || !strings.Contains(err.Error(), "want 0 (no cap) or a positive number") {
-			t.Errorf("checkEdgeCPU(%v) = %v", bad, err)
+		if err := checkEdgeCPU(bad, 0); err == nil || !strings.Contains(err.Error(), "want 0 (no cap) or a positive number") {
+			t.Errorf("checkEdgeCPU(%v, 0) = %v", bad, err)
+		}
+	}
+	for _, bad := range []int{-1, 10001} {
+		if err := checkEdgeCPU(0, bad); err == nil || !strings.Contains(err.Error(), "want 0 (none) or 1 to 10000") {
+			t.Errorf("checkEdgeCPU(0, %d) = %v", bad, err)
 		}
 	}
 }

@@ -71,6 +71,11 @@ type EdgeOptions struct {
 	// to that many CPUs with a CPU-bandwidth cgroup (see bench/cgroup);
 	// 0: no cap.
 	EdgeCPU float64
+	// EdgeWeight, if positive, gives each edge process a cgroup of that
+	// CPU weight (cgroup v2's scale: 100 is any process's; the systemd
+	// unit gives an edge 1000), so that while the CPUs are contended the
+	// edges get their share before the lab's other processes; 0: none.
+	EdgeWeight int
 	// CPUs, if not empty, is where both edge processes run (their CPU
 	// affinity from their start, see bench/cpuplace); empty: anywhere.
 	CPUs unix.CPUSet
@@ -91,16 +96,16 @@ type Edges struct {
 	route6     bool // and so does its route to the server's IPv6 LAN
 	farRoute   bool // edgeB's route to the client's LAN points into wo1
 	farRoute6  bool // and so does its route to the client's IPv6 LAN
-	caps       []*cgroup.CPUCap
+	groups     []*cgroup.Group
 }
 
-// edgeProc is one run of an edge: its command line, CPU cap and process.
+// edgeProc is one run of an edge: its command line, cgroup and process.
 type edgeProc struct {
 	name, log string
 	host      *lab.Host
 	argv      []string
-	cap       *cgroup.CPUCap // nil: none
-	cpus      unix.CPUSet    // empty: anywhere
+	group     *cgroup.Group // nil: none
+	cpus      unix.CPUSet   // empty: anywhere
 	cmd       *exec.Cmd
 	done      chan error // receives Wait's result once; re-sent by readers
 	killed    bool       // by RestartFar: its exit status is no failure
@@ -156,7 +161,7 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 		}
 	}
 	farArgs = append(append(farArgs, o.Args...), o.FarArgs...)
-	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", o.EdgeCPU, o.CPUs, farArgs...); err != nil {
+	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", cgroup.Limits{Cores: o.EdgeCPU, Weight: o.EdgeWeight}, o.CPUs, farArgs...); err != nil {
 		return nil, err
 	}
 	nearArgs := []string{"--key", keyA, "--peer-key", pubB, "--peer", listen,
@@ -166,7 +171,7 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 		nearArgs = append(nearArgs, "--route", serverLAN6)
 	}
 	nearArgs = append(append(nearArgs, o.Args...), o.NearArgs...)
-	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near", o.EdgeCPU, o.CPUs, nearArgs...); err != nil {
+	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near", cgroup.Limits{Cores: o.EdgeCPU, Weight: o.EdgeWeight}, o.CPUs, nearArgs...); err != nil {
 		return nil, err
 	}
 	if err := e.waitUp(ctx, "near", o.Up); err != nil {
@@ -439,7 +444,7 @@ func (e *Edges) query(side, req string, v any) error {
 func (e *Edges) Dir() string { return e.dir }
 
 // RestartFar crashes the far edge (SIGKILL: nothing reaches the near edge)
-// and starts it again with the same command line, CPU cap and log file. It
+// and starts it again with the same command line, cgroup and log file. It
 // returns once the new process has started, without waiting for the tunnel.
 func (e *Edges) RestartFar(ctx context.Context) error {
 	if e.stopped {
@@ -450,7 +455,7 @@ func (e *Edges) RestartFar(ctx context.Context) error {
 	_ = old.cmd.Process.Kill()
 	err := <-old.done
 	old.done <- err
-	p := &edgeProc{name: old.name, log: old.log, host: old.host, argv: old.argv, cap: old.cap}
+	p := &edgeProc{name: old.name, log: old.log, host: old.host, argv: old.argv, group: old.group}
 	if err := p.run(ctx, e.l, os.O_APPEND); err != nil {
 		return err
 	}
@@ -459,7 +464,7 @@ func (e *Edges) RestartFar(ctx context.Context) error {
 }
 
 // Stop sends both edges SIGTERM, kills one that has not exited within 5 s,
-// routes the server's LAN over the link again, removes the edges' CPU caps
+// routes the server's LAN over the link again, removes the edges' cgroups
 // and a temporary folder. Its error also reports an edge that had exited
 // with an error before (one RestartFar killed does not count). It is safe to
 // call more than once.
@@ -500,7 +505,7 @@ func (e *Edges) Stop() error {
 	}
 	// The edges have exited (or were killed and reaped): the groups are
 	// empty and can go.
-	for _, c := range e.caps {
+	for _, c := range e.groups {
 		if err := c.Close(); err != nil {
 			errs = append(errs, err)
 		}
@@ -511,16 +516,16 @@ func (e *Edges) Stop() error {
 	return errors.Join(errs...)
 }
 
-// start starts the edge name in h; with cores > 0 it runs in a cgroup
-// that holds it to that many CPUs.
-func (e *Edges) start(ctx context.Context, h *lab.Host, bin, name string, cores float64, cpus unix.CPUSet, args ...string) (*edgeProc, error) {
+// start starts the edge name in h; with a cap or a weight in lim it runs
+// in a cgroup of those limits.
+func (e *Edges) start(ctx context.Context, h *lab.Host, bin, name string, lim cgroup.Limits, cpus unix.CPUSet, args ...string) (*edgeProc, error) {
 	p := &edgeProc{name: name, log: filepath.Join(e.dir, name+".log"), host: h, argv: append([]string{bin, "run"}, args...), cpus: cpus}
-	if cores > 0 {
+	if lim != (cgroup.Limits{}) {
 		var err error
-		if p.cap, err = cgroup.NewCPUCap(cgroup.Root, name, cores); err != nil {
-			return nil, fmt.Errorf("cap the %s edge's CPU at %g cores: %w", name, cores, err)
+		if p.group, err = cgroup.New(cgroup.Root, name, lim); err != nil {
+			return nil, fmt.Errorf("the %s edge's cgroup (%g cores, weight %d): %w", name, lim.Cores, lim.Weight, err)
 		}
-		e.caps = append(e.caps, p.cap) // Stop removes it, also on error
+		e.groups = append(e.groups, p.group) // Stop removes it, also on error
 	}
 	if err := p.run(ctx, e.l, os.O_TRUNC); err != nil {
 		return nil, err
@@ -548,12 +553,12 @@ func (p *edgeProc) run(ctx context.Context, l *lab.Lab, flag int) error {
 	}
 	p.cmd, p.done = cmd, make(chan error, 1)
 	go func() { err := cmd.Wait(); f.Close(); p.done <- err }()
-	if p.cap != nil {
+	if p.group != nil {
 		// Go cannot run code between fork and exec, so the edge joins the
 		// group just after it started: it runs uncapped only for its first
 		// milliseconds, long before the tunnel is up and anything is
 		// measured. Its threads and children move or are born there.
-		if err := p.cap.Add(cmd.Process.Pid); err != nil {
+		if err := p.group.Add(cmd.Process.Pid); err != nil {
 			_ = p.stop()
 			return fmt.Errorf("the %s edge: %w", p.name, err)
 		}

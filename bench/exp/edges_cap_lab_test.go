@@ -22,9 +22,9 @@ import (
 )
 
 // TestEdgesCPUCapInLab starts a pair of wanopt edges capped at 0.3 CPUs
-// each: each edge's own process (not the 'ip netns exec' it started as)
-// must sit in its own group with that quota, and Stop must remove both
-// groups.
+// each, of CPU weight 1000: each edge's own process (not the 'ip netns
+// exec' it started as) must sit in its own group with that quota and
+// weight, and Stop must remove both groups.
 func TestEdgesCPUCapInLab(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the lab creates network namespaces and cgroups and needs root (run 'sudo make test')")
@@ -32,7 +32,7 @@ func TestEdgesCPUCapInLab(t *testing.T) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("skipping: ip is not installed (apt-get install iproute2)")
 	}
-	if err := checkEdgeCPU(0.3); errors.Is(err, cgroup.ErrNoController) {
+	if err := checkEdgeCPU(0.3, 1000); errors.Is(err, cgroup.ErrNoController) {
 		t.Skipf("skipping: %v", err)
 	} else if err != nil {
 		t.Fatal(err)
@@ -42,16 +42,16 @@ func TestEdgesCPUCapInLab(t *testing.T) {
 	defer cancel()
 	link := wanem.Config{Delay: 5 * time.Millisecond}
 	l := newLab(t, ctx, lab.Edges, link, link)
-	e, err := StartEdges(ctx, l, EdgeOptions{Wanopt: wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, EdgeCPU: 0.3})
+	e, err := StartEdges(ctx, l, EdgeOptions{Wanopt: wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, EdgeCPU: 0.3, EdgeWeight: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Stop()
-	if len(e.caps) != 2 {
-		t.Fatalf("%d CPU caps, want one per edge", len(e.caps))
+	if len(e.groups) != 2 {
+		t.Fatalf("%d cgroups, want one per edge", len(e.groups))
 	}
 	for i, p := range []*edgeProc{e.far, e.near} { // the order StartEdges starts them in
-		dir := e.caps[i].Dir()
+		dir := e.groups[i].Dir()
 		if want := fmt.Sprintf("wanbench-%d-%s", os.Getpid(), p.name); filepath.Base(dir) != want {
 			t.Errorf("%s edge's group %s, want %s", p.name, dir, want)
 		}
@@ -81,11 +81,20 @@ func TestEdgesCPUCapInLab(t *testing.T) {
 		if q := strings.Fields(string(quota)); err != nil || len(q) == 0 || q[0] != "30000" {
 			t.Errorf("%s edge's quota %q (%v), want 30000 µs per 100 ms", p.name, quota, err)
 		}
+		weight, err := os.ReadFile(filepath.Join(dir, "cpu.shares"))
+		want := "10240" // v1's scale
+		if errors.Is(err, fs.ErrNotExist) {
+			weight, err = os.ReadFile(filepath.Join(dir, "cpu.weight"))
+			want = "1000"
+		}
+		if w := strings.TrimSpace(string(weight)); err != nil || w != want {
+			t.Errorf("%s edge's weight %q (%v), want %s", p.name, w, err, want)
+		}
 	}
 	if err := e.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range e.caps {
+	for _, c := range e.groups {
 		if _, err := os.Stat(c.Dir()); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("group %s still there after Stop: %v", c.Dir(), err)
 		}

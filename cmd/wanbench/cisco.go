@@ -52,6 +52,7 @@ Flags:
 	wanRateHint := fs.Bool("wan-rate-hint", false, "tell the edges the link's rate (wanopt run --wan-rate), so a new tunnel starts at it instead of probing (the cold column)")
 	edgesApart := fs.Bool("edges-apart", false, "run both wanopt edges on the last CPU and the rest of the lab (the link emulator, iperf) on the others, so that the lab's processes do not preempt the edges: their own cost, as on an appliance of their own (needs two CPUs)")
 	edgeCPU := fs.Float64("edge-cpu", 0, "hold each wanopt edge (near and far apart) to this many CPUs with a CPU-bandwidth cgroup, e.g. 0.5; 0: no cap")
+	edgeWeight := fs.Int("edge-weight", 0, "give each wanopt edge a cgroup of this CPU weight (1-10000, cgroup v2's scale: 100 is any process's), as the systemd unit's CPUWeight=1000 does, so that the edges get their share first while other work contends for the CPUs; 0: none")
 	linkOffload := fs.Bool("link-offload", false, "open the link's TUN devices with UDP segmentation offload: a sender's UDP GSO batch reaches the emulator whole, as a NIC with that offload takes it, instead of being segmented by the sender's kernel (Linux 6.2+)")
 	upload := fs.Bool("upload", false, "send from the client to the server (iperf without -R), as a backup does, instead of the published download; each run's figure is then the iperf server's, since the client's counts bytes the near edge took, not bytes delivered")
 	plainRuns := fs.Int("plain-runs", 0, "plain-TCP runs per point (default --runs): on a lossy link one plain run can take minutes")
@@ -85,7 +86,7 @@ Flags:
 	if *plainRuns < 0 {
 		return fmt.Errorf("--plain-runs %d: want 1 or more (0: as --runs)", *plainRuns)
 	}
-	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns, WANRateHint: *wanRateHint, EdgeCPU: *edgeCPU, EdgeProcs: *edgeProcs, LinkOffload: *linkOffload, EdgesApart: *edgesApart, Upload: *upload}
+	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns, WANRateHint: *wanRateHint, EdgeCPU: *edgeCPU, EdgeWeight: *edgeWeight, EdgeProcs: *edgeProcs, LinkOffload: *linkOffload, EdgesApart: *edgesApart, Upload: *upload}
 	if o.LinkImpairments, err = imp.impairments(); err != nil {
 		return err
 	}
@@ -139,7 +140,7 @@ Flags:
 		direction = "(upload, measured at the server)"
 	}
 	fmt.Printf("\nPlain TCP and wanopt, link %.0f Mbit/s, %.1f MB drop-tail queue, impairments: %s (seed %d), iperf -n %dMB -P %d %s, %d runs per point, %s end hosts, %s egress, %s (%.0f s):\n\n",
-		res.RateMbps, float64(res.QueueBytes)/1e6, res.Impairments, res.Seed, res.BytesPerStream>>20, res.Streams, direction, res.Runs, res.CC, res.Egress, edgeCPUText(res.EdgeCPU, res.EdgeProcs), time.Since(start).Seconds())
+		res.RateMbps, float64(res.QueueBytes)/1e6, res.Impairments, res.Seed, res.BytesPerStream>>20, res.Streams, direction, res.Runs, res.CC, res.Egress, edgeCPUText(res.EdgeCPU, res.EdgeWeight, res.EdgeProcs), time.Since(start).Seconds())
 	if res.LinkOffload {
 		fmt.Println("The link's TUN devices took UDP GSO batches whole (--link-offload).")
 	}
@@ -156,10 +157,13 @@ Flags:
 	return nil
 }
 
-func edgeCPUText(cores float64, procs int) string {
+func edgeCPUText(cores float64, weight, procs int) string {
 	s := "edges' CPU not capped"
 	if cores > 0 {
 		s = fmt.Sprintf("each edge capped at %g CPUs", cores)
+	}
+	if weight > 0 {
+		s += fmt.Sprintf(", edges' CPU weight %d (--edge-weight; any process's is 100)", weight)
 	}
 	if procs > 0 {
 		s += fmt.Sprintf(", edges on %d threads (--procs)", procs)

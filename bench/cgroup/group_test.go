@@ -44,11 +44,11 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-func TestCPUCapV1(t *testing.T) {
+func TestGroupV1(t *testing.T) {
 	root := fakeHierarchy(t, map[string]string{
 		"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000", "cpu/cgroup.procs": "1\n",
 	})
-	c, err := NewCPUCap(root, "near", 0.5)
+	c, err := New(root, "near", Limits{Cores: 0.5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestCPUCapV1(t *testing.T) {
 	if got := readFile(t, filepath.Join(want, "cgroup.procs")); got != "4242" {
 		t.Errorf("cgroup.procs = %q, want the added pid", got)
 	}
-	if _, err := NewCPUCap(root, "near", 0.5); err == nil || !strings.Contains(err.Error(), "already exists") {
+	if _, err := New(root, "near", Limits{Cores: 0.5}); err == nil || !strings.Contains(err.Error(), "already exists") {
 		t.Errorf("a second group of the same name: %v, want an error saying it exists", err)
 	}
 	if err := c.Close(); err != nil {
@@ -85,11 +85,11 @@ func TestCPUCapV1(t *testing.T) {
 	}
 }
 
-func TestCPUCapV2(t *testing.T) {
+func TestGroupV2(t *testing.T) {
 	root := fakeHierarchy(t, map[string]string{
 		"cgroup.controllers": "cpuset cpu io memory pids\n", "cgroup.subtree_control": "", "cgroup.procs": "1\n",
 	})
-	c, err := NewCPUCap(root, "far", 0.25)
+	c, err := New(root, "far", Limits{Cores: 0.25})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestCPUCapV2(t *testing.T) {
 
 	// cpu already enabled for the children: subtree_control is left alone.
 	root = fakeHierarchy(t, map[string]string{"cgroup.controllers": "cpu memory", "cgroup.subtree_control": "cpu memory\n"})
-	c, err = NewCPUCap(root, "far", 1)
+	c, err = New(root, "far", Limits{Cores: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,48 @@ func TestCPUCapV2(t *testing.T) {
 	}
 }
 
-func TestCPUCapNoController(t *testing.T) {
+// TestGroupWeight: a weight alone writes cpu.shares (v1, on the 1024
+// scale) or cpu.weight (v2) and no quota; with a cap as well, both.
+func TestGroupWeight(t *testing.T) {
+	root := fakeHierarchy(t, map[string]string{"cpu/cpu.cfs_quota_us": "-1", "cpu/cgroup.procs": ""})
+	c, err := New(root, "near", Limits{Weight: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(c.Dir(), "cpu.shares")); got != "10240" {
+		t.Errorf("v1 cpu.shares = %q, want 10240 for weight 1000", got)
+	}
+	if _, err := os.Stat(filepath.Join(c.Dir(), "cpu.cfs_quota_us")); err == nil {
+		t.Error("v1: a quota written for a weight alone")
+	}
+	c.Close()
+	c, err = New(root, "far", Limits{Cores: 0.5, Weight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(c.Dir(), "cpu.shares")); got != "10" {
+		t.Errorf("v1 cpu.shares = %q, want 10 for weight 1", got)
+	}
+	if got := readFile(t, filepath.Join(c.Dir(), "cpu.cfs_quota_us")); got != "50000" {
+		t.Errorf("v1 cpu.cfs_quota_us = %q beside a weight, want 50000", got)
+	}
+	c.Close()
+
+	root = fakeHierarchy(t, map[string]string{"cgroup.controllers": "cpu", "cgroup.subtree_control": "cpu"})
+	c, err = New(root, "near", Limits{Weight: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := readFile(t, filepath.Join(c.Dir(), "cpu.weight")); got != "1000" {
+		t.Errorf("v2 cpu.weight = %q, want 1000", got)
+	}
+	if _, err := os.Stat(filepath.Join(c.Dir(), "cpu.max")); err == nil {
+		t.Error("v2: cpu.max written for a weight alone")
+	}
+}
+
+func TestGroupNoController(t *testing.T) {
 	for name, files := range map[string]map[string]string{
 		"nothing":     {},
 		"v2 sans cpu": {"cgroup.controllers": "memory pids\n", "cgroup.subtree_control": ""},
@@ -139,7 +180,7 @@ func TestCPUCapNoController(t *testing.T) {
 		"v1 sans quota": {"cpu/cpu.shares": "1024", "unified/cgroup.controllers": "hugetlb"},
 	} {
 		root := fakeHierarchy(t, files)
-		_, err := NewCPUCap(root, "near", 0.5)
+		_, err := New(root, "near", Limits{Cores: 0.5})
 		if !errors.Is(err, ErrNoController) {
 			t.Errorf("%s: %v, want the missing-controller error", name, err)
 			continue
@@ -158,23 +199,28 @@ func TestCPUCapNoController(t *testing.T) {
 	}
 }
 
-func TestCPUCapBadArguments(t *testing.T) {
+func TestGroupBadArguments(t *testing.T) {
 	root := fakeHierarchy(t, map[string]string{"cpu/cpu.cfs_quota_us": "-1"})
-	for _, cores := range []float64{0, -1, math.NaN(), math.Inf(1), 0.001} {
-		if _, err := NewCPUCap(root, "near", cores); err == nil {
+	for _, cores := range []float64{-1, math.NaN(), math.Inf(1), 0.001} {
+		if _, err := New(root, "near", Limits{Cores: cores}); err == nil {
 			t.Errorf("%v cores: no error", cores)
 		}
 	}
+	for _, w := range []int{-1, MaxWeight + 1} {
+		if _, err := New(root, "near", Limits{Weight: w}); err == nil {
+			t.Errorf("weight %d: no error", w)
+		}
+	}
 	for _, label := range []string{"", "../x", "a/b"} {
-		if _, err := NewCPUCap(root, label, 0.5); err == nil {
+		if _, err := New(root, label, Limits{Cores: 0.5}); err == nil {
 			t.Errorf("label %q: no error", label)
 		}
 	}
 }
 
-// TestCPUCapRemovesLeftovers: groups of a dead bench go, those of live
+// TestGroupRemovesLeftovers: groups of a dead bench go, those of live
 // processes and others' stay.
-func TestCPUCapRemovesLeftovers(t *testing.T) {
+func TestGroupRemovesLeftovers(t *testing.T) {
 	root := fakeHierarchy(t, map[string]string{
 		"cpu/cpu.cfs_quota_us": "-1",
 		"cpu/cgroup.procs":     "1\n",
@@ -184,7 +230,7 @@ func TestCPUCapRemovesLeftovers(t *testing.T) {
 		"cpu/wanbench-1-near/cgroup.procs":                             "", // init is alive
 		"cpu/someone-else/cgroup.procs":                                "",
 	})
-	c, err := NewCPUCap(root, "near", 0.5)
+	c, err := New(root, "near", Limits{Cores: 0.5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,14 +248,14 @@ func TestCPUCapRemovesLeftovers(t *testing.T) {
 	}
 }
 
-// TestCPUCapHoldsBusyLoop caps a busy loop at 0.2 cores on the machine's
+// TestGroupCapHoldsBusyLoop caps a busy loop at 0.2 cores on the machine's
 // real CPU controller: it must use 0.1-0.3 CPU-seconds per second, and the
 // group must be gone after Close.
-func TestCPUCapHoldsBusyLoop(t *testing.T) {
+func TestGroupCapHoldsBusyLoop(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: creating cgroups needs root (run 'sudo make test')")
 	}
-	c, err := NewCPUCap(Root, "test-busy", 0.2)
+	c, err := New(Root, "test-busy", Limits{Cores: 0.2})
 	if errors.Is(err, ErrNoController) {
 		t.Skipf("skipping: %v", err)
 	}
@@ -258,4 +304,47 @@ func procCPU(t *testing.T, pid int) time.Duration {
 		t.Fatal(err)
 	}
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// TestGroupWeightWins runs two busy loops on one CPU, one in a group of
+// weight 1000 and one where this test runs (its parent group, weighing
+// 100 like any process or group left at the default): the first must
+// take most of that CPU (ideally 1000/1100), and both must run.
+func TestGroupWeightWins(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: creating cgroups needs root (run 'sudo make test')")
+	}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		t.Skip("skipping: taskset (util-linux) is not installed")
+	}
+	c, err := New(Root, "test-weight", Limits{Weight: 1000})
+	if errors.Is(err, ErrNoController) {
+		t.Skipf("skipping: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	loop := func() *exec.Cmd {
+		cmd := exec.Command("taskset", "-c", "0", "sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	heavy, plain := loop(), loop()
+	if err := c.Add(heavy.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // taskset has exec'd sh by now
+	h0, p0 := procCPU(t, heavy.Process.Pid), procCPU(t, plain.Process.Pid)
+	time.Sleep(2 * time.Second)
+	h1, p1 := procCPU(t, heavy.Process.Pid), procCPU(t, plain.Process.Pid)
+	h, p := (h1 - h0).Seconds(), (p1 - p0).Seconds()
+	share := h / (h + p)
+	t.Logf("on one CPU for 2 s: the loop of weight 1000 took %.2f CPU-s, the other %.2f: a share of %.2f", h, p, share)
+	if h+p < 0.5 || share < 0.75 || p == 0 {
+		t.Errorf("the weighted loop took %.2f CPU-s and the other %.2f (share %.2f), want a share of at least 0.75 and both running", h, p, share)
+	}
 }

@@ -1,6 +1,7 @@
-// Package cgroup holds processes to a share of the CPU with a CPU-bandwidth
-// cgroup: under cgroup v2 (cpu.max) or cgroup v1's cpu controller
-// (cpu.cfs_quota_us), whichever the machine has.
+// Package cgroup holds processes to a share of the CPU with a cgroup of
+// the cpu controller: a bandwidth cap (cgroup v2 cpu.max, v1
+// cpu.cfs_quota_us) and a weight against the group's siblings (v2
+// cpu.weight, v1 cpu.shares), under whichever hierarchy the machine has.
 package cgroup
 
 import (
@@ -27,6 +28,11 @@ const (
 	periodUs = 100_000
 	// minQuotaUs is the smallest quota the kernel accepts (1 ms).
 	minQuotaUs = 1000
+	// DefaultWeight is a group's CPU weight when nobody set it (cgroup
+	// v2's cpu.weight; v1's cpu.shares of 1024), and MaxWeight the
+	// largest v2 accepts.
+	DefaultWeight = 100
+	MaxWeight     = 10000
 	// prefix starts every group's name, "wanbench-<pid>-<label>": the pid
 	// tells the groups of a bench that died (left behind) from those of one
 	// that runs.
@@ -35,8 +41,8 @@ const (
 
 var leftoverRE = regexp.MustCompile(`^` + prefix + `([0-9]+)-`)
 
-// ErrNoController is NewCPUCap's error (wrapped) when neither cgroup
-// hierarchy offers CPU-bandwidth control.
+// ErrNoController is New's error (wrapped) when neither cgroup hierarchy
+// offers CPU-bandwidth control.
 var ErrNoController = errors.New("no CPU-bandwidth controller")
 
 // rmdir removes an empty group. A variable so that the tests' fake
@@ -44,31 +50,56 @@ var ErrNoController = errors.New("no CPU-bandwidth controller")
 // its control files, can remove them.
 var rmdir = os.Remove
 
-// CPUCap is a cgroup that holds its processes to a number of CPUs. Close
-// removes it.
-type CPUCap struct {
+// Limits is what a group holds its processes to; the zero value, nothing
+// (a group of the machine's defaults).
+type Limits struct {
+	// Cores, if positive, caps the group at that many CPUs: its quota of
+	// CPU time per 100 ms period.
+	Cores float64
+	// Weight, if positive, is the group's CPU weight on cgroup v2's scale
+	// (1 to MaxWeight; every group weighs DefaultWeight unless set; under
+	// v1 it is written as cpu.shares, Weight × 1024 / 100). While the
+	// CPUs are contended, runnable groups share them in proportion to
+	// their weights (v1: a process directly in the hierarchy's root
+	// weighs as a group of DefaultWeight). Unlike Cores it takes nothing
+	// from the group while the CPUs are free.
+	Weight int
+}
+
+func (l Limits) check() error {
+	if math.IsNaN(l.Cores) || math.IsInf(l.Cores, 0) || l.Cores < 0 {
+		return fmt.Errorf("CPU cap of %v cores: want a positive number", l.Cores)
+	}
+	if l.Cores > 0 && math.Round(l.Cores*periodUs) < minQuotaUs {
+		return fmt.Errorf("CPU cap of %v cores: the kernel's smallest quota is %d µs per %d µs period (%.2f cores)",
+			l.Cores, minQuotaUs, periodUs, float64(minQuotaUs)/periodUs)
+	}
+	if l.Weight < 0 || l.Weight > MaxWeight {
+		return fmt.Errorf("CPU weight %d: want 1 to %d (%d is every group's default)", l.Weight, MaxWeight, DefaultWeight)
+	}
+	return nil
+}
+
+// Group is a cgroup that holds its processes to its Limits. Close removes
+// it.
+type Group struct {
 	dir    string // the group
 	parent string // the hierarchy's root, where Close moves remaining processes
 	closed bool
 }
 
-// NewCPUCap creates the group "wanbench-<pid>-<label>" (pid: this process)
-// under the CPU controller mounted at root (normally Root) and limits it
-// to cores CPUs per 100 ms period. It uses cgroup v2 if root/cgroup.controllers
-// lists cpu (and enables cpu for root's children if needed), else cgroup
-// v1's root/cpu; neither is an error that says what is missing. It first
-// removes the empty groups of benches that have died.
-func NewCPUCap(root, label string, cores float64) (*CPUCap, error) {
-	if math.IsNaN(cores) || math.IsInf(cores, 0) || cores <= 0 {
-		return nil, fmt.Errorf("CPU cap of %v cores: want a positive number", cores)
+// New creates the group "wanbench-<pid>-<label>" (pid: this process) under
+// the CPU controller mounted at root (normally Root) and sets its limits.
+// It uses cgroup v2 if root/cgroup.controllers lists cpu (and enables cpu
+// for root's children if needed), else cgroup v1's root/cpu; neither is an
+// error that says what is missing. It first removes the empty groups of
+// benches that have died.
+func New(root, label string, l Limits) (*Group, error) {
+	if err := l.check(); err != nil {
+		return nil, err
 	}
 	if label == "" || strings.ContainsAny(label, "/\x00") {
-		return nil, fmt.Errorf("CPU cap label %q: want a plain name", label)
-	}
-	quota := int64(math.Round(cores * periodUs))
-	if quota < minQuotaUs {
-		return nil, fmt.Errorf("CPU cap of %v cores: the kernel's smallest quota is %d µs per %d µs period (%.2f cores)",
-			cores, minQuotaUs, periodUs, float64(minQuotaUs)/periodUs)
+		return nil, fmt.Errorf("cgroup label %q: want a plain name", label)
 	}
 	parent, v2, err := findController(root)
 	if err != nil {
@@ -80,27 +111,46 @@ func NewCPUCap(root, label string, cores float64) (*CPUCap, error) {
 			return nil, err
 		}
 	}
-	c := &CPUCap{dir: filepath.Join(parent, fmt.Sprintf("%s%d-%s", prefix, os.Getpid(), label)), parent: parent}
+	c := &Group{dir: filepath.Join(parent, fmt.Sprintf("%s%d-%s", prefix, os.Getpid(), label)), parent: parent}
 	if err := os.Mkdir(c.dir, 0o755); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("create cgroup %s: it already exists (left by an earlier cap of this process?): remove it with rmdir", c.dir)
+			return nil, fmt.Errorf("create cgroup %s: it already exists (left by an earlier group of this process?): remove it with rmdir", c.dir)
 		}
 		return nil, fmt.Errorf("create cgroup %s: %w%s", c.dir, err, rootHint(err))
 	}
-	if v2 {
-		err = write(c.dir, "cpu.max", fmt.Sprintf("%d %d", quota, periodUs))
-	} else {
-		// The period first: the quota is checked against it.
-		err = write(c.dir, "cpu.cfs_period_us", strconv.Itoa(periodUs))
-		if err == nil {
-			err = write(c.dir, "cpu.cfs_quota_us", strconv.FormatInt(quota, 10))
-		}
-	}
-	if err != nil {
+	if err := c.set(l, v2); err != nil {
 		_ = rmdir(c.dir)
 		return nil, err
 	}
 	return c, nil
+}
+
+// set writes l's limits into the group's control files.
+func (c *Group) set(l Limits, v2 bool) error {
+	quota := int64(math.Round(l.Cores * periodUs))
+	switch {
+	case l.Cores > 0 && v2:
+		if err := write(c.dir, "cpu.max", fmt.Sprintf("%d %d", quota, periodUs)); err != nil {
+			return err
+		}
+	case l.Cores > 0:
+		// The period first: the quota is checked against it.
+		if err := write(c.dir, "cpu.cfs_period_us", strconv.Itoa(periodUs)); err != nil {
+			return err
+		}
+		if err := write(c.dir, "cpu.cfs_quota_us", strconv.FormatInt(quota, 10)); err != nil {
+			return err
+		}
+	}
+	switch {
+	case l.Weight > 0 && v2:
+		return write(c.dir, "cpu.weight", strconv.Itoa(l.Weight))
+	case l.Weight > 0:
+		// v1's shares are 1024 for the default weight of 100; the
+		// kernel's least is 2.
+		return write(c.dir, "cpu.shares", strconv.Itoa(max(2, l.Weight*1024/DefaultWeight)))
+	}
+	return nil
 }
 
 // findController returns the directory of the hierarchy that has the cpu
@@ -119,7 +169,7 @@ func findController(root string) (dir string, v2 bool, err error) {
 	if v2err == nil {
 		v2state = fmt.Sprintf("lists %q, no cpu", strings.TrimSpace(string(ctl)))
 	}
-	return "", false, fmt.Errorf("%w under %s: cgroup v2 needs the cpu controller in %s (%s); cgroup v1 needs the cpu controller with CFS bandwidth control at %s (%v). Mount one (e.g. 'mkdir -p %s && mount -t cgroup -o cpu cgroup %s'), or run without the CPU cap",
+	return "", false, fmt.Errorf("%w under %s: cgroup v2 needs the cpu controller in %s (%s); cgroup v1 needs the cpu controller with CFS bandwidth control at %s (%v). Mount one (e.g. 'mkdir -p %s && mount -t cgroup -o cpu cgroup %s'), or run without the CPU cap or weight",
 		ErrNoController, root, filepath.Join(root, "cgroup.controllers"), v2state, filepath.Join(v1, "cpu.cfs_quota_us"), v1err, v1, v1)
 }
 
@@ -140,13 +190,13 @@ func enableCPU(root string) error {
 }
 
 // Dir is the group's directory.
-func (c *CPUCap) Dir() string { return c.dir }
+func (c *Group) Dir() string { return c.dir }
 
 // Add moves process pid, with all its threads, into the group. Threads and
 // children it starts later are born in it.
-func (c *CPUCap) Add(pid int) error {
+func (c *Group) Add(pid int) error {
 	if err := write(c.dir, "cgroup.procs", strconv.Itoa(pid)); err != nil {
-		return fmt.Errorf("move process %d into the CPU cap: %w", pid, err)
+		return fmt.Errorf("move process %d into cgroup %s: %w", pid, c.dir, err)
 	}
 	return nil
 }
@@ -154,7 +204,7 @@ func (c *CPUCap) Add(pid int) error {
 // Close moves processes still in the group back to the hierarchy's root
 // and removes the group. It is safe to call more than once; after an error
 // it can be called again.
-func (c *CPUCap) Close() error {
+func (c *Group) Close() error {
 	if c == nil || c.closed {
 		return nil
 	}
