@@ -38,6 +38,11 @@ type Conn struct {
 	// sizes, if set (the stack has a memory budget), are the buffers' floor
 	// and grown sizes: see flow.Resizer.
 	sizes *bufferSizes
+	// wmu serializes Write, whose reader wr hands the bytes to the
+	// endpoint: one reader per Conn, since a reader passed through the
+	// endpoint's interface would otherwise be allocated at every Write.
+	wmu sync.Mutex
+	wr  bytes.Reader
 }
 
 // bufferSizes are a Conn's buffer sizes under a flow.Budget: the floor it
@@ -156,11 +161,13 @@ func (c *Conn) Read(b []byte) (int, error) {
 
 // Write sends b to the peer, blocking while the send buffer is full.
 func (c *Conn) Write(b []byte) (int, error) {
-	var r bytes.Reader
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	defer c.wr.Reset(nil) // keep no reference to b
 	n := 0
 	for n < len(b) {
-		r.Reset(b[n:])
-		k, terr := c.ep.Write(&r, tcpip.WriteOptions{})
+		c.wr.Reset(b[n:])
+		k, terr := c.ep.Write(&c.wr, tcpip.WriteOptions{})
 		n += int(k)
 		if terr == nil {
 			continue
