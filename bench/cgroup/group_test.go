@@ -252,17 +252,7 @@ func TestGroupRemovesLeftovers(t *testing.T) {
 // real CPU controller: it must use 0.1-0.3 CPU-seconds per second, and the
 // group must be gone after Close.
 func TestGroupCapHoldsBusyLoop(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: creating cgroups needs root (run 'sudo make test')")
-	}
-	c, err := New(Root, "test-busy", Limits{Cores: 0.2})
-	if errors.Is(err, ErrNoController) {
-		t.Skipf("skipping: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := realGroup(t, "test-busy", Limits{Cores: 0.2})
 	cmd := exec.Command("sh", "-c", "while :; do :; done")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -311,20 +301,10 @@ func procCPU(t *testing.T, pid int) time.Duration {
 // 100 like any process or group left at the default): the first must
 // take most of that CPU (ideally 1000/1100), and both must run.
 func TestGroupWeightWins(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: creating cgroups needs root (run 'sudo make test')")
-	}
 	if _, err := exec.LookPath("taskset"); err != nil {
 		t.Skip("skipping: taskset (util-linux) is not installed")
 	}
-	c, err := New(Root, "test-weight", Limits{Weight: 1000})
-	if errors.Is(err, ErrNoController) {
-		t.Skipf("skipping: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := realGroup(t, "test-weight", Limits{Weight: 1000})
 	loop := func() *exec.Cmd {
 		cmd := exec.Command("taskset", "-c", "0", "sh", "-c", "while :; do :; done")
 		if err := cmd.Start(); err != nil {
@@ -347,4 +327,23 @@ func TestGroupWeightWins(t *testing.T) {
 	if h+p < 0.5 || share < 0.75 || p == 0 {
 		t.Errorf("the weighted loop took %.2f CPU-s and the other %.2f (share %.2f), want a share of at least 0.75 and both running", h, p, share)
 	}
+}
+
+// realGroup creates a group of limits l on the machine's own CPU
+// controller, removed when the test ends; it skips the test without root
+// or without the controller.
+func realGroup(t *testing.T, label string, l Limits) *Group {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: creating cgroups needs root (run 'sudo make test')")
+	}
+	c, err := New(Root, label, l)
+	if errors.Is(err, ErrNoController) {
+		t.Skipf("skipping: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
