@@ -19,7 +19,7 @@ BINDIR         ?= $(PREFIX)/bin
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
 DOCDIR         ?= $(PREFIX)/share/doc/wanopt
-UNITS          := wanopt@.service wanopt-tun@.service
+UNITS          := wanopt@.service wanopt-tun@.service system-wanopt.slice
 EXAMPLES       := near.conf far.conf wanopt@near.service.d/tun.conf wanopt-tun@wo0.service.d/routes.conf
 DOCS           := wo0.netdev wo0.network DEPLOY.md
 

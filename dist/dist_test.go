@@ -19,6 +19,7 @@ var installed = map[string]fs.FileMode{
 	"usr/bin/wanopt":                                                     0o755,
 	"usr/lib/systemd/system/wanopt@.service":                             0o644,
 	"usr/lib/systemd/system/wanopt-tun@.service":                         0o644,
+	"usr/lib/systemd/system/system-wanopt.slice":                         0o644,
 	"usr/lib/sysusers.d/wanopt.conf":                                     0o644,
 	"usr/share/doc/wanopt/DEPLOY.md":                                     0o644,
 	"usr/share/doc/wanopt/wo0.netdev":                                    0o644,
@@ -129,7 +130,7 @@ func checkTree(t *testing.T, dest string) {
 // checkUnits checks what sed filled in: the units run the installed binary
 // and point at the installed guide.
 func checkUnits(t *testing.T, dest string) {
-	for _, name := range []string{"wanopt@.service", "wanopt-tun@.service"} {
+	for _, name := range []string{"wanopt@.service", "wanopt-tun@.service", "system-wanopt.slice"} {
 		text := readFile(t, filepath.Join(dest, unitDir, name))
 		if strings.Contains(text, "@BINDIR@") || strings.Contains(text, "@DOCDIR@") {
 			t.Errorf("%s: a placeholder was not substituted:\n%s", name, text)
@@ -139,7 +140,15 @@ func checkUnits(t *testing.T, dest string) {
 			t.Errorf("%s: Documentation=%q, want file:/usr/share/doc/wanopt/DEPLOY.md", name, doc)
 		}
 	}
+	// Instances of wanopt@ run in system-wanopt.slice: its weight is the
+	// one that counts against the other services.
+	if w := unitValues(readFile(t, filepath.Join(dest, unitDir, "system-wanopt.slice")), "CPUWeight"); len(w) != 1 || w[0] != "1000" {
+		t.Errorf("system-wanopt.slice: CPUWeight=%q, want 1000", w)
+	}
 	text := readFile(t, filepath.Join(dest, unitDir, "wanopt@.service"))
+	if s := unitValues(text, "Slice"); len(s) != 0 {
+		t.Errorf("wanopt@.service: Slice=%q; its instances belong in system-wanopt.slice, which carries their CPU weight", s)
+	}
 	if r := unitValues(text, "ExecReload"); len(r) != 1 || r[0] != binary+" reload --control /run/wanopt/%i.sock" {
 		t.Errorf("wanopt@.service: ExecReload=%q, want %s reload --control /run/wanopt/%%i.sock", r, binary)
 	}
@@ -172,7 +181,7 @@ func verifyUnits(t *testing.T, dest string) {
 	}
 	dir := t.TempDir()
 	copyUnits(t, dest, dir)
-	names := []string{"wanopt@.service", "wanopt-tun@.service", "wanopt@near.service", "wanopt@far.service", "wanopt-tun@wo0.service"}
+	names := []string{"wanopt@.service", "wanopt-tun@.service", "system-wanopt.slice", "wanopt@near.service", "wanopt@far.service", "wanopt-tun@wo0.service"}
 	var args []string
 	for _, n := range names {
 		args = append(args, filepath.Join(dir, n))
@@ -205,7 +214,7 @@ func verifyUnits(t *testing.T, dest string) {
 // the binary's path pointed at the one installed in dest.
 func copyUnits(t *testing.T, dest, dir string) {
 	bin := filepath.Join(dest, binary)
-	for _, name := range []string{"wanopt@.service", "wanopt-tun@.service"} {
+	for _, name := range []string{"wanopt@.service", "wanopt-tun@.service", "system-wanopt.slice"} {
 		text := strings.ReplaceAll(readFile(t, filepath.Join(dest, unitDir, name)), binary+" ", bin+" ")
 		writeFile(t, filepath.Join(dir, name), text)
 	}

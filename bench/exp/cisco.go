@@ -56,8 +56,8 @@ type CiscoOptions struct {
 	// and the forwarding-only edges of the plain runs are never capped.
 	EdgeCPU float64
 	// EdgeWeight, if positive, gives each wanopt edge a cgroup of that
-	// CPU weight (see EdgeOptions.EdgeWeight; the systemd unit's is
-	// 1000); 0: the edges weigh as any process.
+	// CPU weight (see EdgeOptions.EdgeWeight; the systemd units' slice
+	// for the edges has 1000); 0: the edges weigh as any process.
 	EdgeWeight int
 	// EdgeProcs, if positive, runs each wanopt edge with --procs EdgeProcs
 	// (GOMAXPROCS); the lab's own processes keep Go's default. 0: 1 when

@@ -73,8 +73,9 @@ type EdgeOptions struct {
 	EdgeCPU float64
 	// EdgeWeight, if positive, gives each edge process a cgroup of that
 	// CPU weight (cgroup v2's scale: 100 is any process's; the systemd
-	// unit gives an edge 1000), so that while the CPUs are contended the
-	// edges get their share before the lab's other processes; 0: none.
+	// units' slice for the edges has 1000), so that while the CPUs are
+	// contended the edges get their share before the lab's other
+	// processes; 0: none.
 	EdgeWeight int
 	// CPUs, if not empty, is where both edge processes run (their CPU
 	// affinity from their start, see bench/cpuplace); empty: anywhere.
