@@ -28,11 +28,11 @@ const (
 	periodUs = 100_000
 	// minQuotaUs is the smallest quota the kernel accepts (1 ms).
 	minQuotaUs = 1000
-	// DefaultWeight is a group's CPU weight when nobody set it (cgroup
-	// v2's cpu.weight; v1's cpu.shares of 1024), and MaxWeight the
+	// defaultWeight is a group's CPU weight when nobody set it (cgroup
+	// v2's cpu.weight; v1's cpu.shares of 1024), and maxWeight the
 	// largest v2 accepts.
-	DefaultWeight = 100
-	MaxWeight     = 10000
+	defaultWeight = 100
+	maxWeight     = 10000
 	// prefix starts every group's name, "wanbench-<pid>-<label>": the pid
 	// tells the groups of a bench that died (left behind) from those of one
 	// that runs.
@@ -57,11 +57,11 @@ type Limits struct {
 	// CPU time per 100 ms period.
 	Cores float64
 	// Weight, if positive, is the group's CPU weight on cgroup v2's scale
-	// (1 to MaxWeight; every group weighs DefaultWeight unless set; under
+	// (1 to 10000; every group weighs 100 unless set; under
 	// v1 it is written as cpu.shares, Weight × 1024 / 100). While the
 	// CPUs are contended, runnable groups share them in proportion to
 	// their weights (v1: a process directly in the hierarchy's root
-	// weighs as a group of DefaultWeight). Unlike Cores it takes nothing
+	// weighs as a group of 100). Unlike Cores it takes nothing
 	// from the group while the CPUs are free.
 	Weight int
 }
@@ -74,8 +74,8 @@ func (l Limits) check() error {
 		return fmt.Errorf("CPU cap of %v cores: the kernel's smallest quota is %d µs per %d µs period (%.2f cores)",
 			l.Cores, minQuotaUs, periodUs, float64(minQuotaUs)/periodUs)
 	}
-	if l.Weight < 0 || l.Weight > MaxWeight {
-		return fmt.Errorf("CPU weight %d: want 1 to %d (%d is every group's default)", l.Weight, MaxWeight, DefaultWeight)
+	if l.Weight < 0 || l.Weight > maxWeight {
+		return fmt.Errorf("CPU weight %d: want 0 (none) or 1 to %d (%d is every group's default)", l.Weight, maxWeight, defaultWeight)
 	}
 	return nil
 }
@@ -148,7 +148,7 @@ func (c *Group) set(l Limits, v2 bool) error {
 	case l.Weight > 0:
 		// v1's shares are 1024 for the default weight of 100; the
 		// kernel's least is 2.
-		return write(c.dir, "cpu.shares", strconv.Itoa(max(2, l.Weight*1024/DefaultWeight)))
+		return write(c.dir, "cpu.shares", strconv.Itoa(max(2, l.Weight*1024/defaultWeight)))
 	}
 	return nil
 }

@@ -206,7 +206,7 @@ func TestGroupBadArguments(t *testing.T) {
 			t.Errorf("%v cores: no error", cores)
 		}
 	}
-	for _, w := range []int{-1, MaxWeight + 1} {
+	for _, w := range []int{-1, maxWeight + 1} {
 		if _, err := New(root, "near", Limits{Weight: w}); err == nil {
 			t.Errorf("weight %d: no error", w)
 		}

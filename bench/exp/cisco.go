@@ -572,9 +572,6 @@ func checkEdgeCPU(cores float64, weight int) error {
 	if !(cores >= 0) || math.IsInf(cores, 0) { // also NaN
 		return fmt.Errorf("edge CPU cap %v: want 0 (no cap) or a positive number of CPUs", cores)
 	}
-	if weight < 0 || weight > cgroup.MaxWeight {
-		return fmt.Errorf("edge CPU weight %d: want 0 (none) or 1 to %d (%d is any process's)", weight, cgroup.MaxWeight, cgroup.DefaultWeight)
-	}
 	c, err := cgroup.New(cgroup.Root, "check", cgroup.Limits{Cores: cores, Weight: weight})
 	if err != nil {
 		return fmt.Errorf("a cgroup for the wanopt edges (%g cores, weight %d): %w", cores, weight, err)
