@@ -68,7 +68,7 @@ type Limits struct {
 
 func (l Limits) check() error {
 	if math.IsNaN(l.Cores) || math.IsInf(l.Cores, 0) || l.Cores < 0 {
-		return fmt.Errorf("CPU cap of %v cores: want a positive number of CPUs (0: no cap)", l.Cores)
+		return fmt.Errorf("CPU cap of %v cores: want 0 (no cap) or a positive number of CPUs", l.Cores)
 	}
 	if l.Cores > 0 && math.Round(l.Cores*periodUs) < minQuotaUs {
 		return fmt.Errorf("CPU cap of %v cores: the kernel's smallest quota is %d µs per %d µs period (%.2f cores)",

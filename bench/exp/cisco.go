@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"image/color"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -564,13 +563,10 @@ func perMB(n uint64, mb float64) float64 {
 
 // checkEdgeCPU fails early, before minutes of plain-TCP runs, if the edges
 // cannot be capped at cores CPUs or given weight: it creates such a group
-// and removes it again.
+// and removes it again (cgroup.New checks both values first).
 func checkEdgeCPU(cores float64, weight int) error {
 	if cores == 0 && weight == 0 {
 		return nil
-	}
-	if !(cores >= 0) || math.IsInf(cores, 0) { // also NaN
-		return fmt.Errorf("edge CPU cap %v: want 0 (no cap) or a positive number of CPUs", cores)
 	}
 	c, err := cgroup.New(cgroup.Root, "check", cgroup.Limits{Cores: cores, Weight: weight})
 	if err != nil {

@@ -162,7 +162,8 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 		}
 	}
 	farArgs = append(append(farArgs, o.Args...), o.FarArgs...)
-	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", cgroup.Limits{Cores: o.EdgeCPU, Weight: o.EdgeWeight}, o.CPUs, farArgs...); err != nil {
+	lim := cgroup.Limits{Cores: o.EdgeCPU, Weight: o.EdgeWeight} // each edge gets a group of its own
+	if e.far, err = e.start(ctx, l.EdgeB, o.Wanopt, "far", lim, o.CPUs, farArgs...); err != nil {
 		return nil, err
 	}
 	nearArgs := []string{"--key", keyA, "--peer-key", pubB, "--peer", listen,
@@ -172,7 +173,7 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 		nearArgs = append(nearArgs, "--route", serverLAN6)
 	}
 	nearArgs = append(append(nearArgs, o.Args...), o.NearArgs...)
-	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near", cgroup.Limits{Cores: o.EdgeCPU, Weight: o.EdgeWeight}, o.CPUs, nearArgs...); err != nil {
+	if e.near, err = e.start(ctx, l.EdgeA, o.Wanopt, "near", lim, o.CPUs, nearArgs...); err != nil {
 		return nil, err
 	}
 	if err := e.waitUp(ctx, "near", o.Up); err != nil {
