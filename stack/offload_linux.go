@@ -90,6 +90,17 @@ func hasVnetHdr(fd int) bool {
 	return ifr.Uint16()&unix.IFF_VNET_HDR != 0
 }
 
+// NewOffloadEndpoint returns the link endpoint New gives a TUN opened with
+// a virtio-net header (TCP segments of up to 64 KiB each way), for an fd
+// that frames its packets the same way without being such a TUN: a
+// socket pair standing in for one, as in the edge-path benchmark. Pass it
+// to NewWithEndpoint. Each read or write of fd must carry one packet,
+// header first (a datagram or seqpacket socket, not a stream); the fd is
+// made non-blocking and is not closed by the endpoint.
+func NewOffloadEndpoint(fd int, mtu uint32) (gstack.LinkEndpoint, error) {
+	return newOffloadEndpoint(fd, mtu)
+}
+
 func newOffloadEndpoint(fd int, mtu uint32) (*offloadEndpoint, error) {
 	if err := unix.SetNonblock(fd, true); err != nil {
 		return nil, fmt.Errorf("set fd %d non-blocking: %w", fd, err)

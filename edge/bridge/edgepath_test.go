@@ -6,20 +6,22 @@ package bridge
 // stack, the near edge (stack + bridge + tunnel), the far edge (tunnel +
 // egress) and a server, so that the cost of the path can be tracked in CI.
 //
-//	client (gVisor, fdbased) ─ AF_UNIX SOCK_SEQPACKET pair ─ near stack.New (fdbased)
+//	client (gVisor) ─ AF_UNIX SOCK_SEQPACKET pair ─ near stack.NewWithEndpoint
 //	  → bridge.Dialer → driver.Tunnel ═ UDP on 127.0.0.1 ═ driver.Tunnel
 //	  → egress (KernelDialer) → kernel TCP on 127.0.0.1 → server
 //
-// The socket pair stands in for the TUN: the near stack reads and writes
-// one IP packet per message with real system calls, through gVisor's
-// fdbased endpoint at MTU 1500, as on a TUN opened without offload. A real
-// edge's TUN normally has offload (the stack's offload endpoint, TCP
-// segments of up to 64 KiB per system call), so this path costs more per
-// byte on the LAN side than a default edge does. Two smaller differences:
-// fdbased writes a batch with one sendmmsg on a socket where it writes
-// each packet with its own writev on a TUN, and a full socket pair makes
-// the writer drop packets (EAGAIN) where a TUN hands them to the kernel
-// (see growSendBuffer).
+// The socket pair stands in for the TUN: each end reads and writes one
+// packet per message with real system calls. Two links (linkKind):
+// "offload" puts the near stack on the endpoint New gives a TUN opened
+// with offload, the default (stack.NewOffloadEndpoint: a virtio-net header
+// before every packet, TCP segments of up to 64 KiB each way), and the
+// client on the same kind of endpoint, standing in for a kernel that
+// segments and aggregates; "plain" puts both on gVisor's fdbased endpoint
+// at MTU 1500, as for a TUN opened without offload. Two differences from a
+// TUN remain: fdbased writes a batch with one sendmmsg on a socket where it
+// writes each packet with its own writev on a TUN, and a full socket pair
+// makes the writer drop packets (EAGAIN) where a TUN hands them to the
+// kernel (see growSendBuffer).
 
 import (
 	"context"
@@ -73,16 +75,32 @@ var (
 	edgeServerFront = netip.MustParseAddr("198.18.2.2")
 )
 
+// linkKind is the link between the client and the near edge (see the top
+// of this file).
+type linkKind string
+
+const (
+	offloadLink linkKind = "offload" // a TUN with offload: the default
+	plainLink   linkKind = "plain"   // a TUN without offload
+)
+
 // TestEdgePathIntegrity sends 4 MiB each way at once, on two flows,
 // through the whole edge path and checks the SHA-256 of what arrived at
 // each end; both flows end with a FIN each way, and everything stops
-// (leaktest). Small enough for a few seconds under -race.
+// (leaktest). Once on each link; small enough for a few seconds under
+// -race.
 func TestEdgePathIntegrity(t *testing.T) {
 	leaktest.Check(t)
+	for _, link := range []linkKind{offloadLink, plainLink} {
+		t.Run(string(link), func(t *testing.T) { testEdgePathIntegrity(t, link) })
+	}
+}
+
+func testEdgePathIntegrity(t *testing.T, link linkKind) {
 	const size = 4 << 20
 	data := make([]byte, size)
 	rand.Read(data)
-	p := newEdgePath(t, data)
+	p := newEdgePath(t, data, link)
 	want := sha256.Sum256(data)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -145,24 +163,26 @@ func TestEdgePathIntegrity(t *testing.T) {
 // every component shares the machine's cores, so it measures this process,
 // not any link. Both figures vary with whatever else runs on the machine.
 func BenchmarkEdgePath(b *testing.B) {
-	for _, bc := range []struct {
-		name  string
-		up    bool
-		flows int
-	}{
-		{"down-1flow", false, 1},
-		{"down-4flows", false, 4},
-		{"up-1flow", true, 1},
-	} {
-		b.Run(bc.name, func(b *testing.B) { benchEdgePath(b, bc.up, bc.flows) })
+	for _, link := range []linkKind{offloadLink, plainLink} {
+		for _, bc := range []struct {
+			name  string
+			up    bool
+			flows int
+		}{
+			{"down-1flow", false, 1},
+			{"down-4flows", false, 4},
+			{"up-1flow", true, 1},
+		} {
+			b.Run(string(link)+"/"+bc.name, func(b *testing.B) { benchEdgePath(b, link, bc.up, bc.flows) })
+		}
 	}
 }
 
-func benchEdgePath(b *testing.B, up bool, flows int) {
+func benchEdgePath(b *testing.B, link linkKind, up bool, flows int) {
 	const chunk = 1 << 20 // bytes per op; a multiple of flows
 	pattern := make([]byte, chunk)
 	rand.Read(pattern)
-	p := newEdgePath(b, pattern)
+	p := newEdgePath(b, pattern, link)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conns := make([]*gonet.TCPConn, flows)
@@ -266,7 +286,7 @@ type edgePath struct {
 // edge, with the defaults of a real edge (stack.Config, driver.Config and
 // egress.Options left at their zero values but for the MTU and loggers).
 // The server sends and receives pattern (see pathServer).
-func newEdgePath(tb testing.TB, pattern []byte) *edgePath {
+func newEdgePath(tb testing.TB, pattern []byte, link linkKind) *edgePath {
 	tb.Helper()
 	log := tcptest.Logger()
 	srv := startPathServer(tb, pattern)
@@ -305,14 +325,43 @@ func newEdgePath(tb testing.TB, pattern []byte) *edgePath {
 		}
 	}
 
-	// The near edge.
-	near, err := stack.New(context.Background(), fds[0], New(nearT, log), stack.Config{MTU: edgePathMTU, Logger: log})
+	// The near edge: stack.New's choice for a TUN with offload or without.
+	nearEP := linkEndpoint(tb, fds[0], link)
+	near, err := stack.NewWithEndpoint(context.Background(), nearEP, New(nearT, log), stack.Config{MTU: edgePathMTU, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { near.Close() })
 
-	return &edgePath{client: clientStack(tb, fds[1]), near: near, dst: front}
+	return &edgePath{client: clientStack(tb, linkEndpoint(tb, fds[1], link)), near: near, dst: front}
+}
+
+// linkEndpoint is a gVisor link endpoint of the given kind on one end of
+// the socket pair. For the client, the offload endpoint plays a kernel
+// with offload: it sends segments of up to 64 KiB and takes them whole,
+// completing their partial checksums before its stack validates them.
+func linkEndpoint(tb testing.TB, fd int, link linkKind) gstack.LinkEndpoint {
+	tb.Helper()
+	var (
+		ep  gstack.LinkEndpoint
+		err error
+	)
+	switch link {
+	case offloadLink:
+		ep, err = stack.NewOffloadEndpoint(fd, edgePathMTU)
+	case plainLink:
+		// Readv, one packet per read as the near edge does on its TUN.
+		// (The RecvMMsg mode would also leak goroutines: gVisor builds a
+		// readv dispatcher first and drops it without stopping its
+		// processors.)
+		ep, err = fdbased.New(&fdbased.Options{FDs: []int{fd}, MTU: edgePathMTU})
+	default:
+		tb.Fatalf("unknown link %q", link)
+	}
+	if err != nil {
+		tb.Fatalf("%s link on fd %d: %v", link, fd, err)
+	}
+	return ep
 }
 
 // linkSendBuffer is the send buffer the benchmark asks for on each end of
@@ -344,18 +393,11 @@ func growSendBuffer(tb testing.TB, fd int) bool {
 	return false
 }
 
-// clientStack is a plain gVisor TCP/IPv4 host on fd standing for the
-// client machine: address edgeClientAddr, a default route out of fd, SACK
+// clientStack is a plain gVisor TCP/IPv4 host on ep standing for the
+// client machine: address edgeClientAddr, a default route out of ep, SACK
 // and receive-buffer auto-tuning on as in a Linux client.
-func clientStack(tb testing.TB, fd int) *gstack.Stack {
+func clientStack(tb testing.TB, ep gstack.LinkEndpoint) *gstack.Stack {
 	tb.Helper()
-	// Readv, one packet per read as the near edge does on its TUN. (The
-	// RecvMMsg mode would also leak goroutines: gVisor builds a readv
-	// dispatcher first and drops it without stopping its processors.)
-	ep, err := fdbased.New(&fdbased.Options{FDs: []int{fd}, MTU: edgePathMTU})
-	if err != nil {
-		tb.Fatalf("client link: %v", err)
-	}
 	s := gstack.New(gstack.Options{
 		NetworkProtocols:   []gstack.NetworkProtocolFactory{ipv4.NewProtocol},
 		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol},
