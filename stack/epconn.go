@@ -43,6 +43,10 @@ type Conn struct {
 	// endpoint's interface would otherwise be allocated at every Write.
 	wmu sync.Mutex
 	wr  bytes.Reader
+	// rmu serializes Read, whose writer rw takes the bytes from the
+	// endpoint, for the same reason.
+	rmu sync.Mutex
+	rw  tcpip.SliceWriter
 }
 
 // bufferSizes are a Conn's buffer sizes under a flow.Budget: the floor it
@@ -138,9 +142,12 @@ func (c *Conn) Readable() bool {
 // Read reads what the peer sent. It blocks until data, the peer's FIN
 // (io.EOF) or an error arrives.
 func (c *Conn) Read(b []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	defer func() { c.rw = nil }() // keep no reference to b
 	for {
-		w := tcpip.SliceWriter(b)
-		res, terr := c.ep.Read(&w, tcpip.ReadOptions{})
+		c.rw = tcpip.SliceWriter(b)
+		res, terr := c.ep.Read(&c.rw, tcpip.ReadOptions{})
 		if terr == nil {
 			if res.Count > 0 {
 				c.ep.ModerateRecvBuf(res.Count) // receive-buffer auto-tuning
