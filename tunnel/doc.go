@@ -80,7 +80,9 @@
 // Buffers and credit belong to package stream: per-stream send buffers and
 // receive windows that auto-tune from the RTT up to Config.Stream limits,
 // a connection window, and a memory budget. The connection announces new
-// credit (MAX_STREAM_DATA, MAX_DATA) after the application reads. On a
+// stream credit (MAX_STREAM_DATA) after the application reads, and new
+// connection credit (MAX_DATA) as bytes arrive, within a cap on those
+// unread, so that a stream nobody reads holds only its own credit. On a
 // connection that has received stream data, a new stream's receive window
 // starts at twice the measured bandwidth-delay product (the peer's delivery
 // rate times the smoothed RTT), granted with STREAM_OPEN or OPEN_RESULT and

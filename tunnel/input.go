@@ -122,6 +122,8 @@ func (c *Conn) onStreamFrame(now monotime.Time, f *wire.StreamFrame) {
 		c.streamError(now, err)
 		return
 	}
+	// The connection's credit follows arrivals (stream.ConnFlow.release).
+	c.maxDataCheck = true
 	if k := st.recv.Taken() - taken; k > 0 { // read into the lent buffer
 		c.stats.StreamBytesReadInto += uint64(k)
 		c.creditDue(st)

@@ -66,6 +66,12 @@ type Stats struct {
 	// streams' initial windows and send-buffer floors may take it beyond
 	// the limit (see stream.Budget).
 	BudgetUsedBytes, BudgetBytes uint64
+	// ConnSendCreditBytes is the connection-level credit the peer's
+	// MAX_DATA leaves us for new stream bytes (0: every stream with data
+	// waits for it); ConnRecvWindowBytes the window we advertise to the
+	// peer and ConnRecvUnreadBytes the stream bytes received and not yet
+	// read, which count against it.
+	ConnSendCreditBytes, ConnRecvWindowBytes, ConnRecvUnreadBytes uint64
 	// Cipher is the AEAD the handshake chose for packets
 	// ("aes-256-gcm" or "chacha20-poly1305"); empty before it.
 	Cipher string
@@ -89,6 +95,9 @@ func (c *Conn) Stats() Stats {
 	s.StreamsOpen = len(c.streams)
 	s.RecvRateBps = 8 * c.rxRate.bytesPerSecond()
 	s.BudgetUsedBytes, s.BudgetBytes = c.flow.Budget().Used(), c.flow.Budget().Limit()
+	s.ConnSendCreditBytes = c.flow.SendCredit()
+	s.ConnRecvWindowBytes, _ = c.flow.RecvWindow()
+	s.ConnRecvUnreadBytes = c.flow.RecvUnread()
 	s.PathMTUStats = c.pmtu.snapshot()
 	if c.sess != nil {
 		s.Cipher = c.sess.Suite().String()

@@ -618,3 +618,71 @@ func readAll(r io.Reader, h hash.Hash, buf []byte) (int64, error) {
 		}
 	}
 }
+
+// TestEdgePathPausedFlows: clients that stop reading what they asked for
+// must not stall the other flows of the tunnel. Two flows ask for 1 GiB
+// each and read 1 MiB; once the bytes waiting for them have stopped
+// growing, a third flow downloads 16 MiB. Before the connection's credit
+// followed arrivals (stream.ConnFlow), the bytes waiting in the two
+// paused flows took all of it and the third received nothing.
+func TestEdgePathPausedFlows(t *testing.T) {
+	leaktest.Check(t)
+	pattern := make([]byte, 1<<20)
+	rand.Read(pattern)
+	p := newEdgePath(t, pattern, offloadLink)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	buf := make([]byte, 64<<10)
+	for range 2 {
+		c, err := p.dial(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := request(c, opDown, false, 1<<30); err != nil {
+			t.Fatal(err)
+		}
+		if err := readN(c, 1<<20, buf); err != nil {
+			t.Fatalf("paused flow's first MiB: %v", err)
+		}
+	}
+	// Wait until the near edge's unread bytes hold still for 300 ms: the
+	// paused flows have filled what their windows let them.
+	for prev, still := uint64(0), 0; still < 3; {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the paused flows' unread bytes kept growing")
+		case <-time.After(100 * time.Millisecond):
+		}
+		n := p.nearT.Stats().Tunnel.ConnRecvUnreadBytes
+		if n == prev {
+			still++
+		} else {
+			prev, still = n, 0
+		}
+	}
+	unread := p.nearT.Stats().Tunnel.ConnRecvUnreadBytes
+	c, err := p.dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const size = 16 << 20
+	n, err := download(c, size, nil, buf)
+	if err != nil || n != size {
+		t.Fatalf("a flow beside two paused ones (%d bytes waiting unread at the near edge) received %d of %d bytes: %v", unread, n, size, err)
+	}
+	t.Logf("a flow beside two paused ones (%d bytes waiting unread at the near edge) received %d bytes", unread, n)
+}
+
+// readN reads exactly n bytes through buf.
+func readN(r io.Reader, n int64, buf []byte) error {
+	for n > 0 {
+		k, err := r.Read(buf[:min(int64(len(buf)), n)])
+		n -= int64(k)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

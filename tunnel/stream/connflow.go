@@ -65,11 +65,13 @@ type ConnFlow struct {
 	sendCap uint64
 	holding int
 
-	// Receive side: recv.consumed counts bytes read or discarded, received
-	// the sum of the highest offsets received per stream (what counts
-	// against our MAX_DATA).
+	// Receive side: received is the sum of the highest offsets received
+	// per stream (what counts against our MAX_DATA), read the bytes read
+	// by applications or discarded, and recv.consumed the bytes whose
+	// credit was handed back (see release).
 	recv     recvWindow
 	received uint64
+	read     uint64
 }
 
 // NewConnFlow returns the connection state for cfg (zero fields take their
@@ -172,19 +174,52 @@ func (c *ConnFlow) onReceived(streamID, delta uint64) error {
 			streamID, delta, c.recv.limit-c.received, ErrFlowControl)
 	}
 	c.received += delta
+	c.release()
 	return nil
 }
 
+// RecvUnread returns the stream bytes counted against our MAX_DATA and
+// not yet read or discarded (gaps below a stream's highest offset
+// included).
+func (c *ConnFlow) RecvUnread() uint64 { return c.received - c.read }
+
 // onConsumed records n bytes read by an application or discarded.
-func (c *ConnFlow) onConsumed(n uint64) { c.recv.consumed += n }
+func (c *ConnFlow) onConsumed(n uint64) {
+	c.read += n
+	c.release()
+}
+
+// release hands back the connection credit of the bytes that have
+// arrived, read or not, so that the connection window bounds the bytes in
+// flight rather than those waiting to be read. Bytes that wait in a
+// stream whose reader stopped (a client that does not read what it asked
+// for) then keep only their stream's credit, not the other streams':
+// counted against the connection until read, two such streams at their
+// largest windows took all of its credit, and with less than a quarter of
+// the window left no MAX_DATA was ever due, so every other stream of the
+// tunnel stalled for good. What waits unread is bounded per stream by its
+// window, together by the Budget (beyond the streams' floors), and for
+// the connection by unreadCap: credit is handed back only while the
+// unread bytes and a window in flight stay within it.
+func (c *ConnFlow) release() {
+	ceiling := c.read + c.unreadCap() - c.recv.windowBytes
+	c.recv.consumed = max(c.recv.consumed, min(c.received, ceiling))
+}
+
+// unreadCap bounds the bytes received and not yet read plus those the
+// connection's credit lets the peer have in flight: the Budget and the
+// largest connection window. It exceeds every window the connection can
+// have, so release never moves backwards.
+func (c *ConnFlow) unreadCap() uint64 { return c.cfg.BudgetBytes + c.cfg.MaxConnWindow }
 
 // RecvWindow returns the connection's current receive window and the limit
 // last advertised (MAX_DATA).
 func (c *ConnFlow) RecvWindow() (windowBytes, limit uint64) { return c.recv.windowBytes, c.recv.limit }
 
 // ShouldSendMaxData reports whether the connection should send MAX_DATA, and
-// with which value: when the applications consumed more than a quarter of
-// the window since the last update. It auto-tunes the window first (rtt is
+// with which value: when the credit of more than a quarter of the window
+// was handed back since the last update (see release: as bytes arrive,
+// within the unread cap). It auto-tunes the window first (rtt is
 // the smoothed RTT; zero means unknown). When ok, the new limit is in force
 // as if sent: the connection must send it (and resend the latest value if
 // the frame is lost).

@@ -86,30 +86,56 @@ func TestBudgetStalledReader(t *testing.T) {
 	t.Logf("fast streams: %d bytes per RTT; budget used %d of %d", perRound, cf.Budget().Used(), budget)
 }
 
+// TestConnMaxData: the connection's credit follows the bytes that arrive,
+// read or not (ConnFlow.release), so that bytes waiting in streams nobody
+// reads do not stall the others; reads hand it back only once the unread
+// bytes reach the cap (the Budget and the largest connection window).
 func TestConnMaxData(t *testing.T) {
 	const win = 1 << 20
-	cf := newConn(t, Config{InitialConnWindow: win, InitialStreamWindow: win}, 0)
-	a, b := NewRecvStream(0, cf), NewRecvStream(4, cf)
+	// Unread cap: BudgetBytes + MaxConnWindow = 3 windows.
+	cf := newConn(t, Config{InitialConnWindow: win, MaxConnWindow: win, InitialStreamWindow: win, MaxStreamWindow: win, BudgetBytes: 2 * win}, 0)
+	a, b, c, d := NewRecvStream(0, cf), NewRecvStream(4, cf), NewRecvStream(8, cf), NewRecvStream(12, cf)
 	if err := a.HandleFrame(0, make([]byte, win/2), false); err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := cf.ShouldSendMaxData(1, 0); !ok {
+		t.Fatal("no MAX_DATA after half the window arrived")
 	}
 	if err := b.HandleFrame(0, make([]byte, win/2), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.HandleFrame(win/2, []byte{0}, false); err == nil {
-		t.Fatal("byte beyond connection credit accepted")
+	if err := b.HandleFrame(win/2, []byte{0}, false); err != nil {
+		t.Fatalf("byte within the credit of the bytes that arrived: %v", err)
 	}
-	a.Read(make([]byte, win/8))
-	if _, ok := cf.ShouldSendMaxData(1, 0); ok {
-		t.Fatal("MAX_DATA after an eighth of the window")
-	}
-	b.Read(make([]byte, win/8))
+	// Nothing was read: a and b (a client that stopped reading) hold a
+	// window's bytes, and c still gets a window of credit.
 	m, ok := cf.ShouldSendMaxData(1, 0)
-	if !ok || m != win/4+win {
-		t.Fatalf("MAX_DATA = %d, %v; want %d", m, ok, win/4+win)
+	if want := uint64(win + 1 + win); !ok || m != want {
+		t.Fatalf("MAX_DATA = %d, %v with a window unread; want %d", m, ok, want)
 	}
-	if err := b.HandleFrame(win/2, make([]byte, win/4), false); err != nil {
-		t.Fatalf("data within the new connection credit: %v", err)
+	if err := c.HandleFrame(0, make([]byte, win), false); err != nil {
+		t.Fatalf("stream c beside unread streams: %v", err)
+	}
+	// Two windows unread: credit up to the cap of three, and no further.
+	if m, ok := cf.ShouldSendMaxData(1, 0); !ok || m != 3*win {
+		t.Fatalf("MAX_DATA = %d, %v with two windows unread; want %d", m, ok, 3*win)
+	}
+	if err := d.HandleFrame(0, make([]byte, win-1), false); err != nil {
+		t.Fatalf("stream d within the cap: %v", err)
+	}
+	if m, ok := cf.ShouldSendMaxData(1, 0); ok {
+		t.Fatalf("MAX_DATA = %d with three windows unread, at the cap", m)
+	}
+	if err := d.HandleFrame(win-1, []byte{0, 0}, false); err == nil {
+		t.Fatal("bytes beyond the connection credit accepted")
+	}
+	// Reading hands the credit back.
+	a.Read(make([]byte, win/2))
+	if m, ok := cf.ShouldSendMaxData(1, 0); !ok || m != 3*win+win/2 {
+		t.Fatalf("MAX_DATA = %d, %v after reading half a window at the cap; want %d", m, ok, 3*win+win/2)
+	}
+	if got := cf.RecvUnread(); got != 3*win-win/2 {
+		t.Fatalf("RecvUnread = %d, want %d", got, 3*win-win/2)
 	}
 }
 

@@ -47,6 +47,14 @@
 // reader therefore holds at most its current window: its stream gets no new
 // credit, and the others keep theirs.
 //
+// The connection window (our MAX_DATA) bounds the bytes in flight, not
+// those waiting to be read: the credit of a byte is handed back when it
+// arrives, as long as the unread bytes and a window in flight stay within
+// the Budget plus Config.MaxConnWindow (ConnFlow.release). Counted until
+// read, as in QUIC, the bytes of two stalled readers at their largest
+// windows took the whole connection window, and every other stream of the
+// connection stalled with them.
+//
 // # Errors
 //
 // Peer misbehaviour is reported as an error wrapping ErrFlowControl or
