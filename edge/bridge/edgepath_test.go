@@ -34,6 +34,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -673,6 +674,94 @@ func TestEdgePathPausedFlows(t *testing.T) {
 		t.Fatalf("a flow beside two paused ones (%d bytes waiting unread at the near edge) received %d of %d bytes: %v", unread, n, size, err)
 	}
 	t.Logf("a flow beside two paused ones (%d bytes waiting unread at the near edge) received %d bytes", unread, n)
+}
+
+// TestEdgePathAllocs checks that the default edge path (the offload link)
+// allocates next to nothing per byte once its flows stream: after 16 MiB
+// on each of four flows to warm the buffers up, the next 16 MiB on each,
+// downloaded at once, may allocate at most maxAllocsPerMiB objects per MiB
+// in the whole process (both edges, the client and the server). A
+// megabyte is about 730 tunnel datagrams and 16 segments of 64 KiB on the
+// LAN, so an allocation per packet or per segment fails it; what a run
+// allocates besides is the buffer pools growing with the windows (about
+// one per 2 MiB). The race detector's sync.Pool drops items on purpose,
+// so the test skips under it.
+func TestEdgePathAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items, so pooled buffers are allocated again; run without -race (make allocs)")
+	}
+	const (
+		flows           = 4
+		warmBytes       = 64 << 20 // per flow
+		measuredBytes   = 32 << 20 // per flow
+		maxAllocsPerMiB = 8
+	)
+	pattern := make([]byte, 1<<20)
+	rand.Read(pattern)
+	p := newEdgePath(t, pattern, offloadLink)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conns := make([]*clientConn, flows)
+	bufs := make([][]byte, flows)
+	for i := range conns {
+		c, err := p.dial(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+		bufs[i] = make([]byte, 64<<10)
+	}
+	// Each flow asks for both spells at once and reads the first before
+	// the counter is read: the second streams on warm buffers.
+	errs := make(chan error, flows)
+	warm := make(chan struct{}, flows)
+	measure := make(chan struct{})
+	for i, c := range conns {
+		go func() {
+			errs <- func() error {
+				if err := request(c, opDown, false, warmBytes+measuredBytes); err != nil {
+					return err
+				}
+				if err := c.CloseWrite(); err != nil {
+					return err
+				}
+				if err := readN(c, warmBytes, bufs[i]); err != nil {
+					return fmt.Errorf("warm-up: %w", err)
+				}
+				warm <- struct{}{}
+				<-measure
+				n, err := readAll(c, nil, bufs[i])
+				if err == nil && n != measuredBytes {
+					err = fmt.Errorf("received %d bytes after the warm-up, want %d", n, measuredBytes)
+				}
+				return err
+			}()
+		}()
+	}
+	for range flows {
+		select {
+		case <-warm:
+		case err := <-errs:
+			t.Fatal(err)
+		}
+	}
+	runtime.GC() // not during the measured spell: a collection empties the pools
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	close(measure)
+	for range flows {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	mib := float64(flows*measuredBytes) / (1 << 20)
+	perMiB := float64(after.Mallocs-before.Mallocs) / mib
+	t.Logf("%.2f allocations per MiB over %.0f MiB on %d flows (%d collections)", perMiB, mib, flows, after.NumGC-before.NumGC)
+	if perMiB > maxAllocsPerMiB {
+		t.Errorf("the edge path allocated %.1f objects per MiB once warm, want at most %d (profile it: go test -run '^$' -bench EdgePath/offload -memprofile mem.out -memprofilerate 1)", perMiB, maxAllocsPerMiB)
+	}
 }
 
 // readN reads exactly n bytes through buf.

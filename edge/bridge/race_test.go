@@ -1,0 +1,5 @@
+//go:build race
+
+package bridge
+
+const raceEnabled = true
