@@ -143,6 +143,7 @@ func tunnelStatus(t *driver.Tunnel) *control.Tunnel {
 		PTOs:            s.Tunnel.PTOs,
 		StreamsOpen:     s.Tunnel.StreamsOpen,
 		BudgetUsedBytes: s.Tunnel.BudgetUsedBytes, BudgetBytes: s.Tunnel.BudgetBytes,
+		UnreadBytes:            s.Tunnel.ConnRecvUnreadBytes,
 		DroppedUnauthenticated: s.Tunnel.DroppedUnauthenticated, DroppedReplays: s.Tunnel.DroppedDuplicates,
 		HandshakeReplays: s.Tunnel.HandshakeReplays, HandshakesRefused: s.Tunnel.HandshakesRejected + s.InitiationsRefused,
 		ResumesDeclined: s.ResumesDeclined, ClientRestarts: s.ClientRestarts, RejectsSent: s.RejectsSent, Rekeys: s.Tunnel.Rekeys,

@@ -217,8 +217,8 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "tunnel: up, peer %s, %s, %s, srtt %v, min rtt %v, bandwidth %.1f Mbit/s, pacing %.1f Mbit/s, cwnd %d B, in flight %d B\n",
 			t.Peer, cc, t.Cipher, t.SmoothedRTT.Round(100*time.Microsecond), t.MinRTT.Round(100*time.Microsecond),
 			float64(t.BandwidthBps)/1e6, float64(t.PacingRateBps)/1e6, t.Cwnd, t.InFlight)
-		fmt.Fprintf(stdout, "        sent %d B, received %d B, lost %d packets, retransmitted %d B, %d streams open, stream buffers %.1f of %.0f MiB\n",
-			t.BytesSent, t.BytesReceived, t.PacketsLost, t.Retransmitted, t.StreamsOpen, float64(t.BudgetUsedBytes)/(1<<20), float64(t.BudgetBytes)/(1<<20))
+		fmt.Fprintf(stdout, "        sent %d B, received %d B, lost %d packets, retransmitted %d B, %d streams open, stream buffers %.1f of %.0f MiB, %d B unread\n",
+			t.BytesSent, t.BytesReceived, t.PacketsLost, t.Retransmitted, t.StreamsOpen, float64(t.BudgetUsedBytes)/(1<<20), float64(t.BudgetBytes)/(1<<20), t.UnreadBytes)
 		fmt.Fprintf(stdout, "        path mtu: %s\n", pathMTULine(t))
 		fmt.Fprintf(stdout, "        security: %d unauthenticated datagrams, %d replayed packets, %d replayed and %d refused handshakes, %d resumes declined, %d client restarts, %d REJECTs sent, %d rekeys; handshake gate: %d bad mac1, %d cookies sent, %d rate limited\n",
 			t.DroppedUnauthenticated, t.DroppedReplays, t.HandshakeReplays, t.HandshakesRefused, t.ResumesDeclined, t.ClientRestarts, t.RejectsSent, t.Rekeys,

@@ -106,6 +106,10 @@ type Tunnel struct {
 	// The stream memory budget: in use and limit.
 	BudgetUsedBytes uint64 `json:"budget_used_bytes"`
 	BudgetBytes     uint64 `json:"budget_bytes"`
+	// UnreadBytes is what the peer sent on the flows' streams and the
+	// flows have not taken yet: large and steady, some clients or
+	// servers are not reading what they asked for.
+	UnreadBytes uint64 `json:"unread_bytes"`
 	// BBR's state and its ProbeRTT episodes so far (BBR only).
 	BBRMode   string `json:"bbr_mode,omitempty"`
 	ProbeRTTs int    `json:"probe_rtts"`
