@@ -342,6 +342,10 @@ type reader struct {
 	doHash bool
 	into   bool
 	taken  int
+	// stopAt, if positive, is where the application stops reading (a
+	// client that asked for more than it reads): the bytes after it wait
+	// in the stream. Not with into.
+	stopAt int
 }
 
 func newReader(c *Conn, id uint64, hashIt, into bool) *reader {
@@ -356,13 +360,20 @@ func newReader(c *Conn, id uint64, hashIt, into bool) *reader {
 }
 
 func (r *reader) read(now monotime.Time) {
+	if r.stopAt > 0 && r.n >= r.stopAt {
+		return
+	}
 	filled := 0
 	if r.into {
 		filled = r.c.StreamReadInto(r.id, nil)
 		r.taken += filled
 	}
 	for !r.fin {
-		n, fin, err := r.c.StreamRead(r.id, r.buf[filled:])
+		buf := r.buf[filled:]
+		if r.stopAt > 0 {
+			buf = buf[:min(len(buf), r.stopAt-r.n-filled)]
+		}
+		n, fin, err := r.c.StreamRead(r.id, buf)
 		short := filled+n < len(r.buf)
 		filled += n
 		r.deliver(filled)
