@@ -70,7 +70,8 @@ type Stats struct {
 	// MAX_DATA leaves us for new stream bytes (0: every stream with data
 	// waits for it); ConnRecvWindowBytes the window we advertise to the
 	// peer and ConnRecvUnreadBytes the stream bytes received and not yet
-	// read, which count against it.
+	// read (they count against that window only past a cap: see
+	// stream.ConnFlow).
 	ConnSendCreditBytes, ConnRecvWindowBytes, ConnRecvUnreadBytes uint64
 	// Cipher is the AEAD the handshake chose for packets
 	// ("aes-256-gcm" or "chacha20-poly1305"); empty before it.

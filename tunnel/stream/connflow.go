@@ -209,7 +209,7 @@ func (c *ConnFlow) release() {
 // unreadCap bounds the bytes received and not yet read plus those the
 // connection's credit lets the peer have in flight: the Budget and the
 // largest connection window. It exceeds every window the connection can
-// have, so release never moves backwards.
+// have, so the credit of the bytes read is always handed back.
 func (c *ConnFlow) unreadCap() uint64 { return c.cfg.BudgetBytes + c.cfg.MaxConnWindow }
 
 // RecvWindow returns the connection's current receive window and the limit
