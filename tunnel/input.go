@@ -60,6 +60,12 @@ func (c *Conn) handleFrame(now monotime.Time, t wire.FrameType) {
 		f := p.MaxStreamData()
 		if st := c.peerStream(now, f.StreamID); st != nil && st.send.OnMaxStreamData(f.Max) {
 			c.schedule(st)
+			// Under a send cap a stream holds little beyond the peer's
+			// credit (stream.SendStream.Writable): new credit is room.
+			if st.wantWritable && st.send.Writable() >= max(st.writableAt, 1) {
+				st.wantWritable = false
+				c.events.push(Event{Kind: EventStreamWritable, StreamID: st.id})
+			}
 		}
 	case wire.FrameClose:
 		f := p.Close()

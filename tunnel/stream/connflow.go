@@ -61,7 +61,7 @@ type ConnFlow struct {
 	reportedLimit uint64 // last limit reported by Blocked
 
 	// sendCap bounds the bytes the send streams hold together (0: none;
-	// see SetSendCap); holding counts the streams holding any.
+	// see SetSendCap); holding counts the streams sharing it.
 	sendCap uint64
 	holding int
 
@@ -124,13 +124,15 @@ func (c *ConnFlow) OnMaxData(maxBytes uint64) bool {
 	return true
 }
 
-// SetSendCap bounds the bytes all send streams hold together (written,
+// SetSendCap bounds the bytes the send streams hold together (written,
 // not yet acknowledged) to about n: a stream may hold an equal share of n
-// among the streams holding bytes, and always Config.MinSendBufferBytes;
-// 0 lifts the bound (the default: only Config.SendBufferBytes and the
-// Budget apply). The connection sets it from its congestion window, so
-// that a sender faster than the path queues a few windows, not the whole
-// budget, and the budget stays for the receive windows of the other
+// among the streams holding bytes that the peer's credit lets them send
+// (SendStream.syncSharing), and always Config.MinSendBufferBytes; and
+// under a cap no stream holds more than that floor beyond its peer's
+// credit. 0 lifts the bound (the default: only Config.SendBufferBytes and
+// the Budget apply). The connection sets it from its congestion window,
+// so that a sender faster than the path queues a few windows, not the
+// whole budget, and the budget stays for the receive windows of the other
 // direction. A lower bound takes effect as acknowledgments free bytes.
 func (c *ConnFlow) SetSendCap(n uint64) { c.sendCap = n }
 

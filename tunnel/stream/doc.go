@@ -43,9 +43,12 @@
 // every stream can always make progress; the connection bounds the number
 // of open streams, which bounds the total beyond the budget. The send
 // buffers may be bounded more tightly, together (ConnFlow.SetSendCap: the
-// connection holds about two congestion windows ahead of the path). A stalled
-// reader therefore holds at most its current window: its stream gets no new
-// credit, and the others keep theirs.
+// connection holds about two congestion windows ahead of the path, shared
+// by the streams the peer's credit lets send; a stream holds at most its
+// floor beyond that credit). A stalled reader therefore holds at most its
+// current window: its stream gets no new credit, and the others keep
+// theirs; on the sending side it holds little beyond the credit it has,
+// and no share of the cap.
 //
 // The connection window (our MAX_DATA) bounds the bytes in flight, not
 // those waiting to be read: the credit of a byte is handed back when it

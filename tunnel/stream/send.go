@@ -32,6 +32,7 @@ type SendStream struct {
 	writeEnd  uint64    // bytes written by the application
 	reserved  uint64    // bytes reserved from the budget (the buffered and lent bytes)
 	lent      uint64    // room above writeEnd lent by Lend until Commit
+	sharing   bool      // counted in ConnFlow.holding (see syncSharing)
 
 	acked rangeSet // acknowledged ranges above ackedBase
 	lost  rangeSet // ranges to retransmit, within [ackedBase, sentEnd), none acked
@@ -75,8 +76,13 @@ func (s *SendStream) Writable() int {
 	cfg := &s.cf.cfg
 	buffered := s.writeEnd + s.lent - s.ackedBase
 	room := uint64(cfg.SendBufferBytes) - min(buffered, uint64(cfg.SendBufferBytes))
-	if share := s.cf.sendShare(s.reserved > 0); share > 0 {
+	if share := s.cf.sendShare(s.sharing); share > 0 {
 		room = min(room, share-min(buffered, share))
+		// Under the cap, hold at most the floor beyond the peer's credit:
+		// bytes above it wait for the peer's reader, not for the path.
+		end := s.writeEnd + s.lent
+		limit := s.maxStreamData + uint64(cfg.MinSendBufferBytes)
+		room = min(room, limit-min(end, limit))
 	}
 	var floor uint64
 	if f := uint64(cfg.MinSendBufferBytes); buffered < f {
@@ -102,6 +108,7 @@ func (s *SendStream) Write(p []byte) int {
 		s.writeEnd += uint64(m)
 		p = p[m:]
 	}
+	s.syncSharing()
 	return n
 }
 
@@ -117,11 +124,31 @@ func (s *SendStream) reserve(want int) int {
 		floor = f - b
 	}
 	n := s.cf.budget.reserve(w, floor)
-	if s.reserved == 0 && n > 0 {
-		s.cf.holding++
-	}
 	s.reserved += n
+	s.syncSharing()
 	return int(n)
+}
+
+// syncSharing keeps the stream's place among the streams the send cap is
+// shared by (ConnFlow.holding): those holding bytes, unless the peer's
+// stream credit blocks them (new bytes waiting and no credit to send
+// them). A stream its peer does not read (a client that stopped reading
+// what it asked for) holds bytes the path cannot take; counted, each took
+// an equal share of the cap from the streams that can send, and a
+// download beside sixteen of them moved at a seventeenth of the cap per
+// round trip. Call it after reserved, writeEnd, sentEnd or maxStreamData
+// change.
+func (s *SendStream) syncSharing() {
+	sharing := s.reserved > 0 && !(s.writeEnd > s.sentEnd && s.sentEnd >= s.maxStreamData)
+	if sharing == s.sharing {
+		return
+	}
+	s.sharing = sharing
+	if sharing {
+		s.cf.holding++
+	} else {
+		s.cf.holding--
+	}
 }
 
 // unreserve gives back n reserved bytes that were never written.
@@ -130,9 +157,7 @@ func (s *SendStream) unreserve(n uint64) {
 		return
 	}
 	s.reserved -= n
-	if s.reserved == 0 {
-		s.cf.holding--
-	}
+	s.syncSharing()
 	s.cf.budget.release(n)
 }
 
@@ -183,6 +208,7 @@ func (s *SendStream) Commit(n int) int {
 	}
 	s.writeEnd += k
 	s.unreserve(lent - k)
+	s.syncSharing()
 	if s.Done() { // the FIN was acknowledged while the room was lent
 		s.buf.releaseAll(s.cf.pool)
 	}
@@ -292,6 +318,7 @@ func (s *SendStream) PopFrame(maxPayload int) (offset uint64, data []byte, fin b
 		n := min(avail, credit, uint64(maxPayload), chunk-off%chunk)
 		s.sentEnd += n
 		s.cf.consumeSend(n)
+		s.syncSharing()
 		if s.finPending() {
 			fin, s.finSent = true, true
 		}
@@ -339,9 +366,7 @@ func (s *SendStream) OnAcked(offset uint64, length int, fin bool) {
 	freed := newBase - s.ackedBase
 	s.ackedBase = newBase
 	s.reserved -= freed
-	if s.reserved == 0 && freed > 0 {
-		s.cf.holding--
-	}
+	s.syncSharing()
 	s.cf.budget.release(freed)
 	s.buf.releaseBelow(s.cf.pool, s.ackedBase, s.cf.pool.chunkBytes)
 	if s.Done() {
@@ -387,6 +412,7 @@ func (s *SendStream) OnMaxStreamData(maxBytes uint64) bool {
 		return false
 	}
 	s.maxStreamData = maxBytes
+	s.syncSharing()
 	return true
 }
 
@@ -416,10 +442,8 @@ func (s *SendStream) Reset(code wire.ErrorCode) (finalSize uint64, ok bool) {
 	s.dropLent()
 	s.buf.releaseAll(s.cf.pool)
 	s.cf.budget.release(s.reserved)
-	if s.reserved > 0 {
-		s.cf.holding--
-	}
 	s.reserved = 0
+	s.syncSharing()
 	s.acked.clear()
 	s.lost.clear()
 	s.finLost = false

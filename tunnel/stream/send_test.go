@@ -376,6 +376,44 @@ func TestSendCap(t *testing.T) {
 	}
 }
 
+// TestSendCapBlockedStreams: a stream the peer's credit blocks (new bytes
+// waiting, no credit to send them) takes no share of the send cap, and
+// under a cap a stream holds at most its floor beyond that credit: its
+// bytes wait for the peer's reader, not for the path.
+func TestSendCapBlockedStreams(t *testing.T) {
+	cf := newConn(t, Config{SendBufferBytes: 1 << 20, MinSendBufferBytes: 16 << 10, BudgetBytes: 4 << 20}, 0)
+	cf.SetSendCap(256 << 10)
+	big := pattern(1 << 20)
+	paused := NewSendStream(0, cf, 64<<10) // a reader that will not read past 64 KiB
+	if n := paused.Write(big); n != 64<<10+16<<10 {
+		t.Fatalf("a stream with 64 KiB of credit took %d, want its credit and its floor %d", n, 64<<10+16<<10)
+	}
+	live := NewSendStream(4, cf, 1<<30)
+	if w := live.Writable(); w != 128<<10 {
+		t.Fatalf("beside a stream that can still send, a stream may write %d, want half the cap %d", w, 128<<10)
+	}
+	popAll(paused, 1400) // its credit used: blocked, 16 KiB unsent
+	if w := live.Writable(); w != 256<<10 {
+		t.Fatalf("beside a blocked stream a stream may write %d, want the whole cap %d", w, 256<<10)
+	}
+	if w := paused.Writable(); w != 0 {
+		t.Fatalf("the blocked stream may write %d more", w)
+	}
+	live.Write(big)
+	if cf.holding != 1 {
+		t.Fatalf("%d streams share the cap, want 1 (the live one)", cf.holding)
+	}
+	// New credit: the paused stream can send again and shares the cap
+	// again (half of it, less the 80 KiB it holds).
+	paused.OnMaxStreamData(128 << 10)
+	if w := paused.Writable(); w != 128<<10-80<<10 {
+		t.Fatalf("with new credit the stream may write %d, want %d", w, 128<<10-80<<10)
+	}
+	if cf.holding != 2 {
+		t.Fatalf("%d streams share the cap, want 2", cf.holding)
+	}
+}
+
 func TestSendReset(t *testing.T) {
 	cf := newConn(t, Config{}, 0)
 	s := NewSendStream(0, cf, 1<<20)
