@@ -62,10 +62,7 @@ func (c *Conn) handleFrame(now monotime.Time, t wire.FrameType) {
 			c.schedule(st)
 			// Under a send cap a stream holds little beyond the peer's
 			// credit (stream.SendStream.Writable): new credit is room.
-			if st.wantWritable && st.send.Writable() >= max(st.writableAt, 1) {
-				st.wantWritable = false
-				c.events.push(Event{Kind: EventStreamWritable, StreamID: st.id})
-			}
+			c.signalWritable(st)
 		}
 	case wire.FrameClose:
 		f := p.Close()
@@ -135,6 +132,15 @@ func (c *Conn) onStreamFrame(now monotime.Time, f *wire.StreamFrame) {
 		c.creditDue(st)
 	}
 	c.signalReadable(st)
+}
+
+// signalWritable reports EventStreamWritable to a writer that waits, once
+// the room it waits for is there.
+func (c *Conn) signalWritable(st *streamState) {
+	if st.wantWritable && st.send.Writable() >= max(st.writableAt, 1) {
+		st.wantWritable = false
+		c.events.push(Event{Kind: EventStreamWritable, StreamID: st.id})
+	}
 }
 
 // signalReadable reports EventStreamReadable once per drain.
@@ -226,10 +232,7 @@ func (c *Conn) onAcked(tok uint64) {
 		case fkStream:
 			if st := c.streams[r.id]; st != nil {
 				st.send.OnAcked(r.off, int(r.n), r.fin)
-				if st.wantWritable && st.send.Writable() >= max(st.writableAt, 1) {
-					st.wantWritable = false
-					c.events.push(Event{Kind: EventStreamWritable, StreamID: st.id})
-				}
+				c.signalWritable(st)
 				c.maybeFinish(st)
 			}
 		case fkReset:

@@ -68,11 +68,10 @@ type Stats struct {
 	BudgetUsedBytes, BudgetBytes uint64
 	// ConnSendCreditBytes is the connection-level credit the peer's
 	// MAX_DATA leaves us for new stream bytes (0: every stream with data
-	// waits for it); ConnRecvWindowBytes the window we advertise to the
-	// peer and ConnRecvUnreadBytes the stream bytes received and not yet
-	// read (they count against that window only past a cap: see
+	// waits for it); ConnRecvUnreadBytes the stream bytes received and not
+	// yet read (they count against our MAX_DATA only past a cap: see
 	// stream.ConnFlow).
-	ConnSendCreditBytes, ConnRecvWindowBytes, ConnRecvUnreadBytes uint64
+	ConnSendCreditBytes, ConnRecvUnreadBytes uint64
 	// Cipher is the AEAD the handshake chose for packets
 	// ("aes-256-gcm" or "chacha20-poly1305"); empty before it.
 	Cipher string
@@ -97,7 +96,6 @@ func (c *Conn) Stats() Stats {
 	s.RecvRateBps = 8 * c.rxRate.bytesPerSecond()
 	s.BudgetUsedBytes, s.BudgetBytes = c.flow.Budget().Used(), c.flow.Budget().Limit()
 	s.ConnSendCreditBytes = c.flow.SendCredit()
-	s.ConnRecvWindowBytes, _ = c.flow.RecvWindow()
 	s.ConnRecvUnreadBytes = c.flow.RecvUnread()
 	s.PathMTUStats = c.pmtu.snapshot()
 	if c.sess != nil {
