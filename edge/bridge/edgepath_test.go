@@ -183,19 +183,7 @@ func benchEdgePath(b *testing.B, link linkKind, up bool, flows int) {
 	p := newEdgePath(b, pattern, link)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	conns := make([]*clientConn, flows)
-	for i := range conns {
-		c, err := p.dial(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		conns[i] = c
-	}
-	bufs := make([][]byte, flows)
-	for i := range bufs {
-		bufs[i] = make([]byte, 64<<10)
-	}
+	conns, bufs := p.dialFlows(b, ctx, flows)
 	total := int64(b.N) * chunk
 	per := total / int64(flows)
 	errs := make(chan error, flows)
@@ -438,6 +426,22 @@ func (p *edgePath) dial(ctx context.Context) (*clientConn, error) {
 		return nil, fmt.Errorf("client connect to %v through the edges: %w", p.dst, err)
 	}
 	return c, nil
+}
+
+// dialFlows dials n flows, closed when the test ends, each with a 64 KiB
+// read buffer of its own.
+func (p *edgePath) dialFlows(tb testing.TB, ctx context.Context, n int) ([]*clientConn, [][]byte) {
+	tb.Helper()
+	conns, bufs := make([]*clientConn, n), make([][]byte, n)
+	for i := range conns {
+		c, err := p.dial(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { c.Close() })
+		conns[i], bufs[i] = c, make([]byte, 64<<10)
+	}
+	return conns, bufs
 }
 
 // udpTunnelPair connects two tunnels over real UDP sockets on 127.0.0.1,
@@ -701,17 +705,7 @@ func TestEdgePathAllocs(t *testing.T) {
 	p := newEdgePath(t, pattern, offloadLink)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	conns := make([]*clientConn, flows)
-	bufs := make([][]byte, flows)
-	for i := range conns {
-		c, err := p.dial(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		conns[i] = c
-		bufs[i] = make([]byte, 64<<10)
-	}
+	conns, bufs := p.dialFlows(t, ctx, flows)
 	// Each flow asks for both spells at once and reads the first before
 	// the counter is read: the second streams on warm buffers.
 	errs := make(chan error, flows)
