@@ -453,14 +453,7 @@ func (r *CiscoResult) FillRatios() {
 // ciscoWanopt measures one row through a fresh pair of wanopt edges: the
 // cold run, a warming transfer, then the runs.
 func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptions, row *CiscoRow, measure func(what string, n int) ([]IperfResult, error)) error {
-	eo := EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent, EdgeCPU: o.EdgeCPU, EdgeWeight: o.EdgeWeight, CPUs: o.edgeCPUs}
-	if o.WANRateHint {
-		eo.Args = append(eo.Args, "--wan-rate", fmt.Sprint(o.RateBps))
-	}
-	if o.EdgeProcs > 0 {
-		eo.Args = append(eo.Args, "--procs", fmt.Sprint(o.EdgeProcs))
-	}
-	edges, err := StartEdges(ctx, l, eo)
+	edges, err := StartEdges(ctx, l, o.edgeOptions(l))
 	if err != nil {
 		return err
 	}
@@ -517,11 +510,10 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	row.FarCPUPct = 100 * far.Total().Seconds() / wall.Seconds()
 	row.NearUserS, row.NearSysS = near.User.Seconds(), near.System.Seconds()
 	row.FarUserS, row.FarSysS = far.User.Seconds(), far.System.Seconds()
-	row.NearCPUsPerGB = cpuSecondsPerGB(near, o.BytesPerStream, o.Streams, len(row.WanoptRuns))
-	row.FarCPUsPerGB = cpuSecondsPerGB(far, o.BytesPerStream, o.Streams, len(row.WanoptRuns))
-	mb := payloadMB(o.BytesPerStream, o.Streams, len(row.WanoptRuns))
-	row.NearWakeupsPerMB, row.NearPreemptionsPerMB = perMB(near.Wakeups, mb), perMB(near.Preemptions, mb)
-	row.FarWakeupsPerMB, row.FarPreemptionsPerMB = perMB(far.Wakeups, mb), perMB(far.Preemptions, mb)
+	c := edgeCost(near, far, o.BytesPerStream, o.Streams, len(row.WanoptRuns))
+	row.NearCPUsPerGB, row.FarCPUsPerGB = c.NearCPUsPerGB, c.FarCPUsPerGB
+	row.NearWakeupsPerMB, row.NearPreemptionsPerMB = c.NearWakeupsPerMB, c.NearPreemptionsPerMB
+	row.FarWakeupsPerMB, row.FarPreemptionsPerMB = c.FarWakeupsPerMB, c.FarPreemptionsPerMB
 	tun1, err := edges.Tunnel(sender)
 	if err != nil {
 		return err
@@ -533,6 +525,18 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	row.WanoptMbps = measuredMean(row.WanoptRuns)
 	row.WanoptFailed, row.WanoptRecoveryS = outageSummary(row.WanoptRuns)
 	return edges.Stop()
+}
+
+// edgeOptions are the wanopt edges of o's experiment on lab l.
+func (o CiscoOptions) edgeOptions(l *lab.Lab) EdgeOptions {
+	eo := EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent, EdgeCPU: o.EdgeCPU, EdgeWeight: o.EdgeWeight, CPUs: o.edgeCPUs}
+	if o.WANRateHint {
+		eo.Args = append(eo.Args, "--wan-rate", fmt.Sprint(o.RateBps))
+	}
+	if o.EdgeProcs > 0 {
+		eo.Args = append(eo.Args, "--procs", fmt.Sprint(o.EdgeProcs))
+	}
+	return eo
 }
 
 // cpuSecondsPerGB is an edge's CPU seconds (user + system) per GB (1e9

@@ -48,8 +48,8 @@ func (p *Published) defaults() {
 	}
 }
 
-// writeReport writes v as NAME.json, md as NAME.md and the chart as
-// NAME.png into dir.
+// writeReport writes v as NAME.json, md as NAME.md and, if chart is not
+// nil, the chart as NAME.png into dir.
 func writeReport(dir, name string, v any, md string, chart func(path string) error) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create output folder: %w", err)
@@ -63,6 +63,9 @@ func writeReport(dir, name string, v any, md string, chart func(path string) err
 	}
 	if err := os.WriteFile(filepath.Join(dir, name+".md"), []byte(md), 0o644); err != nil {
 		return err
+	}
+	if chart == nil {
+		return nil
 	}
 	return chart(filepath.Join(dir, name+".png"))
 }

@@ -56,6 +56,8 @@ Flags:
 	linkOffload := fs.Bool("link-offload", false, "open the link's TUN devices with UDP segmentation offload: a sender's UDP GSO batch reaches the emulator whole, as a NIC with that offload takes it, instead of being segmented by the sender's kernel (Linux 6.2+)")
 	upload := fs.Bool("upload", false, "send from the client to the server (iperf without -R), as a backup does, instead of the published download; each run's figure is then the iperf server's, since the client's counts bytes the near edge took, not bytes delivered")
 	plainRuns := fs.Int("plain-runs", 0, "plain-TCP runs per point (default --runs): on a lossy link one plain run can take minutes")
+	wanoptB := fs.String("wanopt-b", "", "compare the wanopt binary `B` with --wanopt (A) instead: at one --rtt and one --profile, one plain run (--plain-runs), then --pairs runs of each binary alternated A B B A …, each on a fresh pair of edges; the table gives each pair's figures and the mean difference with its 95 % interval (--runs is not used)")
+	pairs := fs.Int("pairs", 6, "with --wanopt-b: runs of each binary")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
@@ -99,6 +101,9 @@ Flags:
 	}
 	if o.Wanopt, err = exp.FindWanopt(*wanopt); err != nil {
 		return err
+	}
+	if *wanoptB != "" {
+		return runCiscoAB(ctx, exp.ABOptions{CiscoOptions: o, WanoptB: *wanoptB, Pairs: *pairs}, *pf.out)
 	}
 	start := time.Now()
 	o.Progress = func(done, total int, p exp.Point, what string, r exp.IperfResult) {
@@ -182,4 +187,40 @@ func fmtRefs(m map[string]float64) string {
 		}
 	}
 	return s
+}
+
+// runCiscoAB is 'wanbench cisco --wanopt-b': binaries A and B alternated
+// at one point (exp.CiscoAB).
+func runCiscoAB(ctx context.Context, o exp.ABOptions, out string) error {
+	if len(o.RTTs) != 1 || len(o.Profiles) != 1 {
+		return errors.New("--wanopt-b compares at one point: give one --rtt and one --profile")
+	}
+	if o.Transparent {
+		return errors.New("--wanopt-b runs the kernel egress only")
+	}
+	if o.WanoptB != "" {
+		if _, err := os.Stat(o.WanoptB); err != nil {
+			return fmt.Errorf("--wanopt-b: %w", err)
+		}
+	}
+	start := time.Now()
+	o.Progress = func(_, _ int, p exp.Point, what string, r exp.IperfResult) {
+		fmt.Fprintf(os.Stderr, "[%4.0fs] rtt=%gms profile=%s %-9s %6.1f Mbit/s in %.2f s\n", time.Since(start).Seconds(), p.RTTms, p.Profile, what+":", r.Mbps, r.Seconds)
+	}
+	res, err := exp.CiscoAB(ctx, o)
+	if err != nil {
+		if len(res.Legs) > 0 {
+			fmt.Print(res.Markdown())
+		}
+		return err
+	}
+	if err := res.WriteFiles(out); err != nil {
+		return err
+	}
+	fmt.Printf("\nA: %s\nB: %s\nLink %.0f Mbit/s, %.1f MB drop-tail queue, RTT %g ms, profile %s, iperf -n %dMB -P %d, %s; plain TCP %.1f Mbit/s (%d min):\n\n",
+		res.BinaryA, res.BinaryB, res.RateMbps, float64(res.QueueBytes)/1e6, res.RTTms, res.Profile, res.BytesPerStream>>20, res.Streams,
+		edgeCPUText(res.EdgeCPU, res.EdgeWeight, o.EdgeProcs), res.PlainMbps, int(time.Since(start).Minutes()))
+	fmt.Print(res.Markdown())
+	fmt.Printf("\nEach pair is one run of each binary, a few seconds apart, on its own fresh pair of edges warmed first; b − a is the mean over the pairs of their difference, ± the half-width of its 95 %% interval (Student's t): an interval that holds 0 does not tell the binaries apart.\nwrote %s/ab.{json,md}\n", out)
+	return nil
 }
