@@ -47,6 +47,10 @@ type ABLeg struct {
 	Run    IperfResult `json:"run"`
 	// EdgeCost is what each edge spent on the run (see CiscoRow).
 	EdgeCost
+	// The sending edge's tunnel during the run: BBR's ProbeRTT episodes
+	// and the packets it declared lost (see CiscoRow).
+	ProbeRTTs   int    `json:"probe_rtts"`
+	PacketsLost uint64 `json:"packets_lost"`
 }
 
 // EdgeCost is each edge's CPU seconds per GB of iperf payload, and its
@@ -239,6 +243,14 @@ func abLeg(ctx context.Context, l *lab.Lab, o CiscoOptions, bin string, warmByte
 	if err := edges.WaitNoFlows(10 * time.Second); err != nil {
 		return ABLeg{}, err
 	}
+	sender := "far"
+	if o.Upload {
+		sender = "near"
+	}
+	tun0, err := edges.Tunnel(sender)
+	if err != nil {
+		return ABLeg{}, err
+	}
 	near0, far0, err := edges.CPUTimes()
 	if err != nil {
 		return ABLeg{}, err
@@ -254,7 +266,12 @@ func abLeg(ctx context.Context, l *lab.Lab, o CiscoOptions, bin string, warmByte
 	if err != nil {
 		return ABLeg{}, err
 	}
-	leg := ABLeg{Run: r, EdgeCost: edgeCost(near1.Sub(near0), far1.Sub(far0), o.BytesPerStream, o.Streams, 1)}
+	tun1, err := edges.Tunnel(sender)
+	if err != nil {
+		return ABLeg{}, err
+	}
+	leg := ABLeg{Run: r, EdgeCost: edgeCost(near1.Sub(near0), far1.Sub(far0), o.BytesPerStream, o.Streams, 1),
+		ProbeRTTs: tun1.ProbeRTTs - tun0.ProbeRTTs, PacketsLost: tun1.PacketsLost - tun0.PacketsLost}
 	return leg, edges.Stop()
 }
 
@@ -271,6 +288,8 @@ func abMetrics(legs []ABLeg) []ABMetric {
 		{"far wake-ups/MB", func(l ABLeg) float64 { return l.FarWakeupsPerMB }},
 		{"near preemptions/MB", func(l ABLeg) float64 { return l.NearPreemptionsPerMB }},
 		{"far preemptions/MB", func(l ABLeg) float64 { return l.FarPreemptionsPerMB }},
+		{"sender's ProbeRTTs", func(l ABLeg) float64 { return float64(l.ProbeRTTs) }},
+		{"sender's packets lost", func(l ABLeg) float64 { return float64(l.PacketsLost) }},
 	}
 	pairs := map[int][2]*ABLeg{}
 	var order []int
@@ -352,11 +371,11 @@ func tCrit95(dof int) float64 {
 // Markdown is the legs, then the comparison.
 func (r ABResult) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| pair | binary | wanopt Mbit/s | near CPU-s/GB | far CPU-s/GB | near / far wake-ups per MB (preemptions) |\n")
-	fmt.Fprintf(&b, "|---:|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| pair | binary | wanopt Mbit/s | near CPU-s/GB | far CPU-s/GB | near / far wake-ups per MB (preemptions) | sender's ProbeRTTs, packets lost |\n")
+	fmt.Fprintf(&b, "|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, l := range r.Legs {
-		fmt.Fprintf(&b, "| %d | %s | %.1f | %.2f | %.2f | %.0f (%.0f) / %.0f (%.0f) |\n", l.Pair, l.Binary, l.Run.Mbps,
-			l.NearCPUsPerGB, l.FarCPUsPerGB, l.NearWakeupsPerMB, l.NearPreemptionsPerMB, l.FarWakeupsPerMB, l.FarPreemptionsPerMB)
+		fmt.Fprintf(&b, "| %d | %s | %.1f | %.2f | %.2f | %.0f (%.0f) / %.0f (%.0f) | %d, %d |\n", l.Pair, l.Binary, l.Run.Mbps,
+			l.NearCPUsPerGB, l.FarCPUsPerGB, l.NearWakeupsPerMB, l.NearPreemptionsPerMB, l.FarWakeupsPerMB, l.FarPreemptionsPerMB, l.ProbeRTTs, l.PacketsLost)
 	}
 	fmt.Fprintf(&b, "\n| figure | a (mean) | b (mean) | b − a, mean of the pairs ± 95 %% | b − a / a | pairs where b is lower |\n")
 	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|\n")
