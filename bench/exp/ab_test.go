@@ -3,6 +3,8 @@ package exp
 import (
 	"context"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -90,4 +92,36 @@ func TestCiscoABRefusesBeforeTheLab(t *testing.T) {
 			t.Errorf("%s: err %v, want one that says %q", c.name, err, c.want)
 		}
 	}
+}
+
+// TestCiscoABInLab runs a short comparison on the lab (one binary as both
+// A and B, two pairs of small transfers): the legs come in the order
+// abOrder gives, each with a throughput and both edges' cost, and the
+// comparison covers both pairs.
+func TestCiscoABInLab(t *testing.T) {
+	needLab(t, "iperf iproute2", "iperf", "ip")
+	wanopt := filepath.Join(buildCommands(t, "wanopt"), "wanopt")
+	t.Setenv(linkHelperEnv, "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	o := ABOptions{CiscoOptions: CiscoOptions{Published: Published{RTTs: []time.Duration{0}, BytesPerStream: 4 << 20,
+		LinkCommand: []string{os.Args[0]}}, Profiles: []Profile{Modern}, Wanopt: wanopt}, WanoptB: wanopt, Pairs: 2}
+	res, err := CiscoAB(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, l := range res.Legs {
+		order = append(order, l.Binary)
+		if l.Run.Mbps <= 0 || l.NearCPUsPerGB <= 0 || l.FarCPUsPerGB <= 0 {
+			t.Errorf("pair %d, binary %s: %.1f Mbit/s, near %.2f and far %.2f CPU-s/GB; want all above 0", l.Pair, l.Binary, l.Run.Mbps, l.NearCPUsPerGB, l.FarCPUsPerGB)
+		}
+	}
+	if got := strings.Join(order, ""); got != "abba" {
+		t.Errorf("legs in the order %s, want abba", got)
+	}
+	if res.PlainMbps <= 0 || len(res.Metrics) == 0 || res.Metrics[0].Pairs != 2 {
+		t.Errorf("plain %.1f Mbit/s, metrics %+v; want a plain figure and two pairs compared", res.PlainMbps, res.Metrics)
+	}
+	t.Logf("plain %.1f Mbit/s; %s", res.PlainMbps, res.Markdown())
 }
