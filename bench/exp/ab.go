@@ -168,15 +168,11 @@ func CiscoAB(ctx context.Context, o ABOptions) (ABResult, error) {
 	}
 	rtt, prof := o.RTTs[0], o.Profiles[0]
 	res.RTTms, res.Profile = ms(rtt), prof.Name
-	l, closeLab, err := buildEdgesLabOpts(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger, LinkOffload: o.LinkOffload})
+	l, srv, closeLab, err := iperfEdgesLab(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger, LinkOffload: o.LinkOffload})
 	if err != nil {
 		return res, err
 	}
 	defer closeLab()
-	srv, err := startIperfServer(ctx, l, l.Server)
-	if err != nil {
-		return res, err
-	}
 	ab, ba := o.linkConfig(rtt)
 	if err := l.StartLink(ctx, ab, ba); err != nil {
 		return res, err

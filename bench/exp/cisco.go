@@ -299,15 +299,11 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	if o.QueueDelay > 0 {
 		res.QueueDelayMs = ms(o.QueueDelay)
 	}
-	l, closeLab, err := buildEdgesLabOpts(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: realtime, Logger: o.Logger, LinkOffload: o.LinkOffload})
+	l, srv, closeLab, err := iperfEdgesLab(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: realtime, Logger: o.Logger, LinkOffload: o.LinkOffload})
 	if err != nil {
 		return res, err
 	}
 	defer closeLab()
-	srv, err := startIperfServer(ctx, l, l.Server)
-	if err != nil {
-		return res, err
-	}
 	haveZero := false
 	for _, rtt := range o.RTTs {
 		haveZero = haveZero || rtt == 0

@@ -253,15 +253,11 @@ func Sack(ctx context.Context, o SackOptions) (SackResult, error) {
 		defer os.RemoveAll(d)
 		capDir = d
 	}
-	l, closeLab, err := buildEdgesLab(ctx, o.CC, o.LinkCommand, o.Logger)
+	l, srv, closeLab, err := iperfEdgesLab(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger})
 	if err != nil {
 		return res, err
 	}
 	defer closeLab()
-	srv, err := startIperfServer(ctx, l, l.Server)
-	if err != nil {
-		return res, err
-	}
 
 	// Plain TCP: the edges forward, the device rewrites the client's ACKs
 	// on their way to the server.

@@ -91,6 +91,20 @@ func buildEdgesLabOpts(ctx context.Context, cc string, opts lab.Options) (l *lab
 	return l, func() { l.Close(); restore() }, nil
 }
 
+// iperfEdgesLab is buildEdgesLabOpts with an iperf server started on the
+// lab's server host, as the iperf experiments need.
+func iperfEdgesLab(ctx context.Context, cc string, opts lab.Options) (l *lab.Lab, srv *iperfServer, close func(), err error) {
+	l, close, err = buildEdgesLabOpts(ctx, cc, opts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if srv, err = startIperfServer(ctx, l, l.Server); err != nil {
+		close()
+		return nil, nil, nil, err
+	}
+	return l, srv, close, nil
+}
+
 // allowCongestionControl adds names to the host's allowed congestion
 // controls (a namespace may only select those) and returns a function that
 // restores the previous list.
