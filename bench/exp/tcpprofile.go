@@ -92,17 +92,23 @@ func buildEdgesLabOpts(ctx context.Context, cc string, opts lab.Options) (l *lab
 }
 
 // iperfEdgesLab is buildEdgesLabOpts with an iperf server started on the
-// lab's server host, as the iperf experiments need.
+// lab's server host, as the iperf experiments need. close ends the server
+// and waits for it before it removes the lab: the lab's Close looks at
+// the state of every process it started, which the server's own waiting
+// goroutine sets as the server exits.
 func iperfEdgesLab(ctx context.Context, cc string, opts lab.Options) (l *lab.Lab, srv *iperfServer, close func(), err error) {
-	l, close, err = buildEdgesLabOpts(ctx, cc, opts)
+	l, closeLab, err := buildEdgesLabOpts(ctx, cc, opts)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	if srv, err = startIperfServer(ctx, l, l.Server); err != nil {
-		close()
+		if srv != nil {
+			srv.kill() // it started and did not listen
+		}
+		closeLab()
 		return nil, nil, nil, err
 	}
-	return l, srv, close, nil
+	return l, srv, func() { srv.kill(); closeLab() }, nil
 }
 
 // allowCongestionControl adds names to the host's allowed congestion
