@@ -145,13 +145,15 @@ func CiscoAB(ctx context.Context, o ABOptions) (ABResult, error) {
 		LinkOffload: o.LinkOffload, Started: time.Now(), Impair: o.LinkImpairments}
 	switch {
 	case len(o.RTTs) != 1 || len(o.Profiles) != 1:
-		return res, errors.New("an A/B compares at one point: give one RTT and one profile")
+		return res, errors.New("an A/B compares at one point: give one RTT and one profile (--rtt, --profile)")
 	case o.Pairs < 2:
 		return res, fmt.Errorf("%d pairs: want at least 2 (a confidence interval needs two differences)", o.Pairs)
 	case o.WarmShare < 0 || o.WarmShare > 1:
 		return res, fmt.Errorf("warming share %g: want 0 to 1", o.WarmShare)
 	case o.EdgesApart:
 		return res, errors.New("an A/B does not place the edges apart (EdgesApart)")
+	case o.Transparent:
+		return res, errors.New("an A/B runs the kernel egress only (not Transparent)")
 	case o.HasOutage():
 		return res, errors.New("an A/B measures cost, not recovery: no outage")
 	}
@@ -177,7 +179,6 @@ func CiscoAB(ctx context.Context, o ABOptions) (ABResult, error) {
 	if err := l.StartLink(ctx, ab, ba); err != nil {
 		return res, err
 	}
-	defer l.StopLink()
 	timeout := lossyRunTimeout(o.BytesPerStream*int64(o.Streams), float64(o.RateBps), o.Streams, rtt, o.LossPct+o.BurstLossPct)
 	run := func(what string, bytesPerStream int64) (IperfResult, error) {
 		if err := applyTCP(ctx, l, o.CC, prof); err != nil {
@@ -187,7 +188,7 @@ func CiscoAB(ctx context.Context, o ABOptions) (ABResult, error) {
 		if err != nil {
 			return r, fmt.Errorf("%s run: %w", what, err)
 		}
-		if o.Progress != nil && bytesPerStream == o.BytesPerStream {
+		if o.Progress != nil && !strings.HasPrefix(what, "warming") {
 			o.Progress(0, 0, Point{RTTms: res.RTTms, CC: o.CC, Profile: prof.Name}, what, r)
 		}
 		return r, nil

@@ -85,6 +85,7 @@ func TestCiscoABRefusesBeforeTheLab(t *testing.T) {
 		{"two profiles", ABOptions{CiscoOptions: CiscoOptions{Published: one, Wanopt: "x"}, WanoptB: "y"}, "one RTT and one profile"},
 		{"one pair", ABOptions{CiscoOptions: CiscoOptions{Published: one, Profiles: []Profile{Modern}, Wanopt: "x"}, WanoptB: "y", Pairs: 1}, "at least 2"},
 		{"outage", ABOptions{CiscoOptions: CiscoOptions{Published: one, Profiles: []Profile{Modern}, Wanopt: "x", LinkImpairments: LinkImpairments{OutageAt: time.Second, OutageFor: time.Second}}, WanoptB: "y"}, "no outage"},
+		{"transparent", ABOptions{CiscoOptions: CiscoOptions{Published: one, Profiles: []Profile{Modern}, Wanopt: "x", Transparent: true}, WanoptB: "y"}, "kernel egress"},
 		{"missing binary", ABOptions{CiscoOptions: CiscoOptions{Published: one, Profiles: []Profile{Modern}, Wanopt: "/nonexistent/wanopt"}, WanoptB: "y"}, "wanopt binary"},
 	} {
 		_, err := CiscoAB(context.Background(), c.o)

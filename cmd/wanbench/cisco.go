@@ -192,17 +192,6 @@ func fmtRefs(m map[string]float64) string {
 // runCiscoAB is 'wanbench cisco --wanopt-b': binaries A and B alternated
 // at one point (exp.CiscoAB).
 func runCiscoAB(ctx context.Context, o exp.ABOptions, out string) error {
-	if len(o.RTTs) != 1 || len(o.Profiles) != 1 {
-		return errors.New("--wanopt-b compares at one point: give one --rtt and one --profile")
-	}
-	if o.Transparent {
-		return errors.New("--wanopt-b runs the kernel egress only")
-	}
-	if o.WanoptB != "" {
-		if _, err := os.Stat(o.WanoptB); err != nil {
-			return fmt.Errorf("--wanopt-b: %w", err)
-		}
-	}
 	start := time.Now()
 	o.Progress = func(_, _ int, p exp.Point, what string, r exp.IperfResult) {
 		fmt.Fprintf(os.Stderr, "[%4.0fs] rtt=%gms profile=%s %-9s %6.1f Mbit/s in %.2f s\n", time.Since(start).Seconds(), p.RTTms, p.Profile, what+":", r.Mbps, r.Seconds)
