@@ -15,9 +15,9 @@ import (
 // hold after the first packet it holds, with the pacer's default and
 // grown bursts (the driver grows it on a quiet path).
 //
-// In the lab a 3 ms hold at 0 ms lost 2.5 % of the throughput (session
-// 45, docs/efficiency/ab-hold-3ms): not in this model, whose loop has
-// no scheduling delays, so the loss was the edges' and the machine's.
+// In the lab a 3 ms hold at 0 ms lost 2.5 % of the throughput
+// (docs/efficiency/ab-hold-3ms); this model, which loses nothing to
+// it, leaves out the edges' scheduling on a shared machine.
 func TestBBRHeldAcks(t *testing.T) {
 	const rate = 250e6
 	for i, tc := range []struct {
