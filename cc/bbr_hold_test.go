@@ -37,7 +37,7 @@ func TestBBRHeldAcks(t *testing.T) {
 			b := newTestBBR(seed)
 			s := newSim(t, cfg, b)
 			s.pacer.SetBurstTime(s.now, tc.burst)
-			s.run(5*time.Second, nil) // past Startup and a ProbeRTT
+			s.run(5*time.Second, nil) // well past Startup
 			var srttSum time.Duration
 			acks := 0
 			s.onAck = func(s *sim) { srttSum += s.rtt.SmoothedRTT(); acks++ }
