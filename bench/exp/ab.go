@@ -45,7 +45,7 @@ type ABLeg struct {
 	Binary string      `json:"binary"`
 	Pair   int         `json:"pair"`
 	Run    IperfResult `json:"run"`
-	// EdgeCost is what each edge spent on the run (see CiscoRow).
+	// EdgeCost is what each edge spent on the run.
 	EdgeCost
 	// The sending edge's tunnel during the run: BBR's ProbeRTT episodes
 	// and the packets it declared lost (see CiscoRow).
@@ -53,11 +53,18 @@ type ABLeg struct {
 	PacketsLost uint64 `json:"packets_lost"`
 }
 
-// EdgeCost is each edge's CPU seconds per GB of iperf payload, and its
-// wake-ups and preemptions per MB (see CiscoRow for their meaning).
+// EdgeCost is what each edge spent on some runs. Zero in results from
+// before it was recorded.
 type EdgeCost struct {
-	NearCPUsPerGB        float64 `json:"near_cpu_s_per_gb"`
-	FarCPUsPerGB         float64 `json:"far_cpu_s_per_gb"`
+	// Each edge's CPU seconds (user + system) per GB (1e9 bytes) of iperf
+	// payload the runs moved (see cpuSecondsPerGB).
+	NearCPUsPerGB float64 `json:"near_cpu_s_per_gb"`
+	FarCPUsPerGB  float64 `json:"far_cpu_s_per_gb"`
+	// Each edge's wake-ups and preemptions (its threads' voluntary and
+	// involuntary context switches, see CPUTime) per MB (1e6 bytes) of
+	// iperf payload over the same runs: the wake-ups follow the edge's
+	// design (batches, holds, timers), the preemptions the machine around
+	// it, which is what moves the CPU seconds between runs.
 	NearWakeupsPerMB     float64 `json:"near_wakeups_per_mb"`
 	FarWakeupsPerMB      float64 `json:"far_wakeups_per_mb"`
 	NearPreemptionsPerMB float64 `json:"near_preemptions_per_mb"`

@@ -112,25 +112,15 @@ type CiscoRow struct {
 	// measured wanopt runs.
 	NearCPUPct float64 `json:"near_cpu_pct"`
 	FarCPUPct  float64 `json:"far_cpu_pct"`
-	// The same CPU seconds in user and in system mode, and their sum per
-	// GB (1e9 bytes) of iperf payload the measured runs moved (see
-	// cpuSecondsPerGB). Zero in results from before they were recorded.
-	NearUserS     float64 `json:"near_user_s"`
-	NearSysS      float64 `json:"near_sys_s"`
-	FarUserS      float64 `json:"far_user_s"`
-	FarSysS       float64 `json:"far_sys_s"`
-	NearCPUsPerGB float64 `json:"near_cpu_s_per_gb"`
-	FarCPUsPerGB  float64 `json:"far_cpu_s_per_gb"`
-	// Each edge's wake-ups and preemptions (its threads' voluntary and
-	// involuntary context switches, see CPUTime) per MB (1e6 bytes) of
-	// iperf payload over the same runs: the wake-ups follow the edge's
-	// design (batches, holds, timers), the preemptions the machine around
-	// it, which is what moves the CPU seconds between runs. Zero in
-	// results from before they were recorded.
-	NearWakeupsPerMB     float64 `json:"near_wakeups_per_mb"`
-	FarWakeupsPerMB      float64 `json:"far_wakeups_per_mb"`
-	NearPreemptionsPerMB float64 `json:"near_preemptions_per_mb"`
-	FarPreemptionsPerMB  float64 `json:"far_preemptions_per_mb"`
+	// The same CPU seconds in user and in system mode. Zero in results
+	// from before they were recorded.
+	NearUserS float64 `json:"near_user_s"`
+	NearSysS  float64 `json:"near_sys_s"`
+	FarUserS  float64 `json:"far_user_s"`
+	FarSysS   float64 `json:"far_sys_s"`
+	// EdgeCost is the edges' CPU per GB, wake-ups and preemptions per MB
+	// over the measured runs.
+	EdgeCost
 	// The sending edge's tunnel during the measured runs (the far edge's
 	// in a download; the near edge's with CiscoResult.Upload, the JSON
 	// names kept): BBR's ProbeRTT episodes, packets lost, and stream bytes
@@ -506,10 +496,7 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	row.FarCPUPct = 100 * far.Total().Seconds() / wall.Seconds()
 	row.NearUserS, row.NearSysS = near.User.Seconds(), near.System.Seconds()
 	row.FarUserS, row.FarSysS = far.User.Seconds(), far.System.Seconds()
-	c := edgeCost(near, far, o.BytesPerStream, o.Streams, len(row.WanoptRuns))
-	row.NearCPUsPerGB, row.FarCPUsPerGB = c.NearCPUsPerGB, c.FarCPUsPerGB
-	row.NearWakeupsPerMB, row.NearPreemptionsPerMB = c.NearWakeupsPerMB, c.NearPreemptionsPerMB
-	row.FarWakeupsPerMB, row.FarPreemptionsPerMB = c.FarWakeupsPerMB, c.FarPreemptionsPerMB
+	row.EdgeCost = edgeCost(near, far, o.BytesPerStream, o.Streams, len(row.WanoptRuns))
 	tun1, err := edges.Tunnel(sender)
 	if err != nil {
 		return err

@@ -255,8 +255,9 @@ func TestCiscoCPUPerGB(t *testing.T) {
 		Plain0ms: map[string]float64{"modern": 241},
 		Rows: []CiscoRow{{RTTms: 50, Profile: "modern", PlainMbps: 180, WanoptMbps: 236, Ratio: 236.0 / 241, ColdMbps: 210,
 			NearCPUPct: 50, FarCPUPct: 35, NearUserS: 3, NearSysS: 1, FarUserS: 1.5, FarSysS: 1.25,
-			NearCPUsPerGB: 12.72, FarCPUsPerGB: 8.74, FarProbeRTTs: 2,
-			NearWakeupsPerMB: 26.4, FarWakeupsPerMB: 28.6, NearPreemptionsPerMB: 22.5, FarPreemptionsPerMB: 21}},
+			EdgeCost: EdgeCost{NearCPUsPerGB: 12.72, FarCPUsPerGB: 8.74,
+				NearWakeupsPerMB: 26.4, FarWakeupsPerMB: 28.6, NearPreemptionsPerMB: 22.5, FarPreemptionsPerMB: 21},
+			FarProbeRTTs: 2}},
 	}
 	md := r.Markdown()
 	for _, want := range []string{
