@@ -38,7 +38,7 @@ type dirState struct {
 	// counters
 	segs, dataSegs, retrans, spurious, ooo, lost, keepalives int
 	dupAcks, dupRun, zwProbes, winFull, winUpdates, dsacks   int
-	ackedUnseen, zwEvents, idleGaps, fastRetrans, rttN       int
+	ackedUnseen, zwEvents, idleGaps, fastRetrans             int
 	bytes, retransBytes, lostBytes, unique                   int64
 
 	// time accounting (ns)

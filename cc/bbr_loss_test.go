@@ -308,10 +308,10 @@ func TestBBRProbeUpBoundsQueue(t *testing.T) {
 // and then corrects its model to the measured rate.
 func TestBBRInitialBw(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		hint      uint64
-		firstSecs time.Duration // the window measured from the start
-		minShare  float64
+		name        string
+		hint        uint64
+		firstWindow time.Duration // the window measured from the start
+		minShare    float64
 	}{
 		// The first RTT sample comes at 0.6 s and the data sent then
 		// arrives 0.3 s later: 2.1 s of the first 3 at most, 70 %.
@@ -323,23 +323,23 @@ func TestBBRInitialBw(t *testing.T) {
 		cfg.queueBytes = 2_000_000
 		b := NewBBR(BBRConfig{Rand: rand.New(rand.NewPCG(950, 7)), InitialBwBps: tc.hint})
 		s := newSim(t, cfg, b)
-		s.run(tc.firstSecs, nil)
-		first := float64(s.rxBytes) * 8 / tc.firstSecs.Seconds() / float64(cfg.rateBps)
+		s.run(tc.firstWindow, nil)
+		first := float64(s.rxBytes) * 8 / tc.firstWindow.Seconds() / float64(cfg.rateBps)
 		rx0 := s.rxBytes
 		const later = 20 * time.Second
 		s.run(later, nil)
 		after := float64(s.rxBytes-rx0) * 8 / later.Seconds() / float64(cfg.rateBps)
 		st := b.State()
 		t.Logf("%s: first %v %.0f%% of the link, next %v %.0f%%; bw %.1f Mbit/s, mode %v, lost %d B",
-			tc.name, tc.firstSecs, 100*first, later, 100*after, float64(st.BwBps)/1e6, st.Mode, st.LostBytes)
+			tc.name, tc.firstWindow, 100*first, later, 100*after, float64(st.BwBps)/1e6, st.Mode, st.LostBytes)
 		if first < tc.minShare {
-			t.Errorf("%s: %.0f%% of the link in the first %v, want >= %.0f%%", tc.name, 100*first, tc.firstSecs, 100*tc.minShare)
+			t.Errorf("%s: %.0f%% of the link in the first %v, want >= %.0f%%", tc.name, 100*first, tc.firstWindow, 100*tc.minShare)
 		}
 		if after < 0.85 {
 			t.Errorf("%s: %.0f%% of the link after the start, want >= 85%%", tc.name, 100*after)
 		}
 		if !within(st.BwBps, cfg.rateBps, 0.1) {
-			t.Errorf("%s: bandwidth estimate %.1f Mbit/s after %v, want the link's 50", tc.name, float64(st.BwBps)/1e6, tc.firstSecs+later)
+			t.Errorf("%s: bandwidth estimate %.1f Mbit/s after %v, want the link's 50", tc.name, float64(st.BwBps)/1e6, tc.firstWindow+later)
 		}
 	}
 }

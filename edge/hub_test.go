@@ -69,7 +69,7 @@ func TestEdgeHub(t *testing.T) {
 	pol, _ := egress.ParsePolicy([]string{"192.0.2.1/32"}) // only makes the near edges valid
 	near := make([]*Edge, len(names)+1)
 	for i := range near {
-		k := keys[0]
+		var k crypt.PrivateKey
 		if i < len(names) {
 			k = keys[i]
 		} else {

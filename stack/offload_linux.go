@@ -4,7 +4,6 @@ package stack
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -349,12 +348,4 @@ func writevNonblocking(fd int, iovs []unix.Iovec) unix.Errno {
 			return e
 		}
 	}
-}
-
-func translateErrno(err error) tcpip.Error {
-	var errno unix.Errno
-	if errors.As(err, &errno) {
-		return tcpip.TranslateErrno(errno)
-	}
-	return &tcpip.ErrInvalidEndpointState{}
 }

@@ -20,7 +20,7 @@ func sealAs(c *Conn, payload []byte) []byte {
 	pn := c.sender.NextPacketNumber()
 	h := wire.Header{Type: wire.PacketData, ReceiverIndex: c.sess.RemoteIndex(), PacketNumber: pn, PNLen: 4}
 	b := wire.AppendHeader(nil, &h)
-	out, err := c.sess.Seal(b[len(b):len(b)], b, payload, pn)
+	out, err := c.sess.Seal(b[len(b):], b, payload, pn)
 	if err != nil {
 		panic(err)
 	}

@@ -17,11 +17,11 @@ import (
 
 // CheckOptions configure Check.
 type CheckOptions struct {
-	RTT         time.Duration // round-trip time to emulate (split evenly each way)
-	RateBps     uint64        // link rate, bits/s of IP bytes
-	RateSeconds time.Duration // how long the rate flow runs; 0 means 3 s
-	LinkCommand []string
-	Logger      *slog.Logger
+	RTT          time.Duration // round-trip time to emulate (split evenly each way)
+	RateBps      uint64        // link rate, bits/s of IP bytes
+	RateDuration time.Duration // how long the rate flow runs; 0 means 3 s
+	LinkCommand  []string
+	Logger       *slog.Logger
 }
 
 // CheckResult holds the emulator's measured precision against the setting.
@@ -67,8 +67,8 @@ func (r CheckResult) Line() string {
 // with idle UDP probes and the rate with a paced UDP flow offered at 110 %
 // of the link rate, and compares both with the setting.
 func Check(ctx context.Context, o CheckOptions) (CheckResult, error) {
-	if o.RateSeconds == 0 {
-		o.RateSeconds = 3 * time.Second
+	if o.RateDuration == 0 {
+		o.RateDuration = 3 * time.Second
 	}
 	log := o.Logger
 	if log == nil {
@@ -83,7 +83,7 @@ func Check(ctx context.Context, o CheckOptions) (CheckResult, error) {
 	// scheduling gaps on a loaded machine, and shallow enough that the
 	// probe's 10 % excess overflows it halfway through the run: a queue
 	// that overflowed proves the link, not the sender, set the pace.
-	queue := min(max(o.RateSeconds/20, 50*time.Millisecond), 250*time.Millisecond)
+	queue := min(max(o.RateDuration/20, 50*time.Millisecond), 250*time.Millisecond)
 	oneWay := wanem.Config{Delay: o.RTT / 2, RateBps: o.RateBps, QueueDelay: queue}
 	if err := l.StartLink(ctx, oneWay, oneWay); err != nil {
 		return CheckResult{}, err
@@ -99,9 +99,9 @@ func Check(ctx context.Context, o CheckOptions) (CheckResult, error) {
 	r.RTTMs, r.RTTMinMs, r.RTTMaxMs = ms(rtt.Median), ms(rtt.Min), ms(rtt.Max)
 	r.RTTErrorMs = r.RTTMs - r.RTTSetMs
 
-	log.Info("measuring rate", "offered_mbps", 1.1*r.RateSetMbps, "seconds", o.RateSeconds.Seconds())
+	log.Info("measuring rate", "offered_mbps", 1.1*r.RateSetMbps, "seconds", o.RateDuration.Seconds())
 	rate, err := measure.Rate(ctx, l.Client.NS, l.Client.Addr, l.Server.NS, l.Server.Addr,
-		1.1*float64(o.RateBps), 1472, o.RateSeconds, o.RTT/2+time.Second)
+		1.1*float64(o.RateBps), 1472, o.RateDuration, o.RTT/2+time.Second)
 	if err != nil {
 		return r, err
 	}
@@ -109,7 +109,7 @@ func Check(ctx context.Context, o CheckOptions) (CheckResult, error) {
 	r.RateMbps = rate.RateBps / 1e6
 	r.RateErrorPct = (r.RateMbps - r.RateSetMbps) / r.RateSetMbps * 100
 	r.Link = l.StopLink()
-	r.OfferedMbps = float64(rate.SentPackets) * 1500 * 8 / o.RateSeconds.Seconds() / 1e6
+	r.OfferedMbps = float64(rate.SentPackets) * 1500 * 8 / o.RateDuration.Seconds() / 1e6
 	// Only a full queue proves the link, not the sender, set the pace: a
 	// probe that never filled it measured its own rate.
 	r.Saturated = r.Link.AB.QueueDrops > 0

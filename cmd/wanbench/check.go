@@ -29,7 +29,7 @@ func runCheck(ctx context.Context, log *slog.Logger, args []string) error {
 	if err != nil {
 		return err
 	}
-	r, err := exp.Check(ctx, exp.CheckOptions{RTT: *rtt, RateBps: rate, RateSeconds: *secs, LinkCommand: link, Logger: log})
+	r, err := exp.Check(ctx, exp.CheckOptions{RTT: *rtt, RateBps: rate, RateDuration: *secs, LinkCommand: link, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -288,14 +287,4 @@ func TestRunReload(t *testing.T) {
 			t.Fatalf("SIGHUP: the policy did not change within 5 s: %q", status())
 		}
 	}
-}
-
-func freeUDPPort(t *testing.T) string {
-	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_, port, _ := net.SplitHostPort(c.LocalAddr().String())
-	return port
 }

@@ -67,7 +67,6 @@ type driverState struct {
 	estDone   bool
 	closeErr  error // the Conn's EventClosed reason
 	sockErr   error // closing the socket failed
-	txErrLog  bool  // a send error was logged (once per kind of error)
 	lastTxErr string
 
 	ctr counters

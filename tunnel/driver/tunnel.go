@@ -237,12 +237,6 @@ func (t *Tunnel) Err() error {
 // LocalAddr returns the socket's bound address.
 func (t *Tunnel) LocalAddr() netip.AddrPort { return t.bc.LocalAddr() }
 
-// closedErr returns the error for calls after the driver stopped.
-func (t *Tunnel) closedErr() error {
-	<-t.done
-	return t.err
-}
-
 // call hands req to the driver and waits for its answer on reply. The
 // driver answers every request it takes before taking another, so the
 // wait is short; if the driver has stopped, the tunnel's error returns.

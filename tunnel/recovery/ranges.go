@@ -98,16 +98,3 @@ func (s *rangeSet) prune(pn uint64) {
 		s.r[0].Smallest = pn + 1
 	}
 }
-
-// contains reports whether pn is in the set (ignoring floor).
-func (s *rangeSet) contains(pn uint64) bool {
-	for i := len(s.r) - 1; i >= 0; i-- {
-		if pn > s.r[i].Largest {
-			return false
-		}
-		if pn >= s.r[i].Smallest {
-			return true
-		}
-	}
-	return false
-}
