@@ -21,6 +21,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// maxEdgesRTT bounds TestEdgesCarryTraffic's median RTT for a 10 ms delay
+// each way (see there).
+const maxEdgesRTT = 32 * time.Millisecond
+
 // TestEdgesCarryTraffic builds the edges topology with a 20 ms link and
 // checks that client→server traffic crosses both edges and the link: the
 // RTT is the link's, and the link's counters saw the probes.
@@ -43,8 +47,12 @@ func TestEdgesCarryTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Received < 8 || r.Median < 20*time.Millisecond || r.Median > 25*time.Millisecond {
-		t.Errorf("client→server through the edges: %d of 10 probes, median RTT %v; want ≥8 and 20-25 ms", r.Received, r.Median)
+	// The median must show the link's delay once each way: at least 20 ms,
+	// and well short of 40 ms (the delay applied twice). The margin above
+	// 20 ms is scheduling: beside the race-enabled lab tests of other
+	// packages on two cores, a median of 25.9 ms was seen (7 December 2026).
+	if r.Received < 8 || r.Median < 20*time.Millisecond || r.Median > maxEdgesRTT {
+		t.Errorf("client→server through the edges: %d of 10 probes, median RTT %v; want ≥8 and 20 ms to %v", r.Received, r.Median, maxEdgesRTT)
 	}
 	// The same over IPv6: the lab is dual-stack.
 	for _, h := range []*lab.Host{l.Client, l.EdgeA, l.EdgeB, l.Server} {
@@ -56,8 +64,8 @@ func TestEdgesCarryTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatalf("client→server over IPv6 (%v → %v): %v", l.Client.Addr6, l.Server.Addr6, err)
 	}
-	if r6.Received < 8 || r6.Median < 20*time.Millisecond || r6.Median > 25*time.Millisecond {
-		t.Errorf("client→server over IPv6 through the edges: %d of 10 probes, median RTT %v; want ≥8 and 20-25 ms", r6.Received, r6.Median)
+	if r6.Received < 8 || r6.Median < 20*time.Millisecond || r6.Median > maxEdgesRTT {
+		t.Errorf("client→server over IPv6 through the edges: %d of 10 probes, median RTT %v; want ≥8 and 20 ms to %v", r6.Received, r6.Median, maxEdgesRTT)
 	}
 	st := l.StopLink()
 	if n := uint64(r.Received + r6.Received); st.AB.Packets < n || st.BA.Packets < n {
