@@ -4,8 +4,8 @@
 Usage: budget.py LABEL=DIR [LABEL=DIR ...]
 
 Each DIR holds one `wanbench cisco` command's cisco.json (one row) and, for
-each edge, the text of `perf script -F ip,sym -i EDGE.perf` as near.script and
-far.script, where EDGE.perf is `perf record -g -p <edge pid> -- sleep 10`
+each edge, the text of `perf script -F ip,sym,dso -i EDGE.perf` as near.script
+and far.script, where EDGE.perf is `perf record -g -p <edge pid> -- sleep 10`
 taken during the command's measured runs. Every sample is put in one class by
 its call chain (rules below, first match wins); a class's share of the samples
 times the command's CPU-seconds per GB for that edge is its CPU-seconds per GB.
@@ -30,18 +30,16 @@ SYSCALLS = (('__sys_sendmmsg', 'sendmmsg'), ('do_recvmmsg', 'recvmmsg'), ('do_wr
             ('do_timerfd_settime', 'timerfd_settime'))
 
 
-def user(sym):
-    return '/' in sym or sym.startswith(('runtime.', 'internal/', 'syscall.', 'sync', 'gvisor', 'github.com', 'crypto'))
-
-
-def classify(chain):
+def classify(chain, kernel):
+    """chain: the sample's symbols, leaf first; kernel: whether the leaf is
+    in the kernel (its dso is [kernel.kallsyms])."""
     leaf, s = chain[0], set(chain)
     if leaf == 'pvm_write_msr' or 'smp_call_function_single_async' in s:
         return 'lab: IPI to the CPU that allocated a received packet (the link emulator\'s; skb defer free)'
     if s & {'finish_task_switch.isra.0', 'finish_task_switch'}:
         if s & {'schedule_hrtimeout_range_clock', 'do_epoll_wait', 'futex_do_wait', 'futex_wait', 'do_nanosleep'}:
             return 'context switch: the edge waits (Go poller, futex, sysmon sleep)'
-        return 'context switch: preempted (nine in ten by the link emulator\'s threads)'
+        return 'context switch: preempted (another thread took the CPU)'
     if s & {'sock_def_readable', 'try_to_wake_up', 'ep_poll_callback', '__wake_up_sync_key', '__wake_up'}:
         if 'tun_net_xmit' in s:
             return 'lab: waking the link emulator (a packet into its TUN)'
@@ -56,7 +54,7 @@ def classify(chain):
         return 'copies (the kernel\'s include the UDP checksum)'
     if s & {'tcp_v4_rcv', 'tcp_v6_rcv'}:
         return 'lab: kernel TCP receive of the end host / server socket, in the edge\'s context'
-    if not user(leaf):
+    if kernel:
         if leaf != 'pvm_irq_enable':
             for fn, name in SYSCALLS:
                 if fn in s:
@@ -72,23 +70,27 @@ def classify(chain):
         return 'Go runtime (scheduler, channels, locks, timers, pools, maps)'
     if leaf.startswith('github.com/wanopt'):
         return 'wanopt\'s own code'
-    return 'other user code (vdso)'
+    return 'other user code (Go\'s library, the vDSO clock)'
 
 
 def chains(path):
-    chain = []
+    """Yields (symbols leaf first, whether the leaf is in the kernel)."""
+    chain, kernel = [], False
     with open(path) as f:
         for line in f:
             parts = line.split(None, 1)
             if not parts:
                 if chain:
-                    yield chain
+                    yield chain, kernel
                 chain = []
                 continue
             if len(parts) == 2:
-                chain.append(re.sub(r'\+0x[0-9a-f]+$', '', parts[1].split(' (')[0].strip()))
+                sym, _, dso = parts[1].rstrip().rpartition(' (')
+                if not chain:
+                    kernel = dso.startswith('[kernel')
+                chain.append(re.sub(r'\+0x[0-9a-f]+$', '', sym.strip()))
     if chain:
-        yield chain
+        yield chain, kernel
 
 
 def main():
@@ -100,7 +102,7 @@ def main():
         for label, d in runs:
             row = json.load(open(f'{d}/cisco.json'))['rows'][0]
             totals[label] = row[f'{edge}_cpu_s_per_gb']
-            counts = collections.Counter(classify(c) for c in chains(f'{d}/{edge}.script'))
+            counts = collections.Counter(classify(c, k) for c, k in chains(f'{d}/{edge}.script'))
             samples[label] = n = sum(counts.values())
             for cls, k in counts.items():
                 table[cls][label] = totals[label] * k / n
