@@ -25,7 +25,7 @@ COPIES = {'runtime.memmove', 'runtime.memclrNoHeapPointers', 'csum_partial_copy_
           '_copy_to_iter', 'copy_user_generic', 'rep_movs_alternative', 'copy_page_from_iter',
           'copy_page_to_iter', 'memcpy', 'memset', 'clear_page_erms'}
 SYSCALLS = (('__sys_sendmmsg', 'sendmmsg'), ('do_recvmmsg', 'recvmmsg'), ('do_writev', 'writev (TUN)'),
-            ('do_readv', 'readv'), ('vfs_readv', 'readv'), ('ksys_read', 'read'),
+            ('do_readv', 'readv'), ('ksys_read', 'read'),
             ('do_epoll_wait', 'epoll_pwait'), ('do_epoll_ctl', 'epoll_ctl'),
             ('do_timerfd_settime', 'timerfd_settime'))
 
@@ -116,4 +116,5 @@ def main():
         print()
 
 
-main()
+if __name__ == '__main__':
+    main()
