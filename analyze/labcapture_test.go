@@ -43,7 +43,7 @@ func (sc labScenario) files(dir string) (snd, rcv string) {
 // labScenarios are the captures TestMakeLabCaptures records. (The older
 // lab-* captures come from make-captures.sh.)
 var labScenarios = []labScenario{
-	// The field case of issue 15: a sender whose SO_SNDBUF caps the bytes
+	// A field case: a sender whose SO_SNDBUF caps the bytes
 	// in flight far below the receiver's window, on a fast 40 ms path.
 	// Linux lets a socket queue one GSO packet past its send buffer: a
 	// 16 KiB GSO limit keeps the flight near the buffer. Also captured at

@@ -131,7 +131,7 @@ func TestSimulatedLimits(t *testing.T) {
 		p       simParams
 		verdict string
 	}{
-		// Issue 15's field case as the simulator makes it: 37 kB in flight
+		// The field case as the simulator makes it: 37 kB in flight
 		// (a clamped window, which looks the same on the wire) on a 40 ms,
 		// 100 Mbit/s path, 300 kB receive window, no loss.
 		{"field-case", simParams{total: 2 << 20, mss: 1448, rtt: 40 * ms1, rateBps: 100e6, rcvBuf: 300000, wscale: 7, cwnd: 37000, sack: true},

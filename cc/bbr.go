@@ -85,15 +85,12 @@ type BBRConfig struct {
 	// Rand drives the randomised ProbeBW cycle length. Pass a seeded
 	// source for reproducible runs; nil uses a fixed seed.
 	Rand *rand.Rand
-	// InitialBwBps, if set, is the path's bottleneck rate as the operator
-	// knows it (the WAN link's rate). With the first RTT sample BBR takes
+	// InitialBwBps, if set, is the path's bottleneck rate in bits per
+	// second as the operator knows it. With the first RTT sample BBR takes
 	// it as its bandwidth estimate and goes straight to ProbeBW with a
-	// window of two BDPs, instead of Startup's doubling from
-	// InitialCwndPackets: on a 600 ms path Startup needs about 8 round
-	// trips (5 s) to reach the rate. The estimate is then kept or replaced
-	// as measurements come, as any other: a hint above the real rate
-	// costs losses until the loss bounds and the max filter (two ProbeBW
-	// cycles) correct it.
+	// window of two BDPs, skipping Startup (about 8 round trips). It is
+	// then kept or replaced by measurements; a hint above the real rate
+	// costs losses until the bounds and the max filter correct it.
 	InitialBwBps uint64
 }
 

@@ -15,27 +15,21 @@ import (
 // Random loss.
 //
 // The draft treats a loss rate above 2 % as congestion. On a path that
-// loses packets at random (radio, satellite, a dirty fibre span) at 2 % or
-// more, every round then looks congested: inflight_hi, bw_lo and
-// inflight_lo are cut round after round and the tunnel falls to a few
-// Mbit/s (in the simulator: 3 % random loss at 250 Mbit/s and 100 ms gave
-// 1.8 Mbit/s, 2 % in bursts of 3 packets 25.6 Mbit/s). A WAN accelerator
-// is bought for those paths, so BBR here learns the loss the path has
-// without any queue, and counts only the loss above it as congestion:
-// the threshold is bbrLossThresh above the learnt rate.
+// loses packets at random (radio, satellite, a dirty fibre span) every
+// round then looks congested, the bounds are cut round after round and
+// the tunnel falls to a few Mbit/s. So BBR here learns the loss the path
+// has without any queue and counts only the loss above it as congestion:
+// the threshold is bbrLossThresh above the learnt rate
+// (TestBBRLearnsHighRandomLoss; the loss bars of `wanbench sim --bars`).
 //
-// The rate is learnt from quiet rounds: ProbeBW's DOWN and CRUISE phases,
-// which keep inflight at or below the estimated BDP, not
-// application-limited, with at least quietMinPackets packets, and whose
-// least RTT sample is within quietRTTSlack of the min RTT, so no queue
-// stood at the bottleneck during the round. A drop-tail queue drops only
-// when it is full; a round that saw the queue empty at least once saw no
-// congestive loss from it, while a flow competing for the bottleneck keeps
-// a standing queue, so its congestion losses are not taken for the path's
-// (the tunnel still yields to CUBIC, bar 5b of the simulator). Jitter
-// raises RTT samples, not the round's least one. The sums decay by
-// quietDecay per quiet round (about the last eight count), and the rate is
-// capped at maxRandomLoss.
+// The rate is learnt from quiet rounds: ProbeBW DOWN or CRUISE, not
+// application-limited, at least quietMinPackets packets, and a least RTT
+// sample within quietRTTSlack of the min RTT, so no queue stood at the
+// bottleneck. A drop-tail queue that was seen empty dropped nothing; a
+// competing flow keeps a standing queue, so its congestion losses are not
+// taken for the path's (the tunnel still yields to CUBIC). The sums decay
+// by quietDecay per quiet round (about the last eight count), and the
+// rate is capped at maxRandomLoss.
 const (
 	quietMinPackets = 64
 	quietDecay      = 0.875
@@ -247,16 +241,12 @@ func (b *BBR) updateCongestionSignals(rs *RateSample, ev *AckEvent) {
 // bbrLossThresh and the round saw at least bbrStartupFullLoss loss
 // events.
 //
-// Deviation from the draft, on purpose: the loss rate is taken over the
-// last two loss rounds, not one. Startup's rounds are a few hundred
-// packets when random loss starts to show, and at that size 1 % random
-// loss exceeds 2 % in a single round often enough (a few % of rounds)
-// that about one Startup in ten ended at a fraction of the path's
-// bandwidth, with inflight_hi set there; over two rounds (twice the
-// packets, and loss that persisted) that becomes rare. A queue overflow
-// loses far more than 2 % and still ends Startup within a round of the
-// draft's exit. A second deviation: a round in which the queue was seen
-// empty does not end Startup on loss at all (random loss, not overflow).
+// Deviations from the draft, on purpose: the loss rate is taken over the
+// last two loss rounds, not one, because in Startup's small rounds 1 %
+// random loss often exceeds 2 % in a single round; a queue overflow loses
+// far more and still ends Startup within a round. And a round in which
+// the queue was seen empty does not end Startup on loss at all (random
+// loss, not overflow).
 func (b *BBR) checkStartupHighLoss() {
 	if b.mode != BBRStartup || b.filledPipe || b.recoveryRounds < 1 {
 		return
@@ -266,9 +256,7 @@ func (b *BBR) checkStartupHighLoss() {
 	}
 	if b.minRTT > 0 && b.minRTTInRound > 0 && b.minRTTInRound <= b.minRTT+quietRTTSlack(b.minRTT) {
 		// The queue was empty at some time in the round: the loss is
-		// the path's, not an overflow (see learnRandomLoss). Startup
-		// goes on to the bandwidth plateau instead of stopping at a
-		// fraction of the path with inflight_hi set there.
+		// the path's, not an overflow (see learnRandomLoss).
 		return
 	}
 	lost := b.lostInRound + b.prevLostInRound
@@ -289,19 +277,12 @@ func (b *BBR) isProbingBw() bool {
 // adaptLowerBoundsFromCongestion cuts bw_lo and inflight_lo after a loss
 // round that saw congestive loss, outside bandwidth probing.
 //
-// Deviation from the draft, on purpose: a round counts as congested only
-// if its loss rate exceeds bbrLossThresh (the same 2 % that inflight_hi
-// uses), not on any single loss. Otherwise random, non-congestive loss
-// (1 % on a radio or satellite hop) cuts bw_lo by the loss rate and the
-// pacing margin every round and ratchets throughput down between probes.
-//
-// Likewise, a round in which a rate sample was application-limited does
-// not count: the flow was not filling its share of the pipe, so its loss
-// says nothing about inflight being too high, and such rounds are small
-// (after an idle period a round may carry a hundred packets), so the
-// loss rate of a few random losses easily passes 2 %. bw_latest of such
-// a round is the application's rate, not the path's, and would cut bw_lo
-// by the full beta until the next probe.
+// Deviations from the draft, on purpose: a round counts as congested only
+// if its loss rate exceeds lossThresh, not on any single loss, or random
+// loss would ratchet bw_lo down between probes. And a round with an
+// application-limited sample does not count: its loss says nothing about
+// inflight being too high, and its bw_latest is the application's rate,
+// not the path's.
 func (b *BBR) adaptLowerBoundsFromCongestion() {
 	if b.isProbingBw() || !b.lossInRound || b.appLimitedInRound {
 		return

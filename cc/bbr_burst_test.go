@@ -43,11 +43,9 @@ func (a *burstApp) hasData(elapsed time.Duration) bool {
 // of idle between them (wanbench f5's pattern: 250 Mbit/s, 200 ms, a
 // 2 MB queue, files of 64 KiB to 12 MiB) is application-limited in every
 // round, so the bandwidth plateau is never seen; Startup must still end
-// on the queue overflow its 2.77 gain causes. Each burst's first flight
-// leaves into an empty queue at the min RTT, and those app-limited
-// samples once made every overflowing round look quiet (random loss):
-// Startup went on for the whole run, overflowing the queue at every
-// large file (16,000 packets dropped in 20 s, 21 % of those sent).
+// on the queue overflow its 2.77 gain causes. Each burst's first,
+// app-limited flight sees the min RTT; it must not make an overflowing
+// round look quiet.
 func TestBBRStartupEndsOnBurstOverflow(t *testing.T) {
 	for seed := uint64(1); seed <= 3; seed++ {
 		cfg := simConfig{rateBps: 250e6, rtt: 200 * time.Millisecond, queueBytes: 2_000_000, seed: seed}

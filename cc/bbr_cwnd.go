@@ -41,13 +41,10 @@ func (b *BBR) setSendQuantum() {
 
 // maxInflight is cwnd_gain × BDP plus the ACK-aggregation allowance plus
 // three send quanta. The draft takes the larger of the model's window and
-// the quanta; Linux's BBR adds them, as here: where the BDP is small (two
-// edges a millisecond apart) the window is then more than the ACKs' own
-// batching, and a receiver or a sender that was not scheduled for a
-// millisecond no longer leaves the link idle. In the lab at 0 ms the link
-// idled in 1,700 gaps of about 1 ms in 30 s while the sender was
-// cwnd-limited. The targets that decide when to stop probing or draining
-// (inflightAt) keep the draft's rule.
+// the quanta; Linux's BBR adds them, as here, so that where the BDP is
+// small a sender or receiver not scheduled for a millisecond does not
+// leave the link idle. The targets that decide when to stop probing or
+// draining (inflightAt) keep the draft's rule.
 func (b *BBR) maxInflight() int {
 	return b.quantizationBudget(b.bdpMultiple(b.bw, b.cwndGain) + b.extraAcked.Get() + 3*b.sendQuantum)
 }
@@ -72,18 +69,12 @@ func (b *BBR) restoreCwnd() { b.cwnd = max(b.cwnd, b.priorCwnd) }
 // packet acked).
 //
 // Deviation from the draft, on purpose: once the pipe is full, a loss
-// enters recovery only when it is congestive by the draft's own measure,
-// i.e. some lost packet saw more than bbrLossThresh of its tx_in_flight
-// lost since it was sent (IsInflightTooHigh). Random loss below that rate
-// (1 % on a radio or satellite hop) would otherwise open a new episode
-// every round, and each entry pins cwnd to the bytes in flight: after an
-// idle period or ProbeRTT, when inflight is below the BDP, cwnd then
-// regrows by only a few packets per round instead of returning to the
-// model's target. The draft's intent, that loss below the threshold does
-// not reduce the model, is kept; congestive loss still gets packet
-// conservation, and the loss-round bounds (bw_lo, inflight_lo) still
-// react to it. Startup keeps the draft's rule (any loss), which also
-// keeps its growth, and the window it reaches on a lossy path, moderate.
+// enters recovery only when it is congestive by the draft's own measure
+// (isLossCongestive). Random loss would otherwise open an episode every
+// round, each pinning cwnd to the bytes in flight, and after idle or
+// ProbeRTT cwnd would regrow by a few packets per round instead of
+// returning to the model's target. Startup keeps the draft's rule (any
+// loss).
 func (b *BBR) updateRecovery(ev *AckEvent, rs *RateSample) {
 	if b.inRecovery && len(ev.Acked) > 0 && ev.Acked[len(ev.Acked)-1].SentTime.After(b.recoveryStart) {
 		b.inRecovery = false

@@ -13,11 +13,8 @@ import (
 // the hold is ten times the path's RTT, and must not build a standing
 // queue beyond what the hold explains. The receiver here acks once per
 // hold after the first packet it holds, with the pacer's default and
-// grown bursts (the driver grows it on a quiet path).
-//
-// In the lab a 3 ms hold at 0 ms lost 2.5 % of the throughput
-// (docs/efficiency/ab-hold-3ms); this model, which loses nothing to
-// it, leaves out the edges' scheduling on a shared machine.
+// grown bursts (the driver grows it on a quiet path). The model leaves
+// out the edges' scheduling on a shared machine.
 func TestBBRHeldAcks(t *testing.T) {
 	const rate = 250e6
 	for i, tc := range []struct {

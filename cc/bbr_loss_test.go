@@ -56,12 +56,10 @@ func TestBBRStartupStillExitsOnQueueOverflow(t *testing.T) {
 	}
 }
 
-// TestBBRRandomLossKeepsModel: 1 % random loss spread over rounds never
-// lowers the model: over 20 s in ProbeBW on a 100 Mbit/s 100 ms path,
-// inflight_hi stays unset or at least 0.9 BDP (a probe that meets a
-// chance 2 % window may place it at about the BDP, not below), bw_lo stays
-// unset or above 90 % of the link, and throughput stays above 90 % of the link. Several
-// seeds.
+// TestBBRRandomLossKeepsModel: 1 % random loss never lowers the model:
+// over 20 s in ProbeBW on a 100 Mbit/s 100 ms path, inflight_hi stays
+// unset or at least 0.9 BDP, bw_lo unset or above 90 % of the link, and
+// throughput above 90 % of the link. Several seeds.
 func TestBBRRandomLossKeepsModel(t *testing.T) {
 	for seed := uint64(700); seed < 706; seed++ {
 		cfg := simConfig{rateBps: 100e6, rtt: 100 * time.Millisecond, seed: seed, lossProb: 0.01}
@@ -223,9 +221,8 @@ func TestBBRAppLimitedLossRoundKeepsBwLo(t *testing.T) {
 }
 
 // TestBBRMinRTTToleranceSkipsProbeRTT: an RTT sample within the tolerance
-// (the larger of one packet's serialisation at the bottleneck and 2 % of
-// the min RTT) of the min RTT refreshes the ProbeRTT timer, keeping the
-// lower min RTT; a sample beyond it does not.
+// (see minRTTTolerance) of the min RTT refreshes the ProbeRTT timer,
+// keeping the lower min RTT; a sample beyond it does not.
 func TestBBRMinRTTToleranceSkipsProbeRTT(t *testing.T) {
 	b, s := warmBBR(t, 820)
 	st := b.State()

@@ -154,10 +154,8 @@ func (b *BBR) checkDrain(now monotime.Time) {
 // Deviation from the draft, on purpose: a sample within minRTTTolerance
 // of the current ProbeRTT min (not only a lower one) refreshes the
 // ProbeRTT timer, keeping the lower value, so a path whose propagation
-// delay is re-measured in the ordinary ProbeBW_DOWN drain skips
-// ProbeRTT, which is the draft's intent ("skip ProbeRTT when the path's
-// min RTT was recently observed"). At 250 ms RTT each ProbeRTT costs
-// about 2 % of throughput.
+// delay is re-measured in ProbeBW_DOWN skips ProbeRTT, as the draft
+// intends.
 func (b *BBR) updateMinRTT(now monotime.Time, rs *RateSample) {
 	b.probeRTTExpired = now.After(b.probeRTTMinStamp.Add(bbrProbeRTTInterval))
 	switch {
@@ -180,21 +178,13 @@ func (b *BBR) updateMinRTT(now monotime.Time, rs *RateSample) {
 // minRTTTolerance is how far above the ProbeRTT min an RTT sample may be
 // and still count as seeing the path's propagation delay again: the larger
 // of
-//   - the serialisation time of one full-size packet at the bottleneck
-//     bandwidth estimate. A packet's RTT includes its own serialisation at
-//     the bottleneck, so a full-size packet crossing an empty queue
-//     measures up to that much more than the small packet (an
-//     ACK-eliciting control frame, a PING) that may have set the minimum;
-//   - 1/minRTTToleranceDiv of the min RTT: the jitter of a real path
-//     (scheduling on the hosts, link-layer retries, the lab's emulator)
-//     keeps most samples a little above the lowest ever seen. Measured in
-//     the lab at 250 ms RTT before this term: a ProbeRTT every 9 s, 5 in
-//     three transfers, each costing about a round trip at half rate.
+//   - the serialisation time of one full-size packet at the bandwidth
+//     estimate, since a small packet (a PING) may have set the minimum;
+//   - 1/minRTTToleranceDiv of the min RTT, for the jitter of a real path
+//     (host scheduling, link-layer retries).
 //
-// Without the tolerance no sample ever matches such a minimum and
-// ProbeRTT runs every 5 s. The lower min RTT is kept either way, and a
-// path whose delay grew (no sample within the tolerance) still gets its
-// ProbeRTT. The tolerance is 0 until the bandwidth is estimated.
+// Without it ProbeRTT runs every 5 s. A path whose delay grew still gets
+// its ProbeRTT. The tolerance is 0 until the bandwidth is estimated.
 func (b *BBR) minRTTTolerance() time.Duration {
 	if b.bw == 0 {
 		return 0
@@ -208,12 +198,9 @@ func (b *BBR) minRTTTolerance() time.Duration {
 }
 
 // minRTTToleranceDiv sets the jitter part of minRTTTolerance: 1/8 of the
-// min RTT (12.5 ms at 100 ms, 125 µs at 1 ms), under the standing queue
-// that ProbeRTT exists to find (BBR's own queue stays below 0.25 min RTT).
-// It was 2 %: on a 100 ms path with 10 ms of jitter (a radio hop, a busy
-// router) the samples then rarely came within 2 ms of the lowest, and
-// ProbeRTT ran once or twice per transfer (4 in three 50 MB transfers in
-// the lab, about 1.5 % of the throughput).
+// min RTT, under the standing queue ProbeRTT exists to find (BBR's own
+// queue stays below 0.25 min RTT), and above the jitter of a radio hop or
+// a busy router.
 const minRTTToleranceDiv = 8
 
 // bdp returns the bandwidth-delay product at bw in bytes, or the initial

@@ -106,12 +106,9 @@ func (b *BBR) isTimeToCruise() bool {
 // UP also ends, as in draft-cardwell-iccrg-bbr-congestion-control-02
 // (§4.3.3.6, "estimated queue") and Linux's BBRv3, once it has lasted a
 // min RTT and inflight exceeds 1.25 × BDP at the max bandwidth: the
-// probe's extra 25 % is then in flight and its samples on their way, and
-// any further UP round only adds a quarter BDP of queue. Waiting for the
-// 3-round plateau alone builds close to a BDP of queue, which ProbeBW
-// DOWN at 0.9× needs about ten rounds to drain: at long RTTs that is
-// longer than the cycle, so the queue never empties, the propagation
-// delay is not re-measured and ProbeRTT has to run.
+// probe's samples are on their way, and waiting for the 3-round plateau
+// alone builds close to a BDP of queue that DOWN cannot drain within a
+// cycle at long RTTs.
 func (b *BBR) isTimeToGoDown(now monotime.Time, rs *RateSample) bool {
 	if b.minRTT > 0 && now.Sub(b.lastProbeStart) >= b.minRTT &&
 		b.inflight > b.inflightAt(b.maxBw, bbrUpPacingGain) {

@@ -2,48 +2,41 @@
 // rate), the pacer, delivery-rate estimation and RTT statistics.
 //
 // Everything here is pure code: no goroutines, no sockets, no clock. Every
-// entry point takes the current time as a monotime.Time argument, and none of
-// the types are safe for concurrent use; the owning connection serialises
-// calls.
+// entry point takes the current time as a monotime.Time, and no type is
+// safe for concurrent use; the owning connection serialises calls.
 //
 // # Units
 //
-//   - Sizes and windows are in bytes (int): cwnd, bytes in flight, MSS.
-//   - Rates are in bits per second (uint64). The suffix Bps in this package
-//     always means bits per second, as link speeds are quoted: a 250 Mbit/s
-//     link is 250_000_000 Bps. A pacing rate of 0 means "unpaced".
+//   - Sizes and windows are in bytes (int).
+//   - Rates are in bits per second (uint64): the suffix Bps always means
+//     bits per second, as link speeds are quoted. A pacing rate of 0 means
+//     "unpaced".
 //   - Durations are time.Duration; instants are monotime.Time.
 //
 // # How the loss/ack layer drives a Controller
 //
-// The controller keeps no map of sent packets (quic-go style). The loss/ack
-// layer (package tunnel) owns sent-packet bookkeeping and bytes in flight and
-// talks to the controller like this:
+// The controller keeps no map of sent packets. The loss/ack layer (package
+// tunnel) owns sent-packet bookkeeping and bytes in flight:
 //
-//  1. Before sending, it asks CongestionWindow() and a Pacer fed with
-//     PacingRateBps(). A packet may be sent while bytesInFlight <
-//     CongestionWindow() (the last packet may overshoot by less than one
-//     packet) and the pacer has budget for it.
-//  2. For every packet that counts toward bytes in flight (it carries
-//     ack-eliciting frames), it calls OnPacketSent with the bytes in flight
-//     *before* the packet, and stores the returned PacketState next to the
-//     packet. Non-ack-eliciting packets (pure ACKs) are not reported.
-//  3. For every received ACK frame, it removes newly acked packets and
-//     packets newly declared lost (RFC 9002 packet or time threshold) from its
-//     map, updates RTTStats with the frame's RTT sample, and then calls OnAck
-//     exactly once with both lists, in ascending send order. Losses declared
-//     by a loss-detection timer (not an ACK) are reported the same way with
-//     an empty Acked list.
-//  4. When the application has nothing to send although cwnd and pacer
-//     would allow it, it calls OnAppLimited, so that bandwidth samples taken
-//     while under-using the path do not lower the model.
+//  1. A packet may be sent while bytesInFlight < CongestionWindow() (the
+//     last may overshoot by less than one packet) and a Pacer fed with
+//     PacingRateBps() has budget for it.
+//  2. For every ack-eliciting packet it calls OnPacketSent with the bytes
+//     in flight *before* the packet, and stores the returned PacketState
+//     with it. Pure ACKs are not reported.
+//  3. For every ACK frame it removes the newly acked and newly lost (RFC
+//     9002 packet or time threshold) packets, updates RTTStats, then calls
+//     OnAck once with both lists in ascending send order. Losses declared
+//     by the loss-detection timer come the same way with no Acked.
+//  4. When it has nothing to send although cwnd and pacer allow it, it
+//     calls OnAppLimited, so samples taken while under-using the path do
+//     not lower the model.
 //  5. When RFC 9002 §7.6 declares persistent congestion it calls
-//     OnPersistentCongestion. A PTO expiry alone does not touch the
-//     controller (RFC 9002 §6.2: probes are not congestion signals).
+//     OnPersistentCongestion. A PTO alone does not touch the controller
+//     (RFC 9002 §6.2).
 //
-// Packet numbers are never reused, so an acked PacketState is always
-// unambiguous; retransmitted data travels in new packets with their own
-// PacketState.
+// Packet numbers are never reused, so an acked PacketState is unambiguous;
+// retransmitted data travels in new packets with their own PacketState.
 package cc
 
 import (

@@ -20,10 +20,10 @@ const (
 )
 
 // Cubic is the CUBIC congestion controller of RFC 9438 (C = 0.4, β = 0.7,
-// fast convergence, Reno-friendly region, no HyStart), with a
-// packet-conservation-free QUIC-style recovery period: one window
-// reduction per round trip of losses. It implements Controller; it is the
-// comparison baseline for BBR. Not safe for concurrent use.
+// fast convergence, Reno-friendly region, no HyStart), with a QUIC-style
+// recovery period: one window reduction per round trip of losses. It
+// implements Controller and is the comparison baseline for BBR. Not safe
+// for concurrent use.
 //
 // Pacing: PacingRateBps is cwnd/srtt × 2 in slow start and × 1.2 in
 // congestion avoidance, and 0 (unpaced) until the first RTT sample.

@@ -23,43 +23,26 @@ const maxPacerBurst = 8 * time.Millisecond
 
 // PacerBurstFor is the pacer burst for a path whose minimum RTT is
 // minRTT: a 25th of it, at least minGrownBurst and at most 8 ms. The
-// pacer lengthens its burst to that only as far as grownBurstPackets
-// packets: with 1350-byte packets, at 50 Mbit/s and 100 ms a quantum
-// is then 2.1 ms (about ten packets) instead of 1 ms (four), and at 250
-// Mbit/s 2.1 ms (48) instead of 1 ms (23), so the sender's pacing
-// wake-ups fall by half or more, while a batch still leaves within
-// 2 % of the RTT on a long path; from about 520 Mbit/s up 2 ms
-// already hold 96 packets and nothing changes.
+// pacer grows its burst to that only as far as grownBurstPackets
+// packets, which halves the sender's pacing wake-ups while a batch still
+// leaves within 2 % of the RTT.
 func PacerBurstFor(minRTT time.Duration) time.Duration {
 	return min(max(minRTT/25, minGrownBurst), maxPacerBurst)
 }
 
 // minGrownBurst is the shortest burst PacerBurstFor gives, however short
-// the path: 96 packets of 1350 bytes at 250 Mbit/s take 4.15 ms. On a
-// short clean path a sender at that rate then waits for a quantum of 48
-// packets (2.1 ms) rather than 23 (1 ms); the bottleneck's queue takes
-// at most 1.1 ms more of burst while the sender streams, and after an
-// idle spell up to the whole 4.15 ms where the default burst is 2 ms.
-// At 250 Mbit/s and 0 ms the far edge's pacing sleeps
-// (timerfd_settime) fell to about a quarter of those of the 2 ms
-// burst, and its CPU per GB moved to 3.9-4.0 in three commands
-// (4.4-4.9 with 64 packets in three interleaved; see
-// docs/efficiency/grown-burst-96-ab.txt).
+// the path: the time 96 packets of 1350 bytes take at 250 Mbit/s, so a
+// sender at that rate waits for a quantum of 48 packets rather than 23.
+// The bottleneck's queue takes at most 1.1 ms more of burst while the
+// sender streams, and the sender's pacing sleeps fall to about a quarter.
 const minGrownBurst = 4200 * time.Microsecond
 
 // grownBurstPackets bounds a burst lengthened by SetBurstTime: 96
-// packets (130 KB of 1350-byte packets), a quantum of 48 (65 KB): a
-// quantum about what Linux's TSO autosizing lets a TCP sender put in
-// one burst at these rates (1 ms at the rate, at most 64 KB). (64
-// packets until 5 December 2026: grown-burst-96-ab.txt.) Before the tunnel's
-// sender asked for a grown burst only on a quiet path, longer bursts
-// cost the simulator's random-loss bars at 250 Mbit/s and 100 ms,
-// where recovery takes the pacing rate low: unbounded,
-// TestBBRBarsRandomLoss fell to 0.54 of the link in one seed; bounded
-// at 32 packets, L1 of 'wanbench sim --bars' fell from 0.955 to 0.914.
-// The sender now grows the burst only after eight round trips without
-// a loss (and never in its first eight), so a lossy path keeps the
-// default burst.
+// packets (130 KB of 1350-byte packets), a quantum of 48 (65 KB), about
+// what Linux's TSO autosizing lets a TCP sender put in one burst (1 ms
+// at the rate, at most 64 KB). Unbounded bursts hurt recovery on lossy
+// paths (the random-loss bars of `wanbench sim --bars`); the sender
+// therefore grows the burst only after eight round trips without a loss.
 const grownBurstPackets = 96
 
 // maxPacerBurstBytes caps the burst at very high rates (2 ms at 10 Gbit/s
@@ -75,15 +58,11 @@ const maxPacerBurstBytes = 4 << 20
 // that much, so the long-run rate is exact (integer arithmetic, no drift).
 //
 // Once the credit is spent, the pacer waits for a quantum of half a burst
-// (1 ms at the rate by default, at least one packet; on a long path a
-// sender raises it with SetBurstTime) before it releases more, so a
-// sender that is also woken by ACKs between its pacing waits sends its
-// packets in batches of that size instead of one or two at each wake-up,
-// and its pacing wake-ups are a millisecond apart. The long-run rate is
-// the same; a batch leaves at most 1 ms later than it would have, and the
-// bottleneck's queue takes at most 1 ms of extra burst, as Linux's TSO
-// autosizing allows. (At 250 Mbit/s the far edge went from 6,100 sends a
-// second to 940, with a tenth less CPU; see docs/efficiency/JOURNAL.md.)
+// (1 ms at the rate by default, at least one packet; SetBurstTime raises
+// it) before it releases more. A sender also woken by ACKs then sends in
+// batches instead of one or two packets per wake-up. The long-run rate is
+// the same; a batch leaves at most 1 ms later, and the bottleneck's queue
+// takes at most 1 ms of extra burst, as Linux's TSO autosizing allows.
 //
 // A rate of 0 means unpaced: Budget is unlimited and NextSendTime is now.
 // A Pacer is not safe for concurrent use.

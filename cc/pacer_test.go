@@ -201,8 +201,8 @@ func TestPacerBurstTime(t *testing.T) {
 	}
 
 	// At 250 Mbit/s on a 200 ms path the burst grows to
-	// grownBurstPackets (the wake-ups of bar 1's far edge); at 1 Gbit/s
-	// 2 ms already hold more, and a longer burst time changes nothing.
+	// grownBurstPackets; at 1 Gbit/s 2 ms already hold more, and a longer
+	// burst time changes nothing.
 	p := NewPacer(mss)
 	start := monotime.Time(time.Second)
 	p.SetBurstTime(start, PacerBurstFor(200*time.Millisecond))

@@ -16,27 +16,22 @@ import (
 // Defaults for FarConfig.
 const (
 	// DefaultIdleTimeout ends a flow after a minute without a packet
-	// either way: longer than any request/response exchange (DNS, NTP)
-	// and than the keepalive interval of long-lived UDP (QUIC sends
-	// PINGs well within its usual 30 s idle timeout; SIP and VPN NAT
-	// keepalives come every 15-30 s), and twice Linux conntrack's 30 s
-	// for UDP without an answer. A flow that ends early only costs its
-	// next packet a new socket, and the server a new source port.
+	// either way: longer than the keepalive interval of long-lived UDP
+	// (QUIC, SIP, VPN NAT keepalives: 15-30 s) and twice Linux
+	// conntrack's 30 s for unanswered UDP. A flow that ends early only
+	// costs its next packet a new socket and source port.
 	DefaultIdleTimeout = 60 * time.Second
 	// DefaultMaxFlows bounds the NAT table: each flow holds a socket, a
 	// goroutine and a readBufBytes buffer (about 12 KiB in all), so 4096
-	// flows are about 48 MiB at most; a branch resolving names with
-	// random source ports opens one flow per query, so this allows about
-	// 68 new flows a second for a minute.
+	// flows are about 48 MiB at most.
 	DefaultMaxFlows = 4096
 	// DefaultQueueLen is how many datagrams wait for the worker; more are
 	// dropped (QueueFull). The worker only parses and writes to sockets,
 	// so it falls behind only when the sockets do.
 	DefaultQueueLen = 1024
-	// readBufBytes is a flow reader's buffer: the kind byte, IP and
-	// transport headers and a payload. A datagram of the default tunnel
-	// size holds at most about 1,430 bytes, so any answer that fits one
-	// fits here, and one that fills the buffer is too big (TooBig).
+	// readBufBytes is a flow reader's buffer: larger than any datagram of
+	// the default tunnel size, so an answer that fills it is too big
+	// (TooBig).
 	readBufBytes = 2048
 )
 
@@ -561,11 +556,9 @@ func (f *Far) DivertTCP(pkt []byte) bool {
 }
 
 // handleTransparent writes a client's UDP packet or echo request, parsed
-// as p, out of the TUN as it came (worker): its source is the client's
-// address, and its TTL and checksums the client's (the near edge's TUN
-// reader completed any partial checksum; the kernels on the way each
-// take one from the TTL, as routers do). A flow is learnt from its first
-// packet if the policy allows its server and the table has room.
+// as p, out of the TUN as it came, source, TTL and checksums the client's
+// (worker). A flow is learnt from its first packet if the policy allows
+// its server and the table has room.
 func (f *Far) handleTransparent(b []byte, p *Packet) {
 	var k dgKey
 	switch {
@@ -601,16 +594,13 @@ func (f *Far) handleTransparent(b []byte, p *Packet) {
 }
 
 // Divert is the far edge's stack's Config.Divert with transparent egress
-// (WritePacket): it takes the packets the kernel routes into the TUN that
-// answer a transparent flow — UDP to a client's address and port, echo
-// replies, and ICMP errors about a flow's packets (a passed TCP flow's
-// too) — and sends each, whole, to the near edge. An answer of those
-// kinds to no flow seen here (one forgotten idle, or never sent) is
-// dropped and counted (Drops.Unmatched), rather than left to the stack,
-// which would answer for the client. It leaves the rest to the stack:
-// ICMP errors about the stack's own TCP connections, other ICMP, other
-// protocols, what does not parse. It does not block; without WritePacket
-// it takes nothing.
+// (WritePacket): it takes the packets from the TUN that answer a
+// transparent flow — UDP, echo replies, ICMP errors about a flow's
+// packets, a passed TCP flow's too — and sends each, whole, to the near
+// edge. An answer of those kinds to no known flow is dropped
+// (Drops.Unmatched) rather than left to the stack, which would answer for
+// the client; the rest is left to the stack. It does not block; without
+// WritePacket it takes nothing.
 func (f *Far) Divert(pkt []byte) bool {
 	if f.cfg.WritePacket == nil {
 		return false

@@ -6,13 +6,11 @@ import (
 	"net/netip"
 )
 
-// ICMP errors about a flow (transparent egress): a server's host or a
-// router in the far LAN answers a client's packet that the far edge wrote
-// out of its TUN with an ICMP error to the client's address, which the
-// far kernel routes back into the TUN. The far edge sends the errors
-// about flows it saw to the near edge, which writes them to its TUN, so
-// the client's application learns (a UDP socket's ECONNREFUSED, path MTU,
-// traceroute's hops).
+// ICMP errors about a flow (transparent egress): a host or router in the
+// far LAN answers a client's packet with an ICMP error to the client's
+// address, which the far kernel routes back into the TUN. The far edge
+// sends the errors about flows it saw to the near edge, which writes them
+// to its TUN, so the client learns (ECONNREFUSED, path MTU, traceroute).
 
 // ICMP and ICMPv6 error types carried back (RFC 792, RFC 4443).
 const (

@@ -44,11 +44,10 @@ type NearConfig struct {
 }
 
 // The rate of the "packet too big" answers (Near.Divert): at most
-// TooBigPerSecond a second on average, in bursts of at most TooBigBurst.
-// A client that keeps sending packets too big learns from the first
-// answer of each flow; the limit keeps a flood of them (or of forged
-// ones) from turning into as many packets toward the LAN, as routers'
-// ICMP rate limits do (Linux: icmp_ratelimit, 1 s / burst).
+// TooBigPerSecond a second on average, in bursts of at most TooBigBurst,
+// as routers' ICMP rate limits do: a client learns from the first answer
+// of each flow, and a flood of big (or forged) packets does not turn into
+// as many packets toward the LAN.
 const (
 	TooBigPerSecond = 100
 	TooBigBurst     = 10
@@ -119,14 +118,12 @@ func (n *Near) Stats() Stats {
 	return s
 }
 
-// Divert is the stack's Config.Divert: it is called with each IPv4 and
-// IPv6 packet from the TUN that is not TCP, and takes (returns true for)
-// UDP, ICMP and ICMPv6 echo requests, and fragments of ICMP, which the
-// netstack would otherwise reassemble and answer; it leaves the rest
-// (other ICMP, neighbour discovery, other protocols) to the netstack. A
-// packet it takes is sent through the tunnel or dropped and counted. A
-// packet longer than the tunnel's datagram carries is answered as a
-// router would (answerTooBig).
+// Divert is the stack's Config.Divert: it is called with each non-TCP
+// packet from the TUN, and takes (returns true for) UDP, ICMP and ICMPv6
+// echo requests, and fragments of ICMP, which the netstack would
+// otherwise reassemble and answer; it leaves the rest to the netstack. A
+// packet it takes is sent through the tunnel or dropped and counted; one
+// too long for a datagram is answered as a router would (answerTooBig).
 func (n *Near) Divert(pkt []byte) bool {
 	if !divertable(pkt) {
 		return false
@@ -336,13 +333,13 @@ func Demux(p []byte, near *Near, far *Far) {
 	}
 }
 
-// DivertTCP is the stack's Config.DivertTCP: it is called with each IPv4
-// and IPv6 TCP packet from the TUN. It takes (returns true for) the
-// packets of flows a pass rule matched on their SYN, which it sends
-// whole through the tunnel (the SYN's MSS clamped to what a datagram
-// holds), and the SYNs a drop rule matches, which it drops; it leaves
-// the rest, the optimised flows, to the stack. Without a rule that
-// passes or drops TCP and with no passed flow left, it returns at once.
+// DivertTCP is the stack's Config.DivertTCP: it is called with each TCP
+// packet from the TUN. It takes (returns true for) the packets of flows a
+// pass rule matched on their SYN, which it sends whole through the tunnel
+// (the SYN's MSS clamped to what a datagram holds), and the SYNs a drop
+// rule matches, which it drops; it leaves the optimised flows to the
+// stack. Without a rule that passes or drops TCP and with no passed flow
+// left, it returns at once.
 func (n *Near) DivertTCP(pkt []byte) bool {
 	if !n.tcpRules.Load() && n.pass.n.Load() == 0 {
 		return false

@@ -351,13 +351,12 @@ const (
 
 // AppendTooBig appends to b the ICMP error a router sends back for orig,
 // the IP packet Parse read as p, when orig is longer than the next link's
-// mtu: for IPv4, destination unreachable, fragmentation needed (type 3
-// code 4) with the next-hop MTU (RFC 1191), which is only right when orig
-// has DF set; for IPv6, packet too big (type 2) with the MTU. The error
-// goes from p.Dst to p.Src (the edge has no address of its own on the
-// client's path: it answers for the destination, as the tunnel's mouth),
-// and quotes as much of orig as the ICMP rules allow; checksums included.
-// It allocates only when b lacks the room (at most 1,280 bytes).
+// mtu: for IPv4, fragmentation needed (type 3 code 4, RFC 1191), which is
+// only right when orig has DF set; for IPv6, packet too big (type 2). The
+// error goes from p.Dst to p.Src (the edge has no address of its own on
+// the client's path), quotes as much of orig as the ICMP rules allow, and
+// has its checksums. It allocates only when b lacks the room (at most
+// 1,280 bytes).
 func AppendTooBig(b, orig []byte, p *Packet, mtu int) ([]byte, error) {
 	src, dst := p.Dst, p.Src
 	proto, hl, limit := uint8(ProtoICMP), ipv4HeaderLen, maxErrorV4

@@ -19,9 +19,9 @@ type Stats struct {
 	// TCPFlows is the passed flows' table now (either edge's).
 	TCP      ProtoStats `json:"tcp"`
 	TCPFlows int        `json:"tcp_flows"`
-	// Flows is the far edge's NAT table now (with transparent egress:
-	// its table of UDP and echo flows, which hold no socket); FlowsOpened and FlowsExpired
-	// count its entries since start (expired: idle for IdleTimeout).
+	// Flows is the far edge's NAT table now (with transparent egress: its
+	// table of UDP and echo flows, which hold no socket); FlowsOpened and
+	// FlowsExpired count its entries since start (expired: idle).
 	Flows        int    `json:"flows"`
 	FlowsOpened  uint64 `json:"flows_opened"`
 	FlowsExpired uint64 `json:"flows_expired"`

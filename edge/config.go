@@ -73,17 +73,15 @@ type Config struct {
 	// dials (--upstream), instead of Peer and PeerKey; a flow goes to the
 	// one whose routes hold its destination.
 	Upstreams []Upstream
-	// NearRules are the near edge's policy (--near-rule, in order, the
-	// first match winning): which intercepted flows are optimised
-	// (terminated, TCP only), passed unterminated as datagrams, or
-	// dropped. None: TCP optimised, the rest passed. Passing TCP needs a
-	// far edge with transparent egress (Transparent), which alone can
-	// send the client's own packets on.
+	// NearRules are the near edge's policy (--near-rule, first match
+	// winning): which intercepted flows are optimised (terminated, TCP
+	// only), passed unterminated as datagrams, or dropped. None: TCP
+	// optimised, the rest passed. Passing TCP needs a far edge with
+	// transparent egress (Transparent).
 	NearRules dgram.NearRules
 	// Transparent connects flows from the client's address through the
-	// TUN's stack (--egress transparent) instead of a kernel socket, and
-	// sends the clients' UDP, pings and passed TCP out of the TUN from
-	// their own addresses instead of from kernel sockets.
+	// TUN's stack (--egress transparent), and sends the clients' UDP,
+	// pings and passed TCP out of the TUN, instead of kernel sockets.
 	Transparent bool
 	DialTimeout time.Duration // --dial-timeout
 	// MaxFlows caps the flows open at once (--max-flows); the memory
@@ -113,11 +111,10 @@ type Config struct {
 
 // Defaults, and the limits Validate enforces.
 const (
-	// DefaultMemoryMiB gives the tunnel a 96 MiB stream budget (enough
-	// for 250 Mbit/s at 1 s of RTT three times over), streaming flows LAN
-	// buffers of 1 MiB (receive) and 6 MiB (send), and room for about
-	// 1,290 flows (see buffers): a branch of a few hundred users. The
-	// process holds only what its flows use; this is a ceiling.
+	// DefaultMemoryMiB gives the tunnel a 96 MiB stream budget (250 Mbit/s
+	// at 1 s of RTT three times over), streaming flows LAN buffers of
+	// 1 MiB each way, and room for about 1,290 flows (see buffers): a
+	// branch of a few hundred users. It is a ceiling, not an allocation.
 	DefaultMemoryMiB = 384
 	MinMemoryMiB     = 16
 	MaxMemoryMiB     = 1 << 20
@@ -302,9 +299,8 @@ const (
 	// at open, each one 32 KiB chunk (stream.DefaultChunkBytes): the
 	// floors the stream package grants regardless of the budget. The
 	// receive window is also the credit the peer assumes, so both edges
-	// use this value. It costs a new flow nothing in practice: the near
-	// edge completes the client's handshake only once the far edge has
-	// answered, and that answer carries a window sized from the path.
+	// use this value. A new flow does not wait on it: the far edge's
+	// answer carries a window sized from the path.
 	streamFloorBytes = 32 << 10
 	// lanFloorBytes is an intercepted connection's receive and send
 	// buffer without a grant: a 8 KiB window, enough for a keystroke or a
@@ -313,10 +309,9 @@ const (
 	// relayFloorBytes is the relay's two small copy buffers (flow.Relay).
 	relayFloorBytes = 2 * 4 << 10
 	// flowOverheadBytes is what a flow costs beyond its buffers: the
-	// netstack endpoint and its queues, the stream's state, the flow's
-	// table entries and its goroutines' stacks (two or three, 8 KiB each
-	// and more while deep in the netstack). Measured: TestEdgeMemoryBudget
-	// (cmd/wanopt) logs the RSS per admitted flow.
+	// netstack endpoint and its queues, the stream's state, table entries
+	// and two or three goroutine stacks. TestEdgeMemoryBudget (cmd/wanopt)
+	// logs the RSS per admitted flow.
 	flowOverheadBytes = 48 << 10
 	flowFloorBytes    = 2*streamFloorBytes + 2*lanFloorBytes + relayFloorBytes + flowOverheadBytes
 )
@@ -328,15 +323,11 @@ const (
 // so the flows' memory never exceeds the budget, whatever they hold. A
 // grant lets a flow's LAN buffers grow to what the LAN side needs: its
 // round trip is short, so they need not hold the WAN's bandwidth-delay
-// product, which the tunnel's stream windows (sized from it) do: 1 MiB
-// each way holds 32 ms at 250 Mbit/s, 8 ms at 1 Gbit/s. The size of a
-// grant sets how many flows stream with large buffers at once, and a flow
-// without one copies 4 KiB at a time, a TUN write and a client ACK for
-// each: with gVisor's 6 MiB send maximum the default budget granted 15
-// flows, and at 32 flows sharing 250 Mbit/s the near edge made 4,900 TUN
-// writes a second and spent 10.6-12.7 CPU-seconds per GB (about 4 at
-// four flows); at 1 MiB all 32 hold a grant (wanbench cisco --streams 32,
-// docs/efficiency/JOURNAL.md).
+// product, which the stream windows do (1 MiB holds 32 ms at 250 Mbit/s).
+// The size of a grant sets how many flows stream with large buffers at
+// once; a flow without one copies 4 KiB at a time, a TUN write and a
+// client ACK each. At 1 MiB, 32 flows sharing 250 Mbit/s all hold a grant
+// (`wanbench cisco --streams 32`).
 func (c Config) buffers() bufferPlan {
 	c = c.withDefaults()
 	total := int64(c.MemoryMiB) << 20
@@ -359,11 +350,10 @@ func (c Config) buffers() bufferPlan {
 func (c Config) FlowLimit() int { return c.buffers().FlowLimit }
 
 // FixedOverheadMiB is what an edge's resident memory holds beside its
-// budget (--memory-mib): the Go runtime and the program's code, the
-// netstack, the TUN's and the tunnel's packet buffers, the metrics
-// library, the garbage collector's headroom. An idle edge with its tunnel
-// up is at about 27 MiB. TestEdgeMemoryBudget (cmd/wanopt) checks that an
-// edge at --memory-mib 16 with 1,000 flows pressing stays within both.
+// budget (--memory-mib): the Go runtime and code, the netstack, the
+// packet buffers, the metrics library, the garbage collector's headroom.
+// TestEdgeMemoryBudget (cmd/wanopt) checks that an edge at --memory-mib 16
+// with 1,000 flows pressing stays within both.
 const FixedOverheadMiB = 40
 
 // RuntimeMemoryLimit is the soft memory limit for the Go runtime

@@ -11,16 +11,12 @@ import (
 
 // Non-TCP traffic (package dgram): a near edge's stack diverts its
 // clients' UDP and pings to e.near, which sends them through the tunnel
-// as datagrams; a far edge's e.far sends them on from kernel sockets,
-// or with transparent egress out of its own TUN from the clients'
-// addresses (its stack diverting the answers the kernel routes back into
-// the TUN to e.far), under the egress policy, and sends the answers
-// back. With several
-// upstreams (--upstream) each datagram goes to the upstream whose route
-// holds its destination, as a TCP flow does; a hub (--branch) keeps a Far
-// per branch (hub.go). A near edge with upstreams takes only answers from
-// them (onUpstreamDatagram): its e.far, which has no one tunnel to answer
-// through, sends nothing on for them.
+// as datagrams; a far edge's e.far sends them on under the egress policy,
+// from kernel sockets or, with transparent egress, out of its own TUN, and
+// sends the answers back. With several upstreams (--upstream) each
+// datagram goes to the upstream whose route holds its destination; a hub
+// (--branch) keeps a Far per branch (hub.go). A near edge with upstreams
+// takes only answers from them (onUpstreamDatagram).
 
 // errNoIngress: an answer came while the stack was not running.
 var errNoIngress = errors.New("edge: no ingress to write the packet to")

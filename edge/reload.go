@@ -22,13 +22,12 @@ var restartFlags = map[string]string{
 var reloadable = map[string]bool{"Policy": true, "NearRules": true, "Branches": true, "Upstreams": true, "HubRateBps": true, "Bind": false, "Reload": false, "Logger": false}
 
 // Reload reads the configuration again (Config.Reload) and applies it:
-// the egress policy (--allow, --deny) and the near rules (--near-rule)
-// change at once for the flows opened from then on, and flows already
-// open go on (a passed TCP flow stays passed); a hub's branches, and its
-// --hub-rate, change too. A configuration that does
-// not validate, or that changes a setting only a restart can change (the
-// keys, the addresses, the TUN, the memory budget), is refused with the
-// reason, and the running configuration stays. It returns what changed.
+// the egress policy, the near rules, a hub's branches and --hub-rate, and
+// a near edge's upstreams change for the flows opened from then on, and
+// flows already open go on. A configuration that does not validate, or
+// that changes a setting only a restart can change (keys, addresses, the
+// TUN, the memory budget), is refused with the reason, and the running
+// configuration stays. It returns what changed.
 func (e *Edge) Reload() (changed []string, err error) {
 	e.reloadMu.Lock()
 	defer e.reloadMu.Unlock()

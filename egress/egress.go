@@ -1,16 +1,11 @@
 // Package egress is the far edge's end of the tunnel: it accepts the
 // streams the near edge opens for intercepted flows, checks each
 // destination against a Policy, connects to it with a Dialer and answers
-// the near edge with the outcome (which the near edge turns into
-// what its client sees: a completed handshake, a RST or silence). Then it
-// copies both ways with half-close.
+// the near edge with the outcome (which its client sees as a completed
+// handshake, a RST or silence). Then it copies both ways with half-close.
 //
-// # Policy
-//
-// The egress connects only to destinations its Policy allows; the zero
-// Policy allows nothing, so a misconfigured edge refuses everything rather
-// than becoming an open proxy. Denied flows are answered
-// wire.OpenNotAllowed.
+// The zero Policy allows nothing, so a misconfigured edge refuses
+// everything rather than becoming an open proxy.
 //
 // # Outcomes
 //
@@ -26,11 +21,10 @@
 //
 // # Ends of a flow
 //
-// flow.Relay copies both ways, the server's socket as the LAN end and the
-// stream as the tunnel's: each direction's FIN is passed on by itself, and a
-// reset or failure on either side resets both (the stream with
+// flow.Relay copies both ways: each direction's FIN is passed on by itself,
+// and a reset or failure on either side resets both (the stream with
 // driver.CodeTCPReset, so the near edge resets its client; the server's
-// socket with SO_LINGER 0, a RST).
+// socket with a RST).
 package egress
 
 import (
@@ -65,17 +59,14 @@ type KernelDialer struct {
 }
 
 // DefaultReceiveBufferBytes is the receive buffer of a connection to a
-// server. A server on the far edge's LAN sends a response faster than the
-// relay moves it into the stream (a veth delivered a 3 MB file in 3 ms, the
-// relay took 64 KiB per 0.2 ms), and the kernel sizes an auto-tuned buffer
-// from what the reader took in the last round trip, which on a LAN is
-// microseconds: the buffer stayed near 1.5 MB and the far edge advertised
-// zero windows at the start of large files while the tunnel had room
-// (wanbench f5: 0-55 per row of three runs). A fixed buffer takes the
-// burst whole; the kernel allocates it only as data waits, which is when
-// the stream's own buffer is full anyway. It needs CAP_NET_ADMIN
-// (SO_RCVBUFFORCE): without it the sysctl net.core.rmem_max would cap the
-// buffer below what auto-tuning reaches, so the socket keeps auto-tuning.
+// server. A LAN server sends a response faster than the relay moves it
+// into the stream, and the kernel sizes an auto-tuned buffer from what the
+// reader took in the last (microsecond) round trip, so the far edge
+// advertised zero windows at the start of large files while the tunnel had
+// room (`wanbench f5`). A fixed buffer takes the burst whole; the kernel
+// allocates it only as data waits. It needs CAP_NET_ADMIN
+// (SO_RCVBUFFORCE): without it net.core.rmem_max would cap it below what
+// auto-tuning reaches, so the socket keeps auto-tuning.
 const DefaultReceiveBufferBytes = 4 << 20
 
 // Dial connects dst.
@@ -105,8 +96,7 @@ func (d *KernelDialer) Dial(ctx context.Context, _, dst netip.AddrPort) (flow.Co
 // Defaults for Options.
 const (
 	// DefaultDialTimeout is about how long a client's kernel retries its
-	// SYN before the application usually gives up on a silent server
-	// (1 s, 3 s and 7 s into the attempt on Linux).
+	// SYN (at 1, 3 and 7 s on Linux) before the application gives up.
 	DefaultDialTimeout = 10 * time.Second
 	// DefaultMaxFlows bounds the flows open at once.
 	DefaultMaxFlows = 4096
@@ -306,8 +296,8 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 		_ = in.Reject(code)
 		return
 	}
-	// The flow is listed before the near edge hears it is connected, so
-	// its client never sees a flow that 'wanopt flows' does not show.
+	// Listed before the near edge hears it is connected, so its client
+	// never sees a flow that 'wanopt flows' does not show.
 	f := &relayed{src: src, dst: dst, started: time.Now()}
 	e.mu.Lock()
 	e.flows[f] = struct{}{}

@@ -15,12 +15,10 @@ import (
 
 // rawConn is a kernel TCP connection whose Read and Write are raw system
 // calls on its non-blocking socket, waiting in Go's poller when it has
-// nothing to give or no room. A read or write through net.TCPConn goes
-// through the scheduler, which wakes the runtime's monitor thread; on an
-// edge limited to one thread (GOMAXPROCS 1) the monitor then polls every
-// 20 µs and takes the P from any call that spans one of its ticks. A far
-// edge reads its servers 64 KiB at a time, about 500 calls a second per
-// 250 Mbit/s. Deadlines, Close and the rest are net.TCPConn's.
+// nothing to give or no room. A call through net.TCPConn goes through the
+// scheduler, which wakes the runtime's monitor thread; with GOMAXPROCS 1
+// the monitor then takes the P from any call spanning one of its 20 µs
+// ticks. Deadlines, Close and the rest are net.TCPConn's.
 type rawConn struct {
 	*net.TCPConn
 	rc syscall.RawConn

@@ -8,16 +8,14 @@ import (
 // Budget is the memory an edge's flows may hold, apart from the tunnel's
 // stream buffers (which have a budget of their own). Every admitted flow
 // reserves a floor: what it can pin at its smallest buffers even if
-// neither end reads (its small copy buffers, its stream floors, its
-// netstack buffers at their minimum, its goroutines); the floors bound how
-// many flows are admitted. A flow that streams takes a grant on top, for a
-// large copy buffer and large netstack buffers, while the grants' share
-// has room; without one it moves at its floor's pace. (Toward the tunnel
-// the large copy buffer is room lent by the stream, which the tunnel's
-// budget holds: the grant is then counted but not allocated here.) So the bytes flows
-// hold never exceed maxFlows floors plus the grants' share, and a flow is
-// refused at open (Admit) rather than admitted into memory the edge does
-// not have. A nil *Budget admits and grants everything.
+// neither end reads. A flow that streams takes a grant on top, for a large
+// copy buffer and large netstack buffers, while the grants' share has
+// room; without one it moves at its floor's pace. (Toward the tunnel the
+// large buffer is room lent by the stream: the grant is counted but not
+// allocated here.) So flows never hold more than maxFlows floors plus the
+// grants' share, and a flow is refused at open (Admit) rather than
+// admitted into memory the edge does not have. A nil *Budget admits and
+// grants everything.
 type Budget struct {
 	maxFlows      int64
 	floorBytes    int64
@@ -140,10 +138,9 @@ func newGrant(b *Budget, r Resizer, reading bool) *grant {
 
 // A direction reading from a Resizer asks for a grant only once it has
 // read growAfterBytes in a burst (reads no more than burstGap apart): its
-// receive buffer keeps the growth until the flow ends (see Shrink), so a
-// request of a few KiB should not take it, only a sustained upload. At its
-// floor the buffer's window is a few KiB, so the reads are small and
-// counting full reads would never see the upload.
+// receive buffer keeps the growth until the flow ends (see Shrink), so
+// only a sustained upload should take it. At the floor's small window
+// reads never fill the buffer, so full reads cannot be the signal.
 const (
 	growAfterBytes = 64 << 10
 	burstGap       = 50 * time.Millisecond

@@ -38,9 +38,8 @@ type Lender interface {
 }
 
 // BuffersReader is a source that reads into several buffers with one call
-// (readv): the egress's kernel TCP connection. A copy reading into lent
-// room, which may span several of the lender's blocks, fills them all in
-// one read.
+// (readv), such as the egress's kernel TCP connection: a copy fills lent
+// room spanning several of the lender's blocks in one read.
 type BuffersReader interface {
 	ReadBuffers(bufs [][]byte) (int, error)
 }
@@ -146,8 +145,8 @@ func copyAdaptive(dst io.Writer, lend Lender, src io.Reader, n *atomic.Uint64, g
 // its bytes committed, with their count, or with src's or dst's error. A
 // source that can tell it has nothing to read (the netstack's end) is not
 // waited on with room lent: copyLent returns then, to wait without it. A
-// kernel socket cannot tell without a system call, so a read of it may
-// wait with the room lent, as it waited with the large buffer before.
+// kernel socket cannot tell without a system call, so its read may wait
+// with the room lent.
 func copyLent(dst Lender, src io.Reader, n *atomic.Uint64, wait *waitState) (k int, rerr, werr error) {
 	waiter, canWait := src.(idleWaiter)
 	want := bigBuf
@@ -204,38 +203,22 @@ func roomBytes(room [][]byte) int {
 }
 
 // Gathering a tunnel stream's data. The tunnel delivers a bulk flow a
-// packet or two at a time, and the near edge's netstack sends each Write to
-// the client at once: one TUN write and about one client ACK per 2 KB
-// (measured: 2.0 KB per write at 235 Mbit/s, the near edge's largest CPU
-// cost). While data streams (the previous read returned data within
-// streamingGap), a read gathers up to coalesceBytes, waiting about
-// coalesceWait after its first bytes (the driver answers at its next
-// wake-up after the wait, at most one of its reader's holds later), so
-// that the netstack sends them as
-// one large TSO segment. The tunnel's driver fills the buffer as data
-// arrives (driver.Stream's ReadGather), so this loop wakes once per
-// gathered buffer. The first read after a pause is never delayed, so a
-// request's answer or a keystroke goes out at once, and a read whose
-// stream falls quiet (no bytes for twice the tunnel reader's hold, 4 ms
-// on a short path: the answer ended) is answered then. The wait is 8 ms so that slower flows gather
-// too, and a link's rate is shared by its flows:
-// at 50 Mbit/s with four flows each read gathered 3 KB in 0.5 ms (the
-// near edge spent 62.6 CPU-s/GB) and 4.3 KB in 2 ms (51.0; later, after
-// other changes, 17.6 to 21.5 in four runs); 4 ms gave 15.4 in two
-// (wanbench cisco --rate 50mbit --rtt 100ms --bytes 25MB). At 250 Mbit/s
-// no difference showed then (5.2 against 5.3). Four flows sharing 250
-// Mbit/s gather 31 KB each in 4 ms; 8 ms fills the 63 KiB, and the near
-// edge's TUN writes fell from about 920 to 490 a second (the quiet rule
-// keeps the tails of answers from waiting the longer wait). It delays a
-// streaming flow's bytes by at most the wait and a hold. A gather fills 63 KiB, the largest TSO
-// segment the netstack sends (its offload endpoint's 65,000-byte GSO
-// limit less headers: 64,839 bytes of payload), so one gathered read is
-// one TUN write and about one client ACK; 64 KiB would go as two
-// segments. It matters where a flow fills 32 KiB before the wait passes,
-// as on a long path, where the driver stretches the wait: at 200 ms,
-// four flows sharing 250 Mbit/s, the near edge's TUN writes fell from 27
-// to 16-17 per MB (three interleaved rounds;
-// docs/efficiency/gather-63k-ab.txt).
+// packet or two at a time, and the near edge's netstack sends each Write
+// to the client at once: one TUN write and about one client ACK per 2 KB,
+// the near edge's largest CPU cost. So while data streams (the previous
+// read returned data within streamingGap), a read gathers up to
+// coalesceBytes, waiting about coalesceWait after its first bytes, and the
+// netstack sends them as one large TSO segment (driver.Stream's
+// ReadGather fills the buffer as data arrives).
+//
+// The first read after a pause is never delayed, so an answer or a
+// keystroke goes out at once, and a stream that falls quiet (no bytes for
+// twice the tunnel reader's hold) is answered then. The wait is 8 ms so
+// that slower flows, and flows sharing a link's rate, gather too (`wanbench
+// cisco --rate 50mbit --rtt 100ms`); a streaming flow's bytes wait at most
+// that and a hold. 63 KiB is the largest TSO segment the netstack sends
+// (its 65,000-byte GSO limit less headers): one gathered read is one TUN
+// write and about one client ACK, where 64 KiB would go as two.
 const (
 	coalesceWait  = 8 * time.Millisecond
 	coalesceBytes = 63 << 10

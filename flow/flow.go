@@ -39,10 +39,9 @@ type Aborter interface {
 
 // A ResetWatcher is a Conn that can report that its connection failed (the
 // other side reset it, or it timed out) while no Read or Write waits on
-// it. Relay watches each end that is one: a flow whose two directions both
-// wait on the other end (an upload held by the far side's window while the
-// download waits for the far side's data) would otherwise not see this
-// end's RST until the other end moves again, which may be never.
+// it. Relay watches each end that is one: when both directions wait on the
+// other end, this end's RST would otherwise go unseen until the other end
+// moves again, which may be never.
 type ResetWatcher interface {
 	// WatchReset calls f once, on a goroutine of its own, when the
 	// connection fails, unless stop was called first. f may still run

@@ -10,16 +10,12 @@ import (
 // sends its tail loss probe (RFC 8985) after twice the smoothed RTT, and
 // arms its RACK reordering timer for about one RTT, with no floor; Linux
 // adds at least two ticks to the probe's delay. On a LAN of a millisecond
-// an edge that was not scheduled for a few milliseconds (a busy or
-// CPU-capped host) reads the client's ACKs after the probe fired: it
-// retransmitted data the client had, entered a SACK recovery and cut its
-// window. In the lab (wanbench cisco --rtt 0ms) every connection did
-// so, 1,900 times in 30 s, all spurious; its window stayed at 10 to 40
-// packets and it wrote 14 KB to the TUN at a time instead of 36 KB. Every
-// other timer of the netstack (retransmission timeout, keepalive) is far
-// longer than the floor. A timer of zero or less fires at once: TIME-WAIT,
-// which the stack sets to none (see applyTCPOptions), and a probe whose
-// retransmission timeout is already due.
+// an edge not scheduled for a few milliseconds reads the client's ACKs
+// after the probe fired, retransmits spuriously and cuts its window
+// (TestLateACKsNoSpuriousRetransmit). Every other timer of the netstack is
+// far longer than the floor. A timer of zero or less fires at once:
+// TIME-WAIT, which the stack sets to none (see applyTCPOptions), and a
+// probe whose retransmission timeout is already due.
 const minTimer = 25 * time.Millisecond
 
 // flooredClock is a tcpip.Clock whose timers wait at least floor, but for

@@ -38,9 +38,10 @@ type Config struct {
 	MaxInFlight int
 	// DialTimeout bounds each Dial call. Default 30s.
 	DialTimeout time.Duration
-	// KeepAliveIdle is how long a client connection may be silent before the
-	// stack probes it with TCP keepalives (4 probes, every 30 s or every
-	// KeepAliveIdle if shorter), so that flows of vanished clients end. Default 5 minutes; negative disables.
+	// KeepAliveIdle is how long a client connection may be silent before
+	// the stack probes it with TCP keepalives (4 probes, every 30 s or
+	// every KeepAliveIdle if shorter), so that flows of vanished clients
+	// end. Default 5 minutes; negative disables.
 	KeepAliveIdle time.Duration
 	// IdleTimeout resets a flow that moved no byte either way for this
 	// long (see flow.RelayOptions.IdleTimeout); 0: never.
@@ -62,10 +63,9 @@ type Config struct {
 	NoSACK bool
 	// CongestionControl of the intercepted connections: "reno" (default)
 	// or "cubic". On the short LAN side CUBIC runs in its TCP-friendly
-	// region, where it is Reno anyway; and gVisor's CUBIC overflows its
-	// window after months without a congestion event (in
-	// TestCubicAfterLongIdle 120 days of idle stalled a connection for
-	// good, Reno did not).
+	// region, where it is Reno anyway, and gVisor's CUBIC overflows its
+	// window after months without a congestion event
+	// (TestCubicAfterLongIdle).
 	CongestionControl string
 	// QueueLen is the length of the NIC's outbound FIFO queue; packets are
 	// written to the TUN by the queue's own goroutine, not the TCP one.

@@ -14,11 +14,10 @@ import (
 
 // DivertFunc is offered each IPv4 and IPv6 packet from the TUN that is not
 // TCP (Config.Divert), or that is (Config.DivertTCP), before the netstack
-// sees it. pkt is the whole IP
-// packet, valid only during the call; the function copies what it keeps
-// and must not block (it runs on the TUN's reader goroutine). It returns
-// true if it took the packet, which the netstack then never sees, and
-// false to leave it to the netstack.
+// sees it. pkt is the whole IP packet, valid only during the call; the
+// function copies what it keeps and must not block (it runs on the TUN's
+// reader goroutine). It returns true if it took the packet, which the
+// netstack then never sees, and false to leave it to the netstack.
 type DivertFunc func(pkt []byte) bool
 
 // divertEndpoint wraps the NIC's link endpoint: inbound packets that are

@@ -16,9 +16,9 @@ import (
 // stack's offload endpoint, which moves TCP segments of up to 64 KiB across
 // the TUN whatever its MTU; any other fd gets gVisor's fdbased endpoint.
 // Either way a FIFO queue discipline writes packets to the TUN from its own
-// goroutine, not the TCP one. The fd must stay open until
-// Close returns. cfg.MTU is required. The stack stops when ctx is done or
-// Close is called; ctx is also the parent of every Dial context.
+// goroutine, not the TCP one. The fd must stay open until Close returns.
+// cfg.MTU is required. The stack stops when ctx is done or Close is
+// called; ctx is also the parent of every Dial context.
 func New(ctx context.Context, fd int, d flow.Dialer, cfg Config) (*Stack, error) {
 	if cfg.MTU <= 0 {
 		return nil, fmt.Errorf("stack: MTU %d: set Config.MTU to the TUN device's MTU", cfg.MTU)

@@ -39,12 +39,12 @@ const (
 )
 
 // offloadEndpoint is a gVisor link endpoint on a TUN fd opened with a
-// virtio-net header and TSO offload (the tun package's default). Outbound, gVisor
-// hands it TCP segments of up to 64 KiB (host GSO) and it writes each with a
-// header telling the kernel to segment it; inbound, the kernel hands it
-// aggregated segments with partial checksums, which it completes before
-// delivery so that gVisor still validates every packet. One goroutine reads;
-// writes happen on the caller's goroutine (the stack's FIFO queue).
+// virtio-net header and TSO offload (the tun package's default).
+// Outbound, gVisor hands it TCP segments of up to 64 KiB (host GSO) and it
+// writes each with a header telling the kernel to segment it; inbound, the
+// kernel hands it aggregated segments with partial checksums, which it
+// completes so that gVisor still validates every packet. One goroutine
+// reads; writes happen on the caller's goroutine (the stack's FIFO queue).
 type offloadEndpoint struct {
 	fd int
 	// rfile is a duplicate of fd in Go's poller: the reader parks there

@@ -404,11 +404,8 @@ var idleCC = flag.String("idle-cc", "", "congestion control for TestCubicAfterLo
 
 // jumpClock is the real clock moved forward by jump: the stack's timers
 // keep real time, and whatever measures time since an event (CUBIC's
-// congestion epoch) sees the gap. A faketime.ManualClock ticked along
-// with real time did the same, but the stack timed connections out under
-// a starved race suite (16 to 19 RTOs; 2 runs in 60 beside two busy
-// loops, and 3 in 80 with an idle of an hour: not the jump's doing; none
-// in 80 with the real clock).
+// congestion epoch) sees the gap. (A manual clock ticked along with real
+// time timed connections out under a starved race suite.)
 type jumpClock struct {
 	tcpip.Clock
 	ahead atomic.Int64 // nanoseconds
@@ -429,14 +426,11 @@ func (c *jumpClock) NowMonotonic() tcpip.MonotonicTime {
 // stack's clock, then sends again. Once past its slow-start threshold,
 // CUBIC's window grows with the cube of the time since the epoch, and
 // gVisor's converts that to an int unchecked: after a long enough idle
-// the window wraps negative and the connection stalls for good (with
-// this test's window, measured: 60 days pass, 120 days stall). The
-// stack therefore defaults to Reno; this test guards that default. The
-// transfer must complete intact; -idle-cc=cubic shows the stall.
-//
-// The second transfer loses nothing: a loss during its slow start
-// starts a new epoch before the window reaches the cube, and the test
-// then passed with CUBIC too.
+// (here, between 60 and 120 days) the window wraps negative and the
+// connection stalls for good. The stack therefore defaults to Reno; this
+// test guards that default. The transfer must complete intact;
+// -idle-cc=cubic shows the stall. The second transfer loses nothing: a
+// loss in its slow start would start a new epoch and hide the bug.
 func TestCubicAfterLongIdle(t *testing.T) {
 	const chunk, idle = 4 << 20, 365 * 24 * time.Hour
 	clock := &jumpClock{Clock: tcpip.NewStdClock()}

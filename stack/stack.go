@@ -24,9 +24,9 @@ const nicID tcpip.NICID = 1
 // ErrClosed is returned by methods called after Close.
 var ErrClosed = errors.New("stack closed")
 
-// Stack is a gVisor netstack on one NIC that intercepts every TCP connection
-// arriving on it and relays it to the far end its flow.Dialer opens. Its methods are safe for
-// concurrent use.
+// Stack is a gVisor netstack on one NIC that intercepts every TCP
+// connection arriving on it and relays it to the far end its flow.Dialer
+// opens. Its methods are safe for concurrent use.
 type Stack struct {
 	cfg    Config
 	log    *slog.Logger
@@ -139,16 +139,13 @@ func (st *Stack) applyTCPOptions() tcpip.Error {
 	moderate := tcpip.TCPModerateReceiveBufferOption(!cfg.NoModerateReceiveBuffer)
 	cc := tcpip.CongestionControlOption(cfg.CongestionControl)
 	delay := tcpip.TCPDelayEnabled(false) // no Nagle: the far side already batched
-	// No TIME-WAIT (a timer of zero, which the clock's floor lets fire at
-	// once: see minTimer). The stack's end of a connection the server
-	// closed first waits there, while the client's end, the passive
-	// closer, may reuse its port at once; Linux would take the new SYN,
-	// but gVisor hands it only to a listening endpoint, and the stack's
-	// forwarder is none: the client's SYNs were dropped for gVisor's 60 s
-	// (TestPortReuseAfterServerClose). On the LAN side the old
-	// connection's stray segments die within the RTT; a FIN the client
-	// sends again (our last ACK lost) gets a reset, which ends its
-	// LAST-ACK as the ACK would have.
+	// No TIME-WAIT (a timer of zero: see minTimer). The client, the
+	// passive closer, may reuse its port at once, and gVisor hands a new
+	// SYN for a TIME-WAIT endpoint only to a listening endpoint, which the
+	// forwarder is not: the SYNs would be dropped for 60 s
+	// (TestPortReuseAfterServerClose). On the LAN stray segments die
+	// within the RTT; a FIN the client sends again gets a reset, which
+	// ends its LAST-ACK as the ACK would have.
 	timeWait := tcpip.TCPTimeWaitTimeoutOption(0)
 	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &moderate, &cc, &delay, &timeWait} {
 		if terr := st.s.SetTransportProtocolOption(tcp.ProtocolNumber, opt); terr != nil {

@@ -339,14 +339,11 @@ func TestCurl(t *testing.T) {
 
 // TestPortReuseAfterServerClose: a client that connects again from the
 // port of a connection the server closed first must be answered at once.
-// The stack's end of that connection closed first too, so it sits in
+// The stack's end of that connection closed first too, so it would sit in
 // TIME-WAIT, while the client's end, the passive closer, is free to reuse
-// the port (Linux does, for a destination it talks to often). gVisor hands
-// a new SYN that hits a TIME-WAIT endpoint only to a listening endpoint,
-// and the stack has none (its forwarder takes every SYN): with gVisor's
-// 60 s TIME-WAIT the SYN was dropped until it ended. In the lab an iperf
-// client then waited 3 s for one of its four streams, and iperf's server
-// gave up the other three (an "iperf moved 25 MiB of 100 MiB" run).
+// the port. gVisor hands a new SYN that hits a TIME-WAIT endpoint only to
+// a listening endpoint, which the forwarder is not, so with gVisor's 60 s
+// TIME-WAIT the SYN would be dropped until it ended.
 func TestPortReuseAfterServerClose(t *testing.T) {
 	addr := tcptest.Server(t, func(c *net.TCPConn) {
 		c.Write([]byte("bye"))

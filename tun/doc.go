@@ -3,8 +3,8 @@
 //
 // A Device carries IP packets without a packet-information header; by default
 // (offload, see Config.NoOffload) each starts with a virtio-net header. The
-// packets cross its raw, non-blocking file descriptor (Fd), which package
-// stack hands to gVisor's fdbased link endpoint.
+// packets cross its raw, non-blocking file descriptor (Fd), on which package
+// stack builds its link endpoint.
 //
 // On Linux, Open attaches to a persistent device created beforehand for the
 // service user (`ip tuntap add dev wan0 mode tun user U`), which needs no
@@ -30,19 +30,19 @@ var (
 	ErrUnsupported = errors.New("tun devices are not supported on this platform")
 )
 
-// DefaultMTU is the MTU Setup applies when none is given. The TUN MTU is the
-// setting that matters most for throughput through a userspace stack: with
-// this gVisor version a stack on a TUN terminated 12–16 Gbit/s at MTU 65535
-// and 1–2 Gbit/s at 1500. Use the largest MTU the LAN side allows (a TUN that
-// only carries locally generated or routed traffic can use 65535).
+// DefaultMTU is the MTU Setup applies when none is given. Without offload
+// the TUN MTU is the setting that matters most for throughput through a
+// userspace stack (TestThroughput in package stack): use the largest the
+// LAN side allows (a TUN that only carries locally generated or routed
+// traffic can use 65535).
 const DefaultMTU = 1500
 
 // MaxMTU is the largest MTU a Linux TUN device accepts.
 const MaxMTU = 65535
 
 // DefaultTxQueueLen is the transmit queue length Setup applies when none is
-// given. At MTU 1500 the kernel's default of 500 dropped packets on the way
-// from the stack to the client; 10000 removed the drops.
+// given: at MTU 1500 the kernel's default of 500 drops packets on the way
+// from the stack to the client.
 const DefaultTxQueueLen = 10000
 
 // Config says which device to open and how.
@@ -64,9 +64,8 @@ type Config struct {
 	// (false) the device is opened with IFF_VNET_HDR and checksum and TCP
 	// segmentation offload enabled: every packet read or written starts with
 	// a VirtioNetHdrLen-byte header, and TCP segments of up to 64 KiB cross
-	// the device whatever its MTU. Measured through package stack at MTU
-	// 1500, this is 4–5 times faster than plain packets; it needs no
-	// privilege.
+	// the device whatever its MTU, several times faster than plain packets
+	// at MTU 1500. It needs no privilege.
 	NoOffload bool
 }
 

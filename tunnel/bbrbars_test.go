@@ -9,25 +9,21 @@ import (
 	"github.com/wanopt/wanopt/internal/monotime"
 )
 
-// This file checks the BBR bars of the transport issue (bars 1 and 2, and
-// the ProbeRTT cost behind bar 1) on warm connections over netsim: link
-// ratio without loss from 1 to 200 ms, with 1 % random loss at 100 ms over
-// several seeds, with 0.5 % loss on a 600 ms 50 Mbit/s GEO path, and the
-// number of ProbeRTT episodes in 30 s at 250 ms.
+// This file checks the BBR bars on warm connections over netsim: link
+// ratio without loss from 1 to 200 ms, with 1 % random loss at 100 ms
+// over several seeds, with 0.5 % loss on a 600 ms 50 Mbit/s GEO path, and
+// the number of ProbeRTT episodes in 30 s at 250 ms.
 //
-// With WANOPT_BBR_BARS=1 the transfers have the issue's size (4 x 100 MB
+// With WANOPT_BBR_BARS=1 the transfers have the bars' size (4 x 100 MB
 // lossless, 4 x 50 MB lossy, more seeds) and the bars themselves are
-// asserted (link ratio >= 0.92 lossless, >= 0.85 lossy); that takes about
-// a minute of CPU, several under -race. By default the transfers are a
-// quarter of that and the floors lower: every new transfer pays a fixed
-// ramp (the first round trip; and on a path faster than the warm-up
-// measured, the streams' flow-control windows, 2 BDPs at open, doubling
-// per RTT) which weighs more on a short transfer.
-// The floors still catch what these tests are for: a collapse of BBR's
-// model under random loss (link ratios of 0.2-0.6 before) and ProbeRTT
-// running on a path whose min RTT is re-measured every cycle.
+// asserted (link ratio >= 0.92 lossless, >= 0.85 lossy); that takes
+// about a minute of CPU. By default the transfers are a quarter of that
+// and the floors lower, since every transfer pays a fixed ramp that
+// weighs more on a short one. The floors still catch a collapse of BBR's
+// model under random loss and ProbeRTT running on a path whose min RTT
+// is re-measured every cycle.
 
-// fullBars reports whether the issue-sized runs were asked for.
+// fullBars reports whether the full-sized runs were asked for.
 func fullBars() bool { return os.Getenv("WANOPT_BBR_BARS") != "" }
 
 // barFigures are what one measured transfer reports.

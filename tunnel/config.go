@@ -17,24 +17,22 @@ const (
 	// DefaultMaxUDPPayloadBytes keeps IPv4 packets within a 1500-byte MTU.
 	DefaultMaxUDPPayloadBytes = 1500 - ipv4UDPHeaderBytes
 	// MinUDPPayloadBytes is the smallest MaxUDPPayloadBytes accepted: a
-	// handshake initiation (113 bytes) and room for frames.
+	// handshake initiation (147 bytes) and room for frames.
 	MinUDPPayloadBytes = 256
 	// DefaultIdleTimeout closes a connection that heard nothing from its
 	// peer for this long. It is longer than Linux TCP's default
 	// retransmission budget (tcp_retries2 = 15: about 15.4 minutes), so a
-	// flow that would have outlived a WAN outage without wanopt outlives
-	// it with wanopt (RFC 3135 §4, fate sharing). A peer that restarted
-	// is noticed long before: REJECT tells a client, a new initiation a
-	// server (Conn.NewSuccessor).
+	// flow that would have outlived a WAN outage without wanopt outlives it
+	// with wanopt (RFC 3135 §4, fate sharing). A restarted peer is noticed
+	// long before: REJECT tells a client, a new initiation a server.
 	DefaultIdleTimeout = 20 * time.Minute
 	// DefaultRekeyAfter is WireGuard's REKEY_AFTER_TIME: a session's keys
 	// protect at most two minutes of traffic, so a key stolen from memory
 	// later opens little.
 	DefaultRekeyAfter = 120 * time.Second
 	// DefaultRekeyAfterPackets is the confidentiality limit RFC 9001
-	// (section 6.6) sets for AES-GCM: 2^23 packets under one key (about
-	// 12 GB of 1472-byte packets, two minutes at 800 Mbit/s). Applied to
-	// ChaCha20-Poly1305 too, which would allow far more.
+	// (section 6.6) sets for AES-GCM: 2^23 packets under one key, applied to
+	// ChaCha20-Poly1305 too.
 	DefaultRekeyAfterPackets = 1 << 23
 	// MaxKeepAliveInterval is the longest default keepalive interval; the
 	// default is min(MaxKeepAliveInterval, IdleTimeout/3).
@@ -43,30 +41,24 @@ const (
 	// interval; it doubles per attempt up to MaxHandshakeRetransmit.
 	DefaultHandshakeRetransmit = time.Second
 	// MaxHandshakeRetransmit bounds the handshake retransmission interval:
-	// an initiation (113 bytes) every second finds a returning path within
+	// an initiation (147 bytes) every second finds a returning path within
 	// a second, for a few bytes per second while it is down.
 	MaxHandshakeRetransmit = time.Second
 	// DefaultMaxStreams is the default limit of open streams per direction
 	// (opened by us, and opened by the peer).
 	DefaultMaxStreams = 4096
 	// DefaultInitialStreamWindowBytes is the stream receive window at open
-	// when Config.Stream.InitialStreamWindow is 0: 1 MiB, a 250 Mbit/s x
-	// 32 ms bandwidth-delay product, so that a new flow on a warm
-	// connection is not held to the stream package's 256 KiB (20 Mbit/s on
-	// a 100 ms path) during its first round trips, before auto-tuning.
-	// It is a floor granted regardless of the memory budget, so with
-	// MaxStreams streams the worst case is MaxStreams MiB. Once the
-	// connection has received stream data, new streams get more at once:
-	// twice the measured bandwidth-delay product, from the budget (see
-	// openwindow.go); this stays the window of a cold connection.
+	// on a cold connection when Config.Stream.InitialStreamWindow is 0:
+	// 1 MiB, a 250 Mbit/s × 32 ms bandwidth-delay product, so a new flow is
+	// not held to the stream package's 256 KiB before auto-tuning. It is a
+	// floor granted regardless of the memory budget, so the worst case is
+	// MaxStreams MiB. A warm connection grants more (openwindow.go).
 	DefaultInitialStreamWindowBytes = 1 << 20
 	// DefaultMaxDatagramQueue is how many outgoing and incoming datagrams
-	// wait at most; more are dropped. Outgoing ones wait for the pacer:
-	// after an edge was off the CPU for a while, what the TUN held for it
-	// (up to 500 packets) comes at once. 1,024 is a Linux interface's
-	// default queue (txqueuelen 1000): 200 ms of 50 Mbit/s of 1,200-byte
-	// datagrams, about 1.5 MB each way at most. 128 dropped 76-445 of
-	// iperf3's datagrams in 5 s at 50 Mbit/s beside CI's tests.
+	// wait at most; more are dropped. Outgoing ones wait for the pacer, and
+	// after an edge was off the CPU what the TUN held for it comes at once.
+	// 1,024 is a Linux interface's default queue (txqueuelen 1000): 200 ms
+	// of 50 Mbit/s of 1,200-byte datagrams.
 	DefaultMaxDatagramQueue = 1024
 )
 
@@ -79,13 +71,11 @@ const ipv4UDPHeaderBytes = 20 + 8
 const ipv6UDPHeaderBytes = 40 + 8
 
 // MaxUDPPayloadBytesFor is the MaxUDPPayloadBytes that keeps the tunnel's
-// packets to or from peer within a 1500-byte MTU: DefaultMaxUDPPayloadBytes
-// (1,472) for an IPv4 peer (also written IPv4-mapped), 1,452 for an IPv6
-// one. With the IPv4 default every full-size packet to an IPv6 peer is
-// 1,520 bytes on the wire, and Linux refuses to send it (EMSGSIZE): such a
-// tunnel comes up but carries no bulk data. For a socket on every address
-// ([::], whose peer may be of either family) it is the IPv6 size, which
-// fits both; the driver still receives datagrams up to the IPv4 size.
+// packets to or from peer within a 1500-byte MTU: 1,472 for an IPv4 peer
+// (also written IPv4-mapped), 1,452 for an IPv6 one, for which the IPv4
+// size would make every full packet too big to send (EMSGSIZE). For a
+// socket on every address ([::]) it is the IPv6 size, which fits both;
+// the driver still receives datagrams up to the IPv4 size.
 func MaxUDPPayloadBytesFor(peer netip.Addr) int {
 	return MaxUDPPayloadBytesForMTU(peer, 1500)
 }
@@ -137,12 +127,10 @@ type Config struct {
 	// connect. Nil allows exactly PeerPublicKey.
 	AllowPeer func(crypt.PublicKey) bool
 	// HandshakeTimestamp orders handshakes from one client key; the driver
-	// passes wall-clock Unix nanoseconds (time.Now().UnixNano()) at the
-	// Conn's creation so that it increases across restarts (see
-	// crypt.Timestamp). Each initiation carries it plus the time since the
-	// Conn was created, so every one is fresh and a responder never
-	// answers one twice. Tests pass any constant. Required for a client
-	// (nonzero).
+	// passes wall-clock Unix nanoseconds at the Conn's creation so that it
+	// increases across restarts (see crypt.Timestamp). Each initiation
+	// carries it plus the time since the Conn was created, so every one is
+	// fresh. Tests pass any constant. Required for a client (nonzero).
 	HandshakeTimestamp crypt.Timestamp
 	// RekeyAfter (client) is how long a session's keys last: then the
 	// client handshakes again inside the connection and both sides switch
@@ -153,14 +141,13 @@ type Config struct {
 	RekeyAfterPackets uint64
 	// Resume (client) tells the server that this Conn's client still holds
 	// an established session with it (crypt.Initiator.SetResume): the
-	// driver's handshake after a REJECT, which a live server (the REJECT
-	// was forged) declines, while a restarted one answers it.
+	// handshake after a REJECT, which a live server (the REJECT was forged)
+	// declines and a restarted one answers.
 	Resume bool
 	// Timestamps (server) is the memory of the newest initiation accepted
 	// from each client key. A server that passes one memory to every Conn
-	// it creates (the edge keeps one for its process's life) never answers
-	// an initiation twice, whatever happened to the Conns in between; nil:
-	// each Conn remembers only its own.
+	// (the edge keeps one for its process's life) never answers an
+	// initiation twice; nil: each Conn remembers only its own.
 	Timestamps *crypt.Timestamps
 
 	// MaxUDPPayloadBytes is the largest datagram the connection emits
@@ -174,20 +161,18 @@ type Config struct {
 	// FixedRateBps is the sending rate of CCFixed, in bits per second.
 	FixedRateBps uint64
 	// InitialBandwidthBps, if set, is the WAN's bottleneck rate as the
-	// operator knows it, in bits of IP packets per second (as link rates
-	// are quoted): BBR starts from it, less the IP and UDP headers,
-	// instead of probing up from ten packets (cc.BBRConfig.InitialBwBps),
-	// so a new tunnel on a long path fills it within a round trip or two.
-	// 0: probe.
+	// operator knows it, in bits of IP packets per second: BBR starts from
+	// it, less the IP and UDP headers, instead of probing up from ten
+	// packets (cc.BBRConfig.InitialBwBps). 0: probe.
 	InitialBandwidthBps uint64
 	// IdleTimeout closes the connection after this long without an
 	// authenticated packet from the peer; it also bounds the handshake
 	// (DefaultIdleTimeout if 0).
 	IdleTimeout time.Duration
 	// KeepAliveInterval: when no ack-eliciting packet was sent for this
-	// long, a PING is sent, so an idle connection is not timed out by the
-	// peer and middlebox NAT state stays alive. 0 means
-	// min(MaxKeepAliveInterval, IdleTimeout/3); negative disables.
+	// long, a PING is sent, so the peer does not time out and NAT state
+	// stays alive. 0 means min(MaxKeepAliveInterval, IdleTimeout/3);
+	// negative disables.
 	KeepAliveInterval time.Duration
 	// MaxStreams bounds the open streams per direction
 	// (DefaultMaxStreams if 0).
@@ -201,8 +186,7 @@ type Config struct {
 	Stream stream.Config
 
 	// Rand supplies handshake ephemeral keys, session indexes and the
-	// controller's randomness (crypto/rand.Reader if nil). Tests pass a
-	// seeded source for reproducible runs.
+	// controller's randomness (crypto/rand.Reader if nil).
 	Rand io.Reader
 	// Logger receives connection-level events (never keys); nil discards.
 	Logger *slog.Logger

@@ -157,14 +157,12 @@ func NewClientConn(cfg Config, now monotime.Time) (*Conn, error) {
 // NewServerConn returns the responding end of a tunnel. It answers the
 // first handshake initiation that authenticates and comes from a key
 // cfg.AllowPeer accepts (or cfg.PeerPublicKey); anything else is dropped
-// without an answer. The handshake response is never longer than the
-// initiation, and nothing else is sent until the client's first data packet
-// has authenticated (then EventEstablished is reported), so a spoofed or
-// replayed initiation cannot be used for amplification. A repeated
-// initiation from the client (its response was lost) is answered with a
-// fresh session as long as the client has not confirmed the previous one;
-// after that, initiations are dropped (a restarted client is served by a
-// successor, see NewSuccessor). With no client for
+// unanswered. The response is never longer than the initiation, and
+// nothing else is sent until the client's first data packet has
+// authenticated (then EventEstablished is reported), so a spoofed or
+// replayed initiation cannot amplify. A repeated initiation (its response
+// was lost) gets a fresh session until the client confirms one; after
+// that, initiations are dropped (see NewSuccessor). With no client for
 // cfg.IdleTimeout it closes with ErrHandshakeTimeout.
 func NewServerConn(cfg Config, now monotime.Time) (*Conn, error) {
 	cfg, err := cfg.withDefaults(false)
@@ -272,8 +270,7 @@ func (c *Conn) Closed() bool { return c.state >= stateClosing }
 // per second) to at most capBps from now on; 0 lifts the cap. Below the
 // controller's own rate, the cap paces the packets and the controller
 // takes them as application-limited, so its model of the path survives
-// the cap (see recovery.Sender.SetRateCap). A hub that divides a link of
-// known rate among its tunnels sets it.
+// (see recovery.Sender.SetRateCap). A hub dividing a link sets it.
 func (c *Conn) SetRateCap(now monotime.Time, capBps uint64) {
 	c.rateCapBps = capBps
 	if c.sender != nil {
@@ -348,11 +345,11 @@ func (c *Conn) HandleDatagram(now monotime.Time, b []byte) {
 }
 
 // AppendReject appends to buf the REJECT answering b, a datagram given to
-// HandleDatagram, when b is a data packet for a session this Conn does not
-// hold (a server that restarted gets those from the clients of its former
-// life); otherwise it returns buf unchanged. The REJECT names b's receiver
-// index and is never larger than b. It is an unauthenticated hint, sent by
-// the caller to b's source; the caller rate-limits it.
+// HandleDatagram, when b is a data packet for a session this Conn does
+// not hold (a restarted server gets those from its former clients);
+// otherwise it returns buf unchanged. The REJECT names b's receiver index
+// and is never larger than b. It is an unauthenticated hint, sent by the
+// caller to b's source; the caller rate-limits it.
 func (c *Conn) AppendReject(buf, b []byte) []byte {
 	hdr, off, err := wire.ParseHeader(b)
 	if err != nil || hdr.Type != wire.PacketData || len(b) < off+wire.RejectHeaderLen {
@@ -374,10 +371,9 @@ func (c *Conn) IsHandshakeResponse(b []byte) bool {
 
 // IsHandshakeInitiation reports whether b is a handshake initiation: the
 // datagram a restarted client sends to a server that still holds its old
-// session (see NewSuccessor). A server's driver asks it of every datagram,
-// so it looks at the type byte and the length only (which also keeps
-// truncated junk from costing a successor); the Conn that gets b
-// authenticates it.
+// session (see NewSuccessor). It looks at the type byte and the length
+// only, since a server's driver asks it of every datagram; the Conn that
+// gets b authenticates it.
 func IsHandshakeInitiation(b []byte) bool {
 	return len(b) == InitiationSize && b[0] == byte(wire.PacketHandshakeInit)
 }
@@ -402,13 +398,11 @@ func (c *Conn) PeerResuming() bool { return !c.client && c.sess != nil && c.sess
 
 // NewSuccessor (server) returns a fresh server Conn with c's configuration
 // that shares c's handshake replay memory: it answers only an initiation
-// newer than every one c accepted. A server's Conn drops initiations once
-// established, so a client that restarted (new process, new timestamp)
-// would otherwise wait for the idle timeout, which is long so that flows
-// outlive WAN outages. The driver feeds such an initiation to the
-// successor and replaces c with it once the client confirms the new keys;
-// a replayed old initiation is refused by the shared memory and changes
-// nothing.
+// newer than every one c accepted. An established Conn drops
+// initiations, so a restarted client would otherwise wait for the long
+// idle timeout. The driver feeds such an initiation to the successor and
+// replaces c with it once the client confirms the new keys; a replayed
+// old initiation is refused and changes nothing.
 func (c *Conn) NewSuccessor(now monotime.Time) (*Conn, error) {
 	if c.client {
 		return nil, fmt.Errorf("%w: NewSuccessor is for a server Conn", ErrConfig)
@@ -624,7 +618,7 @@ func (c *Conn) terminate(err error) {
 	c.pacingWake = 0
 }
 
-// idleTimeout returns when the idle timer fires.
+// idleDeadline returns when the idle timer fires.
 func (c *Conn) idleDeadline() monotime.Time { return c.idleStart.Add(c.cfg.IdleTimeout) }
 
 // HandleTimeout runs the timers due at now: handshake retransmission and

@@ -47,10 +47,9 @@ const (
 	// EventDatagram: a datagram arrived; Data holds it.
 	EventDatagram
 	// EventRejected (client): a REJECT arrived naming this session's
-	// remote index: the server says it holds no such session, as after a
-	// restart. REJECT is unauthenticated: the session stays as it is; the
-	// application may start a new handshake (a new Conn) and switch to it
-	// once that authenticates.
+	// remote index, as after a server restart. REJECT is unauthenticated:
+	// the session stays; the application may handshake in a new Conn and
+	// switch to it once that authenticates.
 	EventRejected
 )
 

@@ -23,10 +23,10 @@ const (
 )
 
 // The gate's limits. An initiation costs its responder two X25519
-// operations, about 130 µs on this project's machines: an unchecked flood
-// of 8,000 a second saturated a core. Legitimate initiations are rare (a
-// peer dials, restarts, or retransmits once a second), so the limits are
-// far above what peers need and far below what hurts.
+// operations (BenchmarkHandshake), so an unchecked flood saturates a
+// core. Legitimate initiations are rare (a peer dials, restarts, or
+// retransmits once a second): the limits are far above what peers need
+// and far below what hurts.
 const (
 	// gateLoadRate: above this many initiations a second (over all
 	// sources) the server is under load and wants mac2; it stays so for
@@ -40,8 +40,8 @@ const (
 	gateSourceBurst = 8.0
 	gateCookieRate  = 2.0
 	gateCookieBurst = 4.0
-	// gateGlobalRate bounds the Diffie-Hellmans a second over all sources
-	// (about 7 % of a core), gateGlobalCookies the cookie replies.
+	// gateGlobalRate bounds the Diffie-Hellmans a second over all sources,
+	// gateGlobalCookies the cookie replies.
 	gateGlobalRate    = 500.0
 	gateGlobalCookies = 5000.0
 	// gateMaxSources bounds the sources remembered; when full the table

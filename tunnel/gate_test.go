@@ -106,7 +106,7 @@ func TestHandshakeGate(t *testing.T) {
 
 // BenchmarkGateFlood is a responder's cost for one initiation of a flood
 // from a source that does not answer cookies: mac1 checked, over the
-// source's cookie budget, dropped. No Diffie-Hellman (about 130 µs).
+// source's cookie budget, dropped, with no Diffie-Hellman.
 func BenchmarkGateFlood(b *testing.B) {
 	_, server := testKeys(b, 1)
 	g := NewHandshakeGate(server, seededReader(2))

@@ -9,39 +9,24 @@ import (
 
 // Sizing a new stream's receive window.
 //
-// A stream opened on a warm connection should start at the path's rate, not
-// at the initial window (1 MiB: 33 Mbit/s at 250 ms) while auto-tuning
-// doubles it once per round trip. So the receiving side of a new stream
-// grants at once, with STREAM_OPEN (the opener's receive side) or with
-// OPEN_RESULT (the acceptor's), a window of
+// A stream opened on a warm connection should start at the path's rate,
+// not at the initial window while auto-tuning doubles it once per round
+// trip. So its receiving side grants at once, with STREAM_OPEN or
+// OPEN_RESULT,
 //
 //	clamp(openWindowBDPs x bw x srtt, InitialStreamWindow, MaxStreamWindow)
 //
-// where bw is the rate at which the peer has delivered stream data to this
-// end (recvRate) and srtt the connection's smoothed RTT. The credit is
-// reserved from the memory budget, at most half of what is free per
-// stream (Config.Stream.BudgetBytes), so a burst of opens shares it: the
-// k-th stream of a burst gets at most 2^-k of it, and the total never goes
-// beyond the budget (the initial windows stay the only floor). The
-// connection window is raised to 1.5 times the stream's, as auto-tuning
-// does.
+// where bw is the rate at which the peer has delivered stream data to
+// this end (recvRate). The credit comes from the memory budget, at most
+// half of what is free per stream, so a burst of opens never exceeds it;
+// the connection window is raised to 1.5 times the stream's.
 //
-// Why the receive rate and not the local controller's bandwidth estimate:
-// a receive window bounds what the peer sends to us, so what matters is
-// the path from the peer, and the receiver measures exactly that. The local
-// controller estimates the other direction: on an asymmetric path
-// (satellite, DSL) it is the wrong figure, and on a one-way transfer the
-// receiving end sends only ACKs and credit, so its controller is
-// app-limited and knows little. A sizing from the local estimate would
-// also reserve memory for directions that carry nothing (an upload's
-// opener granting itself download credit), taking budget from the send
-// buffers that do carry data. The receive rate is a lower bound of the
-// path's (the peer may have been application-limited), which errs on the
-// side of the cold behaviour: auto-tuning then grows the window as before.
-// A connection that has received no stream data yet (cold, or one-way the
-// other way) keeps the initial window, unless the operator gave the WAN's
-// rate (Config.InitialBandwidthBps), which then stands in for the
-// measurement.
+// The receive rate, not the local controller's estimate, because a
+// receive window bounds what the peer sends: the local controller
+// measures the other direction, wrong on an asymmetric path and
+// app-limited on a one-way transfer. A connection that has received no
+// stream data keeps the initial window, unless Config.InitialBandwidthBps
+// stands in for the measurement.
 
 // openWindowBDPs is the new stream's window in bandwidth-delay products:
 // auto-tuning settles between 2 and 4 (see stream's autoTuneRTTs), and a
@@ -103,10 +88,8 @@ func (c *Conn) openWindow() uint64 {
 	}
 	bw, srtt := c.rxRate.bytesPerSecond(), c.rtt.SmoothedRTT()
 	if bw == 0 {
-		// Nothing received yet: the operator's rate, if given
-		// (Config.InitialBandwidthBps), stands in for the measurement,
-		// so that a new tunnel's first streams are not held to the
-		// initial window while the controller already sends at the rate.
+		// Nothing received yet: the operator's rate, if given, stands in
+		// for the measurement.
 		bw = c.cfg.InitialBandwidthBps / 8
 	}
 	if bw == 0 || srtt <= 0 {

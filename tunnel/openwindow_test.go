@@ -93,10 +93,10 @@ func rampRTTs(t *testing.T, n *testNet, path pathConfig, download, dropOpen bool
 
 // TestNewStreamRampWarm is bar 3 on the long path: on a warm connection a
 // new stream reaches 80 % of the link within 2 RTTs of its OPEN_RESULT,
-// because its receiver grants a window of 2 BDPs at open instead of the
-// initial 1 MiB (33 Mbit/s at 250 ms): with OPEN_RESULT when the acceptor
-// receives (upload), with STREAM_OPEN when the opener does (download). When
-// the packet with STREAM_OPEN is lost, the credit is sent again with it.
+// because its receiver grants 2 BDPs at open instead of the initial
+// 1 MiB: with OPEN_RESULT when the acceptor receives (upload), with
+// STREAM_OPEN when the opener does (download). When the packet with
+// STREAM_OPEN is lost, the credit is sent again with it.
 func TestNewStreamRampWarm(t *testing.T) {
 	for _, tc := range []struct {
 		name               string
@@ -256,11 +256,10 @@ func TestOpenWindowsLossy(t *testing.T) {
 	}
 }
 
-// TestThroughputWarmLongPath is bar 1 at 250 ms, the transfer: 4
-// streams x 100 MB on a warm 250 Mbit/s connection reach a link ratio of
-// 0.92 (0.914 with the fixed 1 MiB window at open). With -short the
-// streams carry 25 MB and the floor is 0.90: the fixed ramp of the
-// transfer's first round trip weighs four times more.
+// TestThroughputWarmLongPath is bar 1 at 250 ms: 4 streams x 100 MB on a
+// warm 250 Mbit/s connection reach a link ratio of 0.92. With -short the
+// streams carry 25 MB and the floor is 0.90, as the first round trip's
+// ramp weighs four times more.
 func TestThroughputWarmLongPath(t *testing.T) {
 	perStream, floor := 100<<20, 0.92
 	if testing.Short() {

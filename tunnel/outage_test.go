@@ -142,8 +142,8 @@ func outageRecovery(t *testing.T, seed uint64, path pathConfig, outage time.Dura
 func TestOutageRecoveryTime(t *testing.T) {
 	path := pathConfig{rateBps: 100_000_000, rtt: 100 * time.Millisecond}
 	long := func(cli, srv *Config) { cli.IdleTimeout, srv.IdleTimeout = 10*time.Minute, 10*time.Minute }
-	// 6 minutes: longer than the 5 the robustness bar asks a flow to
-	// survive (Linux TCP gives up after about 15).
+	// 6 minutes: longer than the 5 a flow must survive (Linux TCP gives
+	// up after about 15).
 	for _, outage := range []time.Duration{5 * time.Second, 60 * time.Second, 6 * time.Minute} {
 		if r := outageRecovery(t, 31, path, outage, long); r == 0 || r > 2*time.Second {
 			t.Errorf("%v outage: back to 80%% of the link %v after it returned, want within 2 s", outage, r)

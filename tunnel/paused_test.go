@@ -53,15 +53,11 @@ func pausedRun(t *testing.T, rateBps int64, rtt time.Duration, paused, stopAt, p
 }
 
 // TestPausedStreamsDoNotStallOthers: streams whose application stops
-// reading (clients that asked for more than they read) must leave the
-// connection's other streams their credit. Three streams on a 1 Gbit/s,
-// 2 ms path; the server sends 48 MiB on each; the client reads 8 MiB of
-// two and stops, and reads the third to its end. On so short a path the
-// connection window stays near its floor (1.5 times the largest stream
-// window), and when bytes counted against it until read, the two paused
-// streams took all of it: the third stalled for good at 10 of its 48 MiB.
-// It must now end within twice the time the link needs for its bytes
-// alone.
+// reading must leave the connection's other streams their credit. Three
+// streams on a 1 Gbit/s, 2 ms path, where the connection window stays
+// near its floor; the server sends 48 MiB on each; the client reads
+// 8 MiB of two and stops, and reads the third to its end, which must end
+// within twice the time the link needs for its bytes alone.
 func TestPausedStreamsDoNotStallOthers(t *testing.T) {
 	took, alone := pausedRun(t, 1_000_000_000, 2*time.Millisecond, 2, 8<<20, 48<<20, 30*time.Second)
 	t.Logf("the live stream's last bytes took %v beside two paused streams (%v alone on the link)", took, alone)
@@ -71,13 +67,10 @@ func TestPausedStreamsDoNotStallOthers(t *testing.T) {
 }
 
 // TestPausedStreamsTakeNoSendShare: the sender's streams that the peer's
-// credit blocks must not take shares of the send cap (about two
-// congestion windows, shared by the streams holding bytes). Sixteen
-// streams on a 250 Mbit/s, 100 ms path are read to 8 MiB and stop; the
-// seventeenth is read to its end (48 MiB). When every holder counted, the
-// live stream could hold a seventeenth of the cap and moved its last
-// 40 MiB in 6.1 s where the link needs 1.3 (now 2.6); it must take at
-// most 2.5 times the link's time.
+// credit blocks must not take shares of the send cap. Sixteen streams on
+// a 250 Mbit/s, 100 ms path are read to 8 MiB and stop; the seventeenth
+// is read to its end (48 MiB) and must take at most 2.5 times the
+// link's time.
 func TestPausedStreamsTakeNoSendShare(t *testing.T) {
 	took, alone := pausedRun(t, 250_000_000, 100*time.Millisecond, 16, 8<<20, 48<<20, 60*time.Second)
 	t.Logf("the live stream's last bytes took %v beside sixteen paused streams (%v alone on the link)", took, alone)

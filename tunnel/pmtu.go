@@ -18,10 +18,8 @@ const (
 	// this many times in a row is taken as too big for the path.
 	PMTUMaxProbes = 3
 	// PMTURaiseInterval is how long a search that ended below the ceiling
-	// (Config.MaxUDPPayloadBytes) waits before searching again, so a path
-	// whose MTU grew is found within it (RFC 8899's PMTU_RAISE_TIMER is
-	// 600 s; a tunnel outlives routing changes, and a search costs a few
-	// small probes).
+	// waits before searching again (RFC 8899's PMTU_RAISE_TIMER is 600 s;
+	// a tunnel outlives routing changes, and a search costs a few probes).
 	PMTURaiseInterval = 30 * time.Second
 	// pmtuBlackHoleLosses is how many packets larger than the base,
 	// lost with none of them acknowledged in between, while a packet no
@@ -138,10 +136,9 @@ func (m *pmtud) onProbeAcked(id uint64, size int, now monotime.Time) bool {
 		return false // stale: a larger size is confirmed already
 	}
 	if size >= m.hi {
-		// The ACK came after the probes of this size were given up on
-		// (a queue delayed it past their timeouts): the path carries it
-		// after all. Sizes between it and the old hi stay unknown until
-		// the next search (PMTURaiseInterval).
+		// The ACK came after the probes of this size were given up on: the
+		// path carries it after all. Sizes above it stay unknown until the
+		// next search.
 		m.hi = size + 1
 	}
 	m.size = size

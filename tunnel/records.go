@@ -31,11 +31,10 @@ type sentFrame struct {
 
 // recordRing holds the frame records of packets in flight, in sending
 // order. A packet's records are consecutive; its token (see
-// recovery.Sender) is the sequence number of its first record shifted left
-// by tokenCountBits+1, ORed with tokenBigBit when the packet was larger
-// than the path MTU search's base size, and with their count. Packets resolve out of order,
-// so a record leaves the ring only when every older record is resolved.
-// The ring doubles when full, so in steady state it does not allocate.
+// recovery.Sender) packs its first record's sequence number, their count
+// and tokenBigBit (see token). Packets resolve out of order, so a record
+// leaves the ring only when every older record is resolved. The ring
+// doubles when full, so in steady state it does not allocate.
 type recordRing struct {
 	q    ring.Ring[sentFrame] // records [base, base+q.Len())
 	base uint64               // sequence number of q's front
@@ -94,11 +93,9 @@ func untoken(t uint64) (first uint64, n int, big bool) {
 // idWindow is the set of stream indexes (stream ID >> 1) the peer has
 // opened: every index below base, and those marked in a window of bits
 // above it. A peer opens its streams in order, so the window only holds
-// the opens that overtook a lost or late one; one more than the window
-// ahead of the lowest unopened index is refused (the peer is then closed
-// for breaking the stream limit, as QUIC's MAX_STREAMS would), so a peer
-// sending gapped or descending IDs costs a fixed few kilobytes and
-// constant time per open.
+// the opens that overtook a lost or late one; an open beyond the window
+// is refused (the peer is closed for breaking the stream limit), so
+// gapped or descending IDs cost a fixed few kilobytes and constant time.
 type idWindow struct {
 	base uint64   // a multiple of 64: every index below it is in the set
 	bits []uint64 // a ring of words; bits[head] covers [base, base+64)

@@ -8,16 +8,14 @@ import (
 // Rekeying. After Config.RekeyAfter (or RekeyAfterPackets sealed) the
 // client handshakes again inside the established connection, with the
 // rekey flag and a new index, while both sides go on with the old keys.
-// The server's driver answers through a successor Conn that shares the
-// replay memory and hands the new session to the established Conn
-// (AcceptRekey), which sends the answer and keeps using the old keys until
-// the client's first packet under the new ones (key confirmation). The
-// client switches when the answer arrives. Each side keeps the previous
-// session to open packets still in flight. Streams, loss recovery and
-// congestion control never notice: packet numbers go on from where they
-// were, under the new keys. An answer without the rekeyed flag means the
-// server no longer holds the connection (it restarted): the client closes
-// with ErrPeerLostSession and its owner reconnects.
+// The server's driver answers through a successor Conn and hands the new
+// session to the established Conn (AcceptRekey), which sends the answer
+// and keeps the old keys until the client's first packet under the new
+// ones. The client switches when the answer arrives. Each side keeps the
+// previous session to open packets still in flight; packet numbers, and
+// so streams, loss recovery and congestion control, go on. An answer
+// without the rekeyed flag means the server restarted: the client closes
+// with ErrPeerLostSession.
 
 // scheduleRekey sets when the client's current session is due for a rekey.
 func (c *Conn) scheduleRekey(now monotime.Time) {

@@ -43,11 +43,8 @@ func bulkBothWays(t *testing.T, path pathConfig, streams, up, down int) (upMbps,
 }
 
 // TestSendCapBothWays: bulk data both ways at once moves each way about
-// as fast as alone. Without the send cap each end's send streams took the
-// whole memory budget, and the receive windows of the other direction
-// stayed near their floors: the upload below went at 164 Mbit/s beside
-// the download instead of 227 alone (the download, on a direction not
-// warmed up, 181 either way).
+// as fast as alone: each end's send streams must not take the memory
+// budget the other direction's receive windows grow from.
 func TestSendCapBothWays(t *testing.T) {
 	path := pathConfig{rateBps: 250_000_000, rtt: 200 * time.Millisecond}
 	const streams, size = 4, 40 << 20
@@ -62,9 +59,9 @@ func TestSendCapBothWays(t *testing.T) {
 }
 
 // TestSendCapShortPath: on a short path the sender holds a few
-// megabytes of data, not its whole budget (64 MiB here, all of it held
-// before the cap), and still fills the link. The bound leaves room for
-// the cap's 4 MiB, the streams' receive windows and the warm-up's.
+// megabytes of data, not its whole budget (64 MiB here), and still fills
+// the link. The bound leaves room for the cap's 4 MiB, the streams'
+// receive windows and the warm-up's.
 func TestSendCapShortPath(t *testing.T) {
 	path := pathConfig{rateBps: 250_000_000, rtt: 2 * time.Millisecond}
 	const streams, size = 4, 20 << 20

@@ -157,9 +157,7 @@ func (st *streamState) wantsSched() bool {
 }
 
 // scheduleAll schedules every stream with data to send, in ID order: the
-// map's order is random, and the order streams are served in must not
-// be, or two runs of the simulator differ (they did, by up to 0.02 of
-// the link in wanbench sim --bars).
+// map's order is random, and the simulator's runs must be reproducible.
 func (c *Conn) scheduleAll() {
 	ready := c.readyScratch[:0]
 	for _, st := range c.streams {
@@ -210,9 +208,8 @@ func (c *Conn) stream(id uint64) (*streamState, error) {
 // OpenStream opens a TCP stream for a flow from src to dst: it sends
 // STREAM_OPEN and returns the new stream's ID. The peer answers with
 // OPEN_RESULT, reported as EventOpenResult. Bytes written before the
-// answer are buffered and sent only after wire.OpenOK (the far edge
-// connects to the destination first, so that a refused connection gets no
-// data); data from the peer is accepted at once. Errors wrap
+// answer are sent only after wire.OpenOK, so a refused connection gets no
+// data; data from the peer is accepted at once. Errors wrap
 // ErrNotEstablished, ErrClosed or ErrStreamLimit.
 func (c *Conn) OpenStream(now monotime.Time, src, dst netip.AddrPort) (uint64, error) {
 	return c.OpenStreamProto(now, wire.ProtoTCP, src, dst)
@@ -297,14 +294,13 @@ func (c *Conn) StreamWrite(id uint64, p []byte) (int, error) {
 
 // StreamLend lends room at the end of the stream's send buffer, up to want
 // bytes, as slices appended to dst[:0]: the caller fills them (on any
-// goroutine) and passes the count to StreamCommit, which must follow before
-// the next StreamWrite or StreamLend; the bytes are then the stream's, with
-// no copy. It lends nothing while there is room for fewer than atLeast
-// bytes (at most the stream's Config.MinSendBufferBytes, which it always
+// goroutine) and passes the count to StreamCommit, which must follow
+// before the next StreamWrite or StreamLend; the bytes are then the
+// stream's, with no copy. It lends nothing while there is room for fewer
+// than atLeast bytes (at most Config.MinSendBufferBytes, which it always
 // has once its bytes are acknowledged): EventStreamWritable follows once
-// there is room for that many. A caller that reads a socket into the room
-// then reads large pieces, not one per acknowledgment. Errors are
-// StreamWrite's. See stream.SendStream.Lend.
+// there is room for that many. Errors are StreamWrite's. See
+// stream.SendStream.Lend.
 func (c *Conn) StreamLend(id uint64, dst [][]byte, want, atLeast int) ([][]byte, error) {
 	st, err := c.stream(id)
 	if err != nil {
@@ -360,10 +356,9 @@ func (c *Conn) StreamCloseWrite(id uint64) error {
 
 // StreamRead copies in-order bytes into p. fin is true once every byte up
 // to the peer's FIN has been read. It returns (0, false, nil) when nothing
-// is readable yet. EventStreamReadable is reported again once more arrives,
-// provided this call returned fewer than len(p) bytes. After the
-// peer reset the stream it returns an error wrapping ErrStreamState. Errors
-// also wrap ErrUnknownStream.
+// is readable yet; EventStreamReadable comes again once more arrives if
+// this call returned fewer than len(p) bytes. After the peer reset the
+// stream, errors wrap ErrStreamState; also ErrUnknownStream.
 func (c *Conn) StreamRead(id uint64, p []byte) (n int, fin bool, err error) {
 	st, err := c.stream(id)
 	if err != nil {
@@ -398,12 +393,11 @@ func (c *Conn) creditDue(st *streamState) {
 
 // StreamReadInto lends p to stream id's receiving half for a read that
 // waits for data (package driver's parked reads): while p has room,
-// STREAM frames that arrive in order with nothing before them to read are
-// copied straight into p, as StreamRead would copy them later, and
-// EventStreamReadable reports them. It returns the bytes the previous lend
-// took, which the caller must count as read: every byte before them has
-// been read. p nil ends the lending; the caller must end it before it
-// uses p. An unknown stream took nothing.
+// STREAM frames that arrive in order with nothing before them to read
+// are copied straight into p, and EventStreamReadable reports them. It
+// returns the bytes the previous lend took, which the caller must count
+// as read. p nil ends the lending; the caller must end it before it uses
+// p. An unknown stream took nothing.
 func (c *Conn) StreamReadInto(id uint64, p []byte) (taken int) {
 	st, err := c.stream(id)
 	if err != nil {

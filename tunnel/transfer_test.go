@@ -84,9 +84,9 @@ func waitForgotten(t *testing.T, n *testNet) {
 // StreamWrite arrive whole over a path that loses, reorders and
 // duplicates (retransmissions come from what was lent), every room lent
 // but a stream's last holds at least the 32 KiB asked for, an
-// EventStreamWritable finds that much room (nearly always: the send cap's
-// share of a stream can shrink in between, as other streams start
-// holding bytes), and the streams are forgotten at the end.
+// EventStreamWritable nearly always finds that much room (the send cap's
+// share of a stream can shrink in between), and the streams are
+// forgotten at the end.
 func TestIntegrityLent(t *testing.T) {
 	const streams, perStream, seed = 4, 4 << 20, 5
 	path := pathConfig{rateBps: 250_000_000, rtt: 50 * time.Millisecond,
@@ -152,8 +152,6 @@ func TestIntegrityReadInto(t *testing.T) {
 // left Startup.
 func warmUp(t *testing.T, n *testNet, seed uint64, path pathConfig) {
 	t.Helper()
-	// Warm-up: streams of 20 BDPs from client to server until BBR has left
-	// Startup.
 	bdp := int(float64(path.rateBps) / 8 * path.rtt.Seconds())
 	for i := 0; ; i++ {
 		cli, srv := bulkNet(n, 20*bdp, false, 0)
@@ -174,8 +172,8 @@ func warmUp(t *testing.T, n *testNet, seed uint64, path pathConfig) {
 	}
 }
 
-// measure runs a timed bulk phase on a warm connection and returns the
-// application goodput as a fraction of the link rate.
+// measureLinkRatio runs a timed bulk phase on a warm connection and
+// returns the application goodput as a fraction of the link rate.
 func measureLinkRatio(t *testing.T, seed uint64, path pathConfig, streams, perStream int, mod func(cli, srv *Config)) float64 {
 	t.Helper()
 	n := newTestNet(t, seed, path, mod)
@@ -229,9 +227,9 @@ func TestThroughputWarmBBR(t *testing.T) {
 }
 
 // TestThroughputWarmBBRLoss measures the same transfer over 1 % random
-// loss each way: the project bar is a link ratio of 0.85. BBR must treat
-// random loss below its 2 % threshold as noise, not congestion (see cc's
-// loss handling).
+// loss each way: the bar is a link ratio of 0.85. BBR must treat random
+// loss below its 2 % threshold as noise, not congestion (see cc's loss
+// handling).
 func TestThroughputWarmBBRLoss(t *testing.T) {
 	perStream := 50 << 20
 	if testing.Short() {
@@ -247,8 +245,7 @@ func TestThroughputWarmBBRLoss(t *testing.T) {
 // threshold that is the path's, not congestion: 3 % random, and 2 % in
 // bursts of 3 packets on average (Gilbert–Elliott), each way, at
 // 250 Mbit/s and 100 ms. BBR learns the random loss in its quiet rounds
-// (cc's randomLossRate); before, the tunnel fell to 1.8 and 25.6 Mbit/s.
-// The bar for burst loss is 0.75 of the link.
+// (cc's randomLossRate). The bar for burst loss is 0.75 of the link.
 func TestThroughputWarmBBRHighLoss(t *testing.T) {
 	// Shorter transfers weigh the tail's recovery rounds too much to
 	// compare with the bar.

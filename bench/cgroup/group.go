@@ -1,6 +1,5 @@
-// Package cgroup holds processes to a share of the CPU with a cgroup of
-// the cpu controller: a bandwidth cap (cgroup v2 cpu.max, v1
-// cpu.cfs_quota_us) and a weight against the group's siblings (v2
+// Package cgroup holds processes to a share of the CPU with a cgroup: a
+// bandwidth cap (v2 cpu.max, v1 cpu.cfs_quota_us) and a weight (v2
 // cpu.weight, v1 cpu.shares), under whichever hierarchy the machine has.
 package cgroup
 
@@ -28,14 +27,12 @@ const (
 	periodUs = 100_000
 	// minQuotaUs is the smallest quota the kernel accepts (1 ms).
 	minQuotaUs = 1000
-	// defaultWeight is a group's CPU weight when nobody set it (cgroup
-	// v2's cpu.weight; v1's cpu.shares of 1024), and maxWeight the
-	// largest v2 accepts.
+	// defaultWeight is a group's CPU weight when unset (v2's cpu.weight;
+	// v1's cpu.shares of 1024), and maxWeight the largest v2 accepts.
 	defaultWeight = 100
 	maxWeight     = 10000
 	// prefix starts every group's name, "wanbench-<pid>-<label>": the pid
-	// tells the groups of a bench that died (left behind) from those of one
-	// that runs.
+	// tells the groups of a bench that died from those of one that runs.
 	prefix = "wanbench-"
 )
 
@@ -45,9 +42,7 @@ var leftoverRE = regexp.MustCompile(`^` + prefix + `([0-9]+)-`)
 // offers CPU-bandwidth control.
 var ErrNoController = errors.New("no CPU-bandwidth controller")
 
-// rmdir removes an empty group. A variable so that the tests' fake
-// hierarchy, whose directories hold plain files where the kernel's hold
-// its control files, can remove them.
+// rmdir removes an empty group; a variable for the tests' fake hierarchy.
 var rmdir = os.Remove
 
 // Limits is what a group holds its processes to; the zero value, nothing
@@ -57,12 +52,9 @@ type Limits struct {
 	// CPU time per 100 ms period.
 	Cores float64
 	// Weight, if positive, is the group's CPU weight on cgroup v2's scale
-	// (1 to 10000; every group weighs 100 unless set; under
-	// v1 it is written as cpu.shares, Weight × 1024 / 100). While the
-	// CPUs are contended, runnable groups share them in proportion to
-	// their weights (v1: a process directly in the hierarchy's root
-	// weighs as a group of 100). Unlike Cores it takes nothing
-	// from the group while the CPUs are free.
+	// (1 to 10000, default 100; v1 gets cpu.shares = Weight × 1024 / 100).
+	// Contended CPUs are shared in proportion to weights; unlike Cores it
+	// takes nothing while the CPUs are free.
 	Weight int
 }
 
@@ -80,20 +72,17 @@ func (l Limits) check() error {
 	return nil
 }
 
-// Group is a cgroup that holds its processes to its Limits. Close removes
-// it.
+// Group is a cgroup holding its processes to its Limits; Close removes it.
 type Group struct {
 	dir    string // the group
 	parent string // the hierarchy's root, where Close moves remaining processes
 	closed bool
 }
 
-// New creates the group "wanbench-<pid>-<label>" (pid: this process) under
-// the CPU controller mounted at root (normally Root) and sets its limits.
-// It uses cgroup v2 if root/cgroup.controllers lists cpu (and enables cpu
-// for root's children if needed), else cgroup v1's root/cpu; neither is an
-// error that says what is missing. It first removes the empty groups of
-// benches that have died.
+// New creates the group "wanbench-<pid>-<label>" under the CPU controller at
+// root (normally Root), with cgroup v2 if it offers cpu, else v1, and sets
+// its limits; with neither the error says what is missing. It first
+// removes the empty groups of benches that have died.
 func New(root, label string, l Limits) (*Group, error) {
 	if err := l.check(); err != nil {
 		return nil, err
@@ -202,8 +191,7 @@ func (c *Group) Add(pid int) error {
 }
 
 // Close moves processes still in the group back to the hierarchy's root
-// and removes the group. It is safe to call more than once; after an error
-// it can be called again.
+// and removes the group. It may be called again, also after an error.
 func (c *Group) Close() error {
 	if c == nil || c.closed {
 		return nil
@@ -245,9 +233,8 @@ func emptyGroup(dir, parent string) error {
 	return nil
 }
 
-// removeLeftovers removes the groups of benches that have died (a killed
-// bench cannot remove its own). Groups of live processes are left alone;
-// failures only leave an empty group behind.
+// removeLeftovers removes the groups of benches that have died. Groups of
+// live processes are left alone; a failure leaves an empty group behind.
 func removeLeftovers(parent string) {
 	ents, err := os.ReadDir(parent)
 	if err != nil {

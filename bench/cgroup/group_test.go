@@ -15,8 +15,7 @@ import (
 )
 
 // fakeHierarchy makes a directory laid out like the cgroup mount point,
-// with the given control files, and lets rmdir remove the fake groups
-// (whose control files are plain files the kernel would not have left).
+// with the given control files, and lets rmdir remove the fake groups.
 func fakeHierarchy(t *testing.T, files map[string]string) string {
 	t.Helper()
 	root := t.TempDir()
@@ -218,8 +217,7 @@ func TestGroupBadArguments(t *testing.T) {
 	}
 }
 
-// TestGroupRemovesLeftovers: groups of a dead bench go, those of live
-// processes and others' stay.
+// TestGroupRemovesLeftovers: only the groups of a dead bench go.
 func TestGroupRemovesLeftovers(t *testing.T) {
 	root := fakeHierarchy(t, map[string]string{
 		"cpu/cpu.cfs_quota_us": "-1",
@@ -248,9 +246,8 @@ func TestGroupRemovesLeftovers(t *testing.T) {
 	}
 }
 
-// TestGroupCapHoldsBusyLoop caps a busy loop at 0.2 cores on the machine's
-// real CPU controller: it must use 0.1-0.3 CPU-seconds per second, and the
-// group must be gone after Close.
+// TestGroupCapHoldsBusyLoop caps a busy loop at 0.2 cores on the real CPU
+// controller: it must use 0.1-0.3 CPU-s per second; Close removes the group.
 func TestGroupCapHoldsBusyLoop(t *testing.T) {
 	c := realGroup(t, "test-busy", Limits{Cores: 0.2})
 	cmd := exec.Command("sh", "-c", "while :; do :; done")
@@ -297,9 +294,8 @@ func procCPU(t *testing.T, pid int) time.Duration {
 }
 
 // TestGroupWeightWins runs two busy loops on one CPU, one in a group of
-// weight 1000 and one where this test runs (its parent group, weighing
-// 100 like any process or group left at the default): the first must
-// take most of that CPU (ideally 1000/1100), and both must run.
+// weight 1000 and one in this test's group (100): the first must take
+// most of that CPU (ideally 1000/1100), and both must run.
 func TestGroupWeightWins(t *testing.T) {
 	if _, err := exec.LookPath("taskset"); err != nil {
 		t.Skip("skipping: taskset (util-linux) is not installed")
@@ -329,9 +325,8 @@ func TestGroupWeightWins(t *testing.T) {
 	}
 }
 
-// realGroup creates a group of limits l on the machine's own CPU
-// controller, removed when the test ends; it skips the test without root
-// or without the controller.
+// realGroup creates a group of limits l on the machine's CPU controller,
+// removed when the test ends; it skips without root or the controller.
 func realGroup(t *testing.T, label string, l Limits) *Group {
 	t.Helper()
 	if os.Geteuid() != 0 {

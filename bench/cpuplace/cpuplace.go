@@ -1,13 +1,8 @@
 // Package cpuplace keeps a bench's own processes and the processes it
-// measures on separate CPUs, with CPU affinity.
-//
-// In the lab, the link emulator runs at real-time priority and wakes
-// thousands of times a second, and the end hosts' programs wake at every
-// delivery; on a machine of two cores they preempt whatever runs, the
-// wanopt edges included, and each preemption costs the edge a context
-// switch and its cache. An edge deployed on an appliance of its own pays
-// none of that. Split and StartOn let a bench measure the edges' own cost:
-// the lab on every CPU but the last, the edges on the last.
+// measures on separate CPUs, with CPU affinity. The real-time link emulator
+// and the end hosts' programs preempt the wanopt edges, a cost an edge on an
+// appliance of its own does not pay; with Split and StartOn the lab runs on
+// every CPU but the last and the edges on the last.
 package cpuplace
 
 import (
@@ -23,8 +18,7 @@ import (
 )
 
 // Split divides the CPUs this process may run on into the last one (for
-// the measured processes) and the others (for the rest). It fails on a
-// machine, or under an affinity, of one CPU.
+// the measured processes) and the others. It fails with one CPU.
 func Split() (rest, last unix.CPUSet, err error) {
 	var all unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &all); err != nil {
@@ -48,10 +42,8 @@ func split(all unix.CPUSet) (rest, last unix.CPUSet, err error) {
 	return rest, last, nil
 }
 
-// PinProcess sets the affinity of every thread of this process to set, and
-// returns the affinity it had (the calling thread's), for a later
-// PinProcess to put back. Threads the process starts later inherit set
-// from the thread that starts them.
+// PinProcess sets the affinity of every thread of this process (and threads
+// started later) to set, and returns the calling thread's old one.
 func PinProcess(set unix.CPUSet) (old unix.CPUSet, err error) {
 	if err := unix.SchedGetaffinity(0, &old); err != nil {
 		return old, fmt.Errorf("read this process's CPU affinity: %w", err)
@@ -96,10 +88,8 @@ func threads() ([]int, error) {
 	return tids, nil
 }
 
-// StartOn starts cmd with its affinity set to set from its first
-// instruction: the child of a fork inherits the forking thread's affinity,
-// so cmd starts from a thread locked and pinned for the moment, whose
-// affinity is then put back. Every thread and child of cmd inherits it.
+// StartOn starts cmd, and so its threads and children, with affinity set
+// from its first instruction, forking from a thread pinned for the moment.
 func StartOn(set unix.CPUSet, cmd *exec.Cmd) error {
 	runtime.LockOSThread()
 	var old unix.CPUSet

@@ -61,8 +61,7 @@ func allowed(t *testing.T, status string) string {
 }
 
 // TestStartOnAndPinProcess starts a child on the last CPU while this
-// process is pinned to the others, and checks both, then puts the
-// process's affinity back.
+// process is pinned to the others, checks both, and unpins.
 func TestStartOnAndPinProcess(t *testing.T) {
 	rest, last, err := Split()
 	if err != nil {

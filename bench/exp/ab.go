@@ -12,17 +12,10 @@ import (
 	"github.com/wanopt/wanopt/bench/lab"
 )
 
-// An A/B compares two wanopt binaries at one point of the published test
-// by alternating them on one lab, a fresh pair of edges per measured run.
-//
-// The edges' CPU per byte moves more between minutes on this kind of
-// machine than most changes move it (one binary's quiet commands at
-// 250 Mbit/s gave 3.3–4.8 CPU-seconds per GB within an hour;
-// docs/efficiency/machine-phase.txt), so whole commands alternated a
-// minute or more apart could not tell a change of a few per cent. Here
-// the two binaries' runs are a few seconds apart, in the order A B B A
-// A B …, so that a drift during the comparison weighs on both alike, and
-// each pair's difference is what the comparison reports, with its spread.
+// An A/B compares two wanopt binaries at one point of the published test, a
+// fresh pair of edges per run. The edges' CPU per byte drifts between
+// minutes by more than most changes move it, so the binaries' runs are
+// seconds apart (A B B A A B …), and each pair's difference is reported.
 
 // ABOptions configure CiscoAB: CiscoOptions at one RTT and one profile
 // (Wanopt is binary A), and the binary to compare it with.
@@ -32,10 +25,9 @@ type ABOptions struct {
 	WanoptB string
 	// Pairs is how many runs of each binary (default 6).
 	Pairs int
-	// WarmShare is the share of a measured run's bytes that a warming
-	// transfer moves on each fresh pair of edges before the run (default
-	// 0.1): enough for the tunnel's congestion controller to leave its
-	// startup, which takes seconds on a long path.
+	// WarmShare is the share of a measured run's bytes a warming transfer
+	// moves on each fresh pair of edges first (default 0.1): enough for the
+	// tunnel to leave its startup.
 	WarmShare float64
 }
 
@@ -47,32 +39,26 @@ type ABLeg struct {
 	Run    IperfResult `json:"run"`
 	// EdgeCost is what each edge spent on the run.
 	EdgeCost
-	// The sending edge's tunnel during the run: BBR's ProbeRTT episodes
-	// and the packets it declared lost (see CiscoRow).
+	// The sending edge's tunnel during the run (see CiscoRow).
 	ProbeRTTs   int    `json:"probe_rtts"`
 	PacketsLost uint64 `json:"packets_lost"`
 }
 
-// EdgeCost is what each edge spent on some runs. Zero in results from
-// before it was recorded.
+// EdgeCost is what each edge spent on some runs.
 type EdgeCost struct {
-	// Each edge's CPU seconds (user + system) per GB (1e9 bytes) of iperf
-	// payload the runs moved (see cpuSecondsPerGB).
+	// Each edge's CPU seconds per GB of payload (see cpuSecondsPerGB).
 	NearCPUsPerGB float64 `json:"near_cpu_s_per_gb"`
 	FarCPUsPerGB  float64 `json:"far_cpu_s_per_gb"`
-	// Each edge's wake-ups and preemptions (its threads' voluntary and
-	// involuntary context switches, see CPUTime) per MB (1e6 bytes) of
-	// iperf payload over the same runs: the wake-ups follow the edge's
-	// design (batches, holds, timers), the preemptions the machine around
-	// it, which is what moves the CPU seconds between runs.
+	// Each edge's wake-ups and preemptions (see CPUTime) per MB (1e6
+	// bytes) of iperf payload: the wake-ups follow the edge's design, the
+	// preemptions the machine around it.
 	NearWakeupsPerMB     float64 `json:"near_wakeups_per_mb"`
 	FarWakeupsPerMB      float64 `json:"far_wakeups_per_mb"`
 	NearPreemptionsPerMB float64 `json:"near_preemptions_per_mb"`
 	FarPreemptionsPerMB  float64 `json:"far_preemptions_per_mb"`
 }
 
-// edgeCost is EdgeCost for the CPU the edges used while runs transfers of
-// streams × bytesPerStream each went through them.
+// edgeCost is EdgeCost for the edges' CPU over runs transfers.
 func edgeCost(near, far CPUTime, bytesPerStream int64, streams, runs int) EdgeCost {
 	mb := payloadMB(bytesPerStream, streams, runs)
 	return EdgeCost{
@@ -91,9 +77,8 @@ type ABMetric struct {
 	MeanA float64 `json:"mean_a"`
 	MeanB float64 `json:"mean_b"`
 	// Diff is the mean over the pairs of B's figure minus A's, and CI95
-	// the half-width of its 95 % confidence interval (Student's t over
-	// the pairs' differences): a difference whose interval holds 0 is not
-	// told from the spread.
+	// the half-width of its 95 % confidence interval (Student's t): an
+	// interval holding 0 is not told from the spread.
 	Diff float64 `json:"diff_b_minus_a"`
 	CI95 float64 `json:"ci95"`
 	// BLower is in how many pairs B's figure was the lower.
@@ -125,8 +110,7 @@ type ABResult struct {
 	Impair    LinkImpairments `json:"impairments"`
 }
 
-// abOrder is the order of the binaries in pair p (from 0): A B, B A, A B,
-// … so that over two pairs each binary runs once first and once second.
+// abOrder is the order of the binaries in pair p (from 0): A B, B A, …
 func abOrder(p int) [2]string {
 	if p%2 == 0 {
 		return [2]string{"a", "b"}
@@ -134,11 +118,9 @@ func abOrder(p int) [2]string {
 	return [2]string{"b", "a"}
 }
 
-// CiscoAB alternates binaries A and B at one point of the published test
-// (o.RTTs and o.Profiles hold one each), on one lab: plain TCP first
-// (PlainRuns, default 1), then Pairs pairs of wanopt runs in the order
-// abOrder gives, each on a fresh pair of edges warmed by a transfer of
-// WarmShare of its bytes. Runs that fail end the comparison.
+// CiscoAB alternates binaries A and B at one point of the published test on
+// one lab: plain TCP first (PlainRuns, default 1), then Pairs pairs of
+// wanopt runs in abOrder on fresh, warmed edges. A failed run ends it.
 func CiscoAB(ctx context.Context, o ABOptions) (ABResult, error) {
 	o.defaults()
 	if o.Pairs == 0 {

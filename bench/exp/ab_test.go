@@ -95,10 +95,8 @@ func TestCiscoABRefusesBeforeTheLab(t *testing.T) {
 	}
 }
 
-// TestCiscoABInLab runs a short comparison on the lab (one binary as both
-// A and B, two pairs of small transfers): the legs come in the order
-// abOrder gives, each with a throughput and both edges' cost, and the
-// comparison covers both pairs.
+// TestCiscoABInLab runs a short comparison on the lab (one binary as A and
+// B, two pairs): legs in abOrder, each with a throughput and edge costs.
 func TestCiscoABInLab(t *testing.T) {
 	needLab(t, "iperf iproute2", "iperf", "ip")
 	wanopt := filepath.Join(buildCommands(t, "wanopt"), "wanopt")

@@ -28,7 +28,7 @@ type BarsOptions struct {
 	Progress       func(b Bar)
 }
 
-// Bars measures the transport's bars (issue 3) in the simulator:
+// Bars measures the transport's bars in the simulator:
 //  1. 250 Mbit/s, RTT 0-250 ms, no loss, 4 streams on a warm connection:
 //     link ratio >= 0.92 (the cold figure is reported beside it);
 //  2. 100 ms with 1 % loss, and 600 ms / 50 Mbit/s with 0.5 % loss: >= 0.85;
@@ -36,8 +36,7 @@ type BarsOptions struct {
 //  4. 250 Mbit/s, 100 ms, 2-BDP queue: p95 queueing delay <= 0.5 x min RTT;
 //  5. two tunnels share a bottleneck 40-60 %; a tunnel leaves a CUBIC flow >= 1/3;
 //
-// then the simulator's twins of the lab's robustness bars (L1-L6, see
-// labTwinBars).
+// then the simulator's twins of the lab's robustness bars (labTwinBars).
 func Bars(o BarsOptions) ([]Bar, error) {
 	if o.BytesPerStream == 0 {
 		o.BytesPerStream = 100 << 20
@@ -127,12 +126,10 @@ func Bars(o BarsOptions) ([]Bar, error) {
 // default): the twins use it rather than the simulator's 2-BDP default.
 const labQueueBytes = 2_000_000
 
-// labTwinBars measures the simulator's twins of the lab bars of the
-// robustness issue (loss, jitter and reordering, burst loss, outages, many
-// flows), with the lab's settings: 2 MB queue, the same per-stream bytes
-// as the lab runs that README reports, warm tunnel unless said. Ratios
-// are to the link's goodput limit (rate × 1448/1500: what plain TCP gets
-// at 0 ms, 241.3 Mbit/s at 250 Mbit/s), the lab's reference.
+// labTwinBars measures the simulator's twins of the lab's robustness bars
+// L1-L6 (loss, jitter and reordering, burst loss, outages, many flows)
+// with the lab's settings: 2 MB queue, the lab's per-stream bytes, warm
+// tunnel unless said. Ratios are to GoodputLimitMbps, the lab's reference.
 func labTwinBars(o BarsOptions, add func(Bar)) error {
 	type twin struct {
 		id, scenario string
@@ -170,8 +167,8 @@ func labTwinBars(o BarsOptions, add func(Bar)) error {
 			Target: fmt.Sprintf(">= %.2f", tw.min), Pass: v >= tw.min && !incomplete,
 			Note: fmt.Sprintf("%.1f Mbit/s, retrans %.2f%%", r.GoodputMbps, r.RetransPct)}
 		if tw.id == "L6" {
-			// The lab bar also asks for plain TCP at 100 ms with the
-			// same streams to be beaten.
+			// The bar also asks that plain TCP with the same streams
+			// be beaten.
 			tcp := so
 			tcp.CC = "cubic"
 			p, err := SimTCP(tcp)

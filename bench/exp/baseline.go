@@ -10,15 +10,13 @@ import (
 	"github.com/wanopt/wanopt/bench/wanem"
 )
 
-// BaselineOptions configure Baseline. Zero values take the published test's
-// settings.
+// BaselineOptions configure Baseline; zero values are the published ones.
 type BaselineOptions struct {
 	Published
 	CCs      []string  // kernel congestion controls; default cubic, bbr
 	Profiles []Profile // default Modern
-	// CaptureDir, if set, receives a header capture (pcap) of the first run
-	// of every point, taken on the client's and the server's side of the
-	// link, for 'wanopt analyze'.
+	// CaptureDir, if set, receives a header capture of the first run of
+	// every point on both sides of the link, for 'wanopt analyze'.
 	CaptureDir string
 	// Progress, if set, is called after every run.
 	Progress func(done, total int, p Point, run IperfResult)
@@ -59,9 +57,9 @@ func (o *BaselineOptions) defaults() {
 	}
 }
 
-// Baseline runs the published experiment with plain kernel TCP on the
-// direct lab: for each RTT, congestion control and profile, Runs iperf 2
-// transfers 'iperf -c SERVER -n N -P 4 -R'.
+// Baseline runs the published experiment with plain kernel TCP on the direct
+// lab: Runs 'iperf -c SERVER -n N -P 4 -R' per RTT, congestion control and
+// profile.
 func Baseline(ctx context.Context, o BaselineOptions) (BaselineResult, error) {
 	o.defaults()
 	res := BaselineResult{RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, BytesPerStream: o.BytesPerStream, Streams: o.Streams}

@@ -43,16 +43,15 @@ type CheckResult struct {
 	RateProbeRcvd int     `json:"rate_probe_received"`
 }
 
-// The tolerances the emulator promises (issue: RTT within 0.5 ms + 1 % of
-// the setting; a saturating flow sees the rate within 2 %).
+// The tolerances the emulator promises: RTT within 0.5 ms + 1 % of the
+// setting; a saturating flow sees the rate within 2 %.
 const (
 	rttTolAbs  = 500 * time.Microsecond
 	rttTolFrac = 0.01
 	rateTolPct = 2.0
 )
 
-// OK reports whether both figures are within tolerance and the rate probe
-// saturated the link.
+// OK reports whether both figures are within tolerance on a saturated link.
 func (r CheckResult) OK() bool {
 	return r.Saturated && math.Abs(r.RTTErrorMs) <= r.RTTTolMs && math.Abs(r.RateErrorPct) <= r.RateTolPct
 }
@@ -63,9 +62,8 @@ func (r CheckResult) Line() string {
 		r.RTTMs, r.RTTErrorMs, r.RateMbps, r.RateErrorPct)
 }
 
-// Check builds the direct lab with the given RTT and rate, measures the RTT
-// with idle UDP probes and the rate with a paced UDP flow offered at 110 %
-// of the link rate, and compares both with the setting.
+// Check builds the direct lab at the given RTT and rate, measures the RTT with
+// idle UDP probes and the rate with a UDP flow at 110 % of it, and compares.
 func Check(ctx context.Context, o CheckOptions) (CheckResult, error) {
 	if o.RateDuration == 0 {
 		o.RateDuration = 3 * time.Second
@@ -79,10 +77,9 @@ func Check(ctx context.Context, o CheckOptions) (CheckResult, error) {
 		return CheckResult{}, err
 	}
 	defer l.Close()
-	// The queue is deep enough to keep the link busy through the sender's
-	// scheduling gaps on a loaded machine, and shallow enough that the
-	// probe's 10 % excess overflows it halfway through the run: a queue
-	// that overflowed proves the link, not the sender, set the pace.
+	// Deep enough to keep the link busy through the sender's scheduling
+	// gaps, shallow enough that the probe's 10 % excess overflows it
+	// halfway through the run.
 	queue := min(max(o.RateDuration/20, 50*time.Millisecond), 250*time.Millisecond)
 	oneWay := wanem.Config{Delay: o.RTT / 2, RateBps: o.RateBps, QueueDelay: queue}
 	if err := l.StartLink(ctx, oneWay, oneWay); err != nil {

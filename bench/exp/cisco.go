@@ -20,73 +20,54 @@ import (
 	"github.com/wanopt/wanopt/bench/wanem"
 )
 
-// Published figures of the router's TCP optimisation in the test we
-// reproduce: 121 Mbit/s at 0 ms, 125-131 Mbit/s flat from 50 to 250 ms
-// (drawn at the range's middle).
+// Published figures of the router's TCP optimisation in the reproduced
+// test (125-131 Mbit/s drawn at the middle).
 var publishedOptimised = plotter.XYs{{X: 0, Y: 121}, {X: 50, Y: 128}, {X: 100, Y: 128}, {X: 150, Y: 128}, {X: 200, Y: 128}, {X: 250, Y: 128}}
 
-// CiscoOptions configure Cisco. Zero values take the published test's
-// settings.
+// CiscoOptions configure Cisco; zero values are the published test's.
 type CiscoOptions struct {
 	Published           // Runs counts per point and path
 	Profiles  []Profile // default Modern and Legacy
 	CC        string    // the end hosts' congestion control; default cubic
-	// WarmBytes is iperf -n of the transfer that warms a fresh tunnel
-	// before the measured runs; default 2 MiB.
+	// WarmBytes is iperf -n of the warming transfer; default 2 MiB.
 	WarmBytes int64
 	Wanopt    string // the wanopt binary (see FindWanopt)
 	// Transparent runs the far edge with transparent egress.
 	Transparent bool
-	// LinkImpairments are added to both directions of the link, for
-	// plain TCP and wanopt alike; an outage hits every measured transfer
-	// (not the warming one).
+	// LinkImpairments are added to both directions of the link; an
+	// outage hits every measured transfer.
 	LinkImpairments
-	// QueueDelay, if set, sizes the drop-tail queue as time at the link
-	// rate instead of Published.QueueBytes.
+	// QueueDelay, if set, sizes the queue as time at the link rate.
 	QueueDelay time.Duration
-	// Seed seeds the link's random impairments: Seed one way, Seed+1 the
-	// other.
+	// Seed seeds the link's impairments: Seed one way, Seed+1 the other.
 	Seed int64
-	// WANRateHint tells both edges the link's rate (wanopt run
-	// --wan-rate), so that a new tunnel starts at it instead of probing.
+	// WANRateHint tells both edges the link's rate (--wan-rate).
 	WANRateHint bool
-	// EdgeCPU, if positive, holds each wanopt edge (near and far apart) to
-	// that many CPUs (see EdgeOptions.EdgeCPU); iperf, the link emulator
-	// and the forwarding-only edges of the plain runs are never capped.
+	// EdgeCPU, if positive, caps each wanopt edge at that many CPUs (see
+	// EdgeOptions.EdgeCPU); nothing else in the lab is capped.
 	EdgeCPU float64
 	// EdgeWeight, if positive, gives each wanopt edge a cgroup of that
-	// CPU weight (see EdgeOptions.EdgeWeight; the systemd units' slice
-	// for the edges has 1000); 0: the edges weigh as any process.
+	// CPU weight (see EdgeOptions.EdgeWeight); 0: the default weight.
 	EdgeWeight int
 	// EdgeProcs, if positive, runs each wanopt edge with --procs EdgeProcs
-	// (GOMAXPROCS); the lab's own processes keep Go's default. 0: 1 when
-	// EdgeCPU is one CPU or less (what the edge would choose itself if it
-	// could see its cgroup in the lab), else Go's default.
+	// (GOMAXPROCS). 0: 1 when EdgeCPU is one CPU or less, else Go's default.
 	EdgeProcs int
 	// LinkOffload opens the link's ends with UDP segmentation offload
-	// (lab.Options.LinkOffload), for plain TCP and wanopt alike.
+	// (lab.Options.LinkOffload).
 	LinkOffload bool
-	// EdgesApart runs both wanopt edges on the last CPU, and this process
-	// with the other programs it starts (the link emulator, iperf) on the
-	// others (bench/cpuplace), so that the lab's processes do not preempt
-	// the edges: the edges' own cost, as on an appliance of their own.
-	// The plain runs see the same placement. (The kernel's packet work
-	// runs where the packets are, as always.) With one CPU left for the
-	// lab, the link helper runs at normal priority (see Cisco).
+	// EdgesApart runs both wanopt edges on the last CPU and the rest of the
+	// lab on the others (bench/cpuplace), so the lab does not preempt the
+	// edges. The plain runs see the same placement.
 	EdgesApart bool
 	edgeCPUs   unix.CPUSet // where EdgesApart put the edges
-	// Upload sends from the client to the server (iperf without -R), as a
-	// backup does, instead of the published download; each run is then
-	// the server's figure (see iperfRun.Upload), and the near edge is the
-	// tunnel's sender.
+	// Upload sends from the client to the server (iperf without -R).
 	Upload bool
 	// PlainRuns is the number of plain-TCP runs per point (default Runs):
-	// on a lossy link plain TCP crawls (5 Mbit/s at 1 % loss and 100 ms),
-	// and one run can take minutes.
+	// on a lossy link one plain run can take minutes.
 	PlainRuns int
 	// Progress, if set, is called after every run; what is "plain",
-	// "wanopt", "cold" or "plain-ref" (plain TCP at 0 ms, measured only as
-	// the reference when 0 ms is not among RTTs).
+	// "wanopt", "cold" or "plain-ref" (the 0 ms reference when 0 ms is
+	// not among RTTs).
 	Progress func(done, total int, p Point, what string, run IperfResult)
 }
 
@@ -99,39 +80,32 @@ type CiscoRow struct {
 	PlainMbps  float64 `json:"plain_mbps"`
 	WanoptMbps float64 `json:"wanopt_mbps"`
 	// Ratio is WanoptMbps over plain TCP's 0 ms figure for this profile
-	// in the same experiment (the bar: at least 0.95).
+	// (the bar: at least 0.95).
 	Ratio float64 `json:"ratio_to_plain_0ms"`
-	// ColdMbps is the first run on a fresh pair of edges, before any
-	// warming: the tunnel's handshake and path estimate are part of it.
+	// ColdMbps is the first run on a fresh pair of edges, before warming.
 	ColdMbps   float64       `json:"cold_mbps"`
 	PlainRuns  []IperfResult `json:"plain_runs"`
 	WanoptRuns []IperfResult `json:"wanopt_runs"`
 	Cold       IperfResult   `json:"cold"`
-	// NearCPUPct and FarCPUPct are each edge's CPU use (user + system
-	// seconds over wall seconds, times 100; 200 is both cores) during the
-	// measured wanopt runs.
+	// NearCPUPct and FarCPUPct are each edge's CPU use during the
+	// measured runs: 100 × (user + system) / wall seconds.
 	NearCPUPct float64 `json:"near_cpu_pct"`
 	FarCPUPct  float64 `json:"far_cpu_pct"`
-	// The same CPU seconds in user and in system mode. Zero in results
-	// from before they were recorded.
+	// The same CPU seconds in user and in system mode.
 	NearUserS float64 `json:"near_user_s"`
 	NearSysS  float64 `json:"near_sys_s"`
 	FarUserS  float64 `json:"far_user_s"`
 	FarSysS   float64 `json:"far_sys_s"`
-	// EdgeCost is the edges' CPU per GB, wake-ups and preemptions per MB
-	// over the measured runs.
+	// EdgeCost is the edges' cost over the measured runs.
 	EdgeCost
-	// The sending edge's tunnel during the measured runs (the far edge's
-	// in a download; the near edge's with CiscoResult.Upload, the JSON
-	// names kept): BBR's ProbeRTT episodes, packets lost, and stream bytes
-	// retransmitted as a share of the bytes it sent.
+	// The sending edge's tunnel during the measured runs (the near edge's
+	// with Upload, under the same JSON names): ProbeRTT episodes, packets
+	// lost, and retransmitted stream bytes as a share of bytes sent.
 	FarProbeRTTs   int     `json:"far_probe_rtts"`
 	FarPacketsLost uint64  `json:"far_packets_lost"`
 	FarRetransPct  float64 `json:"far_retrans_pct"`
-	// With an outage: the runs that failed (they count in no mean), and
-	// the mean recovery time of the runs that recovered (see
-	// IperfResult.RecoveryS; NotRecovered if none of the runs the outage
-	// hit did, 0 if it hit none).
+	// With an outage: the runs that failed (in no mean), and the mean
+	// recovery time (see outageSummary).
 	PlainFailed     int     `json:"plain_failed,omitempty"`
 	WanoptFailed    int     `json:"wanopt_failed,omitempty"`
 	PlainRecoveryS  float64 `json:"plain_recovery_s,omitempty"`
@@ -155,30 +129,25 @@ type CiscoResult struct {
 	WANRateHint bool `json:"wan_rate_hint,omitempty"`
 	// EdgeCPU is the CPUs each wanopt edge was held to; 0: no cap.
 	EdgeCPU float64 `json:"edge_cpu_cores"`
-	// EdgeWeight is the CPU weight of each wanopt edge's cgroup; 0: none
-	// (the default of any process, 100).
+	// EdgeWeight is the CPU weight of each wanopt edge's cgroup; 0: none.
 	EdgeWeight int `json:"edge_cpu_weight,omitempty"`
-	// EdgeProcs is the edges' --procs (GOMAXPROCS); 0: the edge's own
-	// choice (see wanopt run --procs).
+	// EdgeProcs is the edges' --procs; 0: the edge's own choice.
 	EdgeProcs int `json:"edge_procs,omitempty"`
 	// LinkOffload: the link took UDP GSO batches whole (--link-offload).
 	LinkOffload bool `json:"link_offload,omitempty"`
-	// EdgeCPUs and LabCPUs are the CPU lists the edges and the rest of the
-	// lab ran on with EdgesApart; empty: anywhere.
+	// EdgeCPUs and LabCPUs are where the edges and the lab ran with
+	// EdgesApart; empty: anywhere.
 	EdgeCPUs string `json:"edge_cpus,omitempty"`
 	LabCPUs  string `json:"lab_cpus,omitempty"`
-	// QueueDelayMs is the queue as given in time at the link rate, if it
-	// was (QueueBytes is then its size in bytes).
+	// QueueDelayMs is the queue as given in time, if it was.
 	QueueDelayMs float64 `json:"queue_delay_ms,omitempty"`
-	// Impairments are the link's other impairments, both ways; Seed the
-	// seed of the A→B direction (B→A uses Seed+1).
+	// Impairments are the link's other impairments; Seed the A→B seed.
 	Impairments LinkImpairments `json:"impairments"`
 	Seed        int64           `json:"seed"`
-	// RecoveryBarMbps is the throughput a transfer must reach again after
-	// an outage: RecoveryBar of GoodputLimitMbps.
+	// RecoveryBarMbps is RecoveryBar of GoodputLimitMbps.
 	RecoveryBarMbps float64 `json:"recovery_bar_mbps,omitempty"`
-	// Plain0ms is plain TCP's 0 ms figure per profile, the reference of
-	// every row's ratio.
+	// Plain0ms is plain TCP's 0 ms figure per profile, every ratio's
+	// reference.
 	Plain0ms map[string]float64 `json:"plain_0ms_mbps"`
 	Rows     []CiscoRow         `json:"rows"`
 }
@@ -186,10 +155,8 @@ type CiscoResult struct {
 func (o *CiscoOptions) defaults() {
 	o.Published.defaults()
 	if o.EdgeProcs == 0 && o.EdgeCPU > 0 && o.EdgeCPU <= 1 {
-		// An edge held to one CPU or less runs on one thread
-		// (internal/cpulimit), but an edge the lab starts cannot see
-		// its cgroup: 'ip netns exec' mounts a fresh /sys without the
-		// cgroup hierarchy. So the lab says it for it.
+		// The edge would choose one thread itself (internal/cpulimit),
+		// but 'ip netns exec' hides its cgroup from it.
 		o.EdgeProcs = 1
 	}
 	if len(o.Profiles) == 0 {
@@ -203,8 +170,7 @@ func (o *CiscoOptions) defaults() {
 	}
 }
 
-// linkConfig returns the two directions of the link at rtt with o's rate,
-// queue and impairments.
+// linkConfig returns the two directions of the link at rtt.
 func (o CiscoOptions) linkConfig(rtt time.Duration) (ab, ba wanem.Config) {
 	ab = wanem.Config{Delay: rtt / 2, RateBps: o.RateBps, QueueBytes: o.QueueBytes, Seed: o.Seed}
 	if o.QueueDelay > 0 {
@@ -216,15 +182,10 @@ func (o CiscoOptions) linkConfig(rtt time.Duration) (ab, ba wanem.Config) {
 	return ab, ba
 }
 
-// Cisco runs the published experiment on the edges lab, plain TCP and
-// wanopt side by side: for each RTT, the link is restarted with that delay;
-// for each profile, Runs transfers 'iperf -c SERVER -n N -P 4 -R' go
-// through edges that just forward; then a fresh pair of wanopt edges
-// starts, the first run on its cold tunnel is reported apart, a short
-// transfer warms it, and Runs transfers are measured through it. The link
-// carries o's impairments throughout; with an outage, every measured
-// transfer (cold included) loses the link for a while, and a transfer that
-// fails is recorded as failed, not retried.
+// Cisco runs the published experiment on the edges lab: per RTT and
+// profile, Runs 'iperf -c SERVER -n N -P 4 -R' through edges that only
+// forward, then a cold run, a warming transfer and Runs transfers through a
+// fresh pair of wanopt edges. A run that fails in an outage is not retried.
 func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	o.defaults()
 	res := CiscoResult{RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, BytesPerStream: o.BytesPerStream,
@@ -247,10 +208,8 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	if err := checkEdgeCPU(o.EdgeCPU, o.EdgeWeight); err != nil {
 		return res, err
 	}
-	// The link helper runs at real-time priority (lab.Options.Realtime),
-	// but not confined to one CPU: there its threads, all SCHED_FIFO at
-	// one priority, starved each other and the link stopped (SYNs timed
-	// out in two of four plain runs with --edges-apart on two CPUs).
+	// The link helper runs at real-time priority, but never confined to
+	// one CPU: its SCHED_FIFO threads would starve each other there.
 	realtime := true
 	if o.EdgesApart {
 		rest, last, err := cpuplace.Split()
@@ -313,8 +272,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 		if what == "plain-ref" {
 			imp = LinkImpairments{} // the reference runs on the clean link
 		}
-		// Plain TCP crawls on a lossy link; the transfer waits out the
-		// outage too.
+		// Plain TCP crawls on a lossy link, and waits out the outage.
 		timeout := lossyRunTimeout(o.BytesPerStream*int64(o.Streams), float64(o.RateBps), o.Streams, rtt, imp.LossPct+imp.BurstLossPct) + imp.OutageFor
 		var runs []IperfResult
 		for i := 0; i < n; i++ {
@@ -341,9 +299,8 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	}
 
 	if !haveZero {
-		// The bar is relative to plain TCP's own 0 ms figure: measure it,
-		// on the clean link (the published reference: what the link
-		// carries at best), whatever impairments the rows have.
+		// The bar is relative to plain TCP at 0 ms on the clean link,
+		// whatever impairments the rows have.
 		clean := o
 		clean.LinkImpairments = LinkImpairments{}
 		ab, ba := clean.linkConfig(0)
@@ -400,9 +357,8 @@ func measuredMean(runs []IperfResult) float64 {
 	return m
 }
 
-// outageSummary counts the failed runs and returns the mean recovery time
-// of those that recovered: NotRecovered if the outage hit some and none
-// recovered, 0 if it hit none that did not fail.
+// outageSummary counts the failed runs and returns the mean recovery time:
+// NotRecovered if none the outage hit recovered, 0 if it hit none.
 func outageSummary(runs []IperfResult) (failed int, recoveryS float64) {
 	var hit, recovered int
 	for _, r := range runs {
@@ -522,10 +478,9 @@ func (o CiscoOptions) edgeOptions(l *lab.Lab) EdgeOptions {
 	return eo
 }
 
-// cpuSecondsPerGB is an edge's CPU seconds (user + system) per GB (1e9
-// bytes) of iperf payload over runs transfers of streams × bytesPerStream
-// each. A failed run counts as a whole transfer, though it moved less: with
-// outages the figure is a lower bound. 0 if nothing was moved.
+// cpuSecondsPerGB is an edge's CPU seconds per GB (1e9 bytes) of iperf
+// payload over runs transfers. A failed run counts as a whole transfer, so
+// with outages the figure is a lower bound. 0 if nothing was moved.
 func cpuSecondsPerGB(cpu CPUTime, bytesPerStream int64, streams, runs int) float64 {
 	gb := payloadMB(bytesPerStream, streams, runs) / 1e3
 	if gb <= 0 {
@@ -549,8 +504,7 @@ func perMB(n uint64, mb float64) float64 {
 }
 
 // checkEdgeCPU fails early, before minutes of plain-TCP runs, if the edges
-// cannot be capped at cores CPUs or given weight: it creates such a group
-// and removes it again (cgroup.New checks both values first).
+// cannot be capped at cores CPUs or given weight, by creating such a group.
 func checkEdgeCPU(cores float64, weight int) error {
 	if cores == 0 && weight == 0 {
 		return nil
@@ -563,9 +517,7 @@ func checkEdgeCPU(cores float64, weight int) error {
 }
 
 // waitAfterFailure gives the edges time to drop the flows of a run that
-// failed during an outage. Flows still listed then are logged, not fatal:
-// the failure is the run's result, and the next run shows whether the
-// edges recovered.
+// failed during an outage. Flows still listed are logged, not fatal.
 func waitAfterFailure(o CiscoOptions, edges *Edges) {
 	if err := edges.WaitNoFlows(30 * time.Second); err != nil {
 		o.Logger.Warn("after a failed run", "err", err)
@@ -620,9 +572,8 @@ func (r CiscoResult) Markdown() string {
 	return b.String()
 }
 
-// spreadCell shows the lowest and highest of the runs that did not fail
-// and how many there were, so a figure comes with its spread ("–": no
-// runs recorded).
+// spreadCell shows the lowest and highest of the runs that did not fail,
+// and how many there were ("–": none).
 func spreadCell(runs []IperfResult) string {
 	lo, hi, n := 0.0, 0.0, 0
 	for _, r := range runs {
@@ -641,8 +592,7 @@ func spreadCell(runs []IperfResult) string {
 	return fmt.Sprintf("%.1f–%.1f (%d)", lo, hi, n)
 }
 
-// perGBCell shows CPU-seconds per GB; "–" where none was recorded (results
-// from before it was).
+// perGBCell shows CPU-seconds per GB; "–" where none was recorded.
 func perGBCell(v float64) string {
 	if v == 0 {
 		return "–"
@@ -651,7 +601,7 @@ func perGBCell(v float64) string {
 }
 
 // switchesCell shows each edge's wake-ups per MB with its preemptions in
-// parentheses, "–" in results from before they were recorded.
+// parentheses; "–" where none were recorded.
 func switchesCell(row CiscoRow) string {
 	if row.NearWakeupsPerMB == 0 && row.FarWakeupsPerMB == 0 {
 		return "–"
@@ -659,10 +609,8 @@ func switchesCell(row CiscoRow) string {
 	return fmt.Sprintf("%.0f (%.0f) / %.0f (%.0f)", row.NearWakeupsPerMB, row.NearPreemptionsPerMB, row.FarWakeupsPerMB, row.FarPreemptionsPerMB)
 }
 
-// recoveryCell sums up the recovery of runs with an outage: the mean
-// recovery time of those that recovered, "never" if none did, with how
-// many did not; "–" if the outage hit none of the runs that completed
-// (they ended before it, or failed).
+// recoveryCell shows the mean recovery time of runs with an outage, with
+// how many never recovered; "never" if none did, "–" if none was hit.
 func recoveryCell(runs []IperfResult) string {
 	_, mean := outageSummary(runs)
 	never := 0
@@ -695,8 +643,7 @@ func (r CiscoResult) Line() string {
 	return fmt.Sprintf("rtt_ms=%.0f profile=%s direct_mbps=%.1f wanopt_mbps=%.1f link_ratio=%.3f", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, ratio)
 }
 
-// direction is how the chart's title names the transfer's direction:
-// iperf's -R for the published download, "(upload)" without it.
+// direction names the transfer's direction in the chart's title.
 func (r CiscoResult) direction() string {
 	if r.Upload {
 		return "(upload)"

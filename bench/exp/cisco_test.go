@@ -66,10 +66,9 @@ func TestCiscoReport(t *testing.T) {
 	}
 }
 
-// TestCiscoEndToEnd runs 'wanbench cisco' (built without the race
-// detector, so the emulator and the edges run at production speed) at one
-// short setting: both figures must be plausible for a 100 Mbit/s link, and
-// wanopt must not fall below plain TCP by more than noise.
+// TestCiscoEndToEnd runs a short 'wanbench cisco' (no race detector): both
+// figures must be plausible for 100 Mbit/s, wanopt not below plain TCP
+// beyond noise.
 func TestCiscoEndToEnd(t *testing.T) {
 	out, res, outDir := ciscoEndToEnd(t, "--rtt", "50ms", "--runs", "1", "--bytes", "5MB",
 		"--profile", "legacy", "--rate", "100mbit")
@@ -85,11 +84,10 @@ func TestCiscoEndToEnd(t *testing.T) {
 	plain, _ := strconv.ParseFloat(kv["direct_mbps"], 64)
 	wan, _ := strconv.ParseFloat(kv["wanopt_mbps"], 64)
 	ratio, _ := strconv.ParseFloat(kv["link_ratio"], 64)
-	// 4 streams × 5 MiB over 100 Mbit/s cannot beat the link and should
-	// not crawl either. The goodput limit of 1500-byte packets is 96.5
-	// Mbit/s, but iperf times a transfer this short (about 1.7 s) from a
-	// little after its first bytes: plain TCP at 0 ms has measured 97.0
-	// (.ci/run, 3 December 2026). So the bound is the link's own rate.
+	// 4 streams × 5 MiB over 100 Mbit/s cannot beat the link. iperf
+	// times a transfer this short from a little after its first bytes,
+	// so it can exceed the 96.5 Mbit/s goodput limit: the bound is the
+	// link's own rate.
 	const linkMbps = 100
 	for name, v := range map[string]float64{"plain TCP": plain, "wanopt": wan} {
 		if v < 20 || v > linkMbps {
@@ -118,10 +116,9 @@ func TestCiscoEndToEnd(t *testing.T) {
 	}
 }
 
-// ciscoEndToEnd builds wanbench and wanopt without the race detector and
-// runs 'wanbench cisco args' into a fresh folder (skipping t without the
-// lab or in -short mode); it must succeed and leave no namespace behind.
-// It returns wanbench's output, its JSON result and the folder.
+// ciscoEndToEnd builds wanbench and wanopt without the race detector, runs
+// 'wanbench cisco args' into a fresh folder (skipped without the lab or with
+// -short), checks no namespace is left, and returns output, JSON and folder.
 func ciscoEndToEnd(t *testing.T, args ...string) ([]byte, CiscoResult, string) {
 	t.Helper()
 	needLab(t, "iproute2 iperf", "ip", "iperf")
@@ -152,10 +149,8 @@ func ciscoEndToEnd(t *testing.T, args ...string) ([]byte, CiscoResult, string) {
 	return out, res, outDir
 }
 
-// TestCiscoUploadEndToEnd runs 'wanbench cisco --upload': the client sends,
-// and each figure is the server's. Through the edges the client's own
-// figure would beat the link (the near edge takes megabytes ahead of it),
-// so wanopt above the link's rate means the client was measured.
+// TestCiscoUploadEndToEnd runs 'wanbench cisco --upload': each figure is the
+// server's, since the client's would beat the link (the near edge buffers).
 func TestCiscoUploadEndToEnd(t *testing.T) {
 	_, res, _ := ciscoEndToEnd(t, "--upload", "--rtt", "10ms", "--runs", "1", "--bytes", "5MB",
 		"--profile", "modern", "--rate", "100mbit")
@@ -186,8 +181,7 @@ func netnsWithPrefix(prefix string) string {
 }
 
 // TestCiscoReportWithOutage: with an outage the table gains the recovery
-// and failure columns, failed runs count in no mean, and all of it
-// survives the JSON round trip (--replot).
+// and failure columns, failed runs count in no mean, and --replot works.
 func TestCiscoReportWithOutage(t *testing.T) {
 	plain := []IperfResult{
 		{Mbps: 50, OutageStartS: 2, OutageEndS: 7, RecoveryS: 3},
@@ -287,7 +281,7 @@ func TestCiscoCPUPerGB(t *testing.T) {
 	}
 }
 
-// TestCiscoReplotOldJSON: a result from before the CPU-s/GB columns (as
+// TestCiscoReplotOldJSON: a result without the CPU-s/GB fields (as
 // --replot reads it) still renders, with "–" where nothing was recorded.
 func TestCiscoReplotOldJSON(t *testing.T) {
 	old := `{"rate_mbps":250,"queue_bytes":2000000,"bytes_per_stream":104857600,"streams":4,"runs":5,"cc":"cubic",
@@ -412,9 +406,8 @@ func TestHubBenchShares(t *testing.T) {
 	}
 }
 
-// TestCiscoRefusesUploadWithOutage: an outage's recovery is timed from
-// the client's interval reports, which mean nothing in an upload; the
-// refusal comes before any lab is built (so this runs without root).
+// TestCiscoRefusesUploadWithOutage: outage recovery means nothing in an
+// upload; the refusal comes before any lab is built (no root needed).
 func TestCiscoRefusesUploadWithOutage(t *testing.T) {
 	o := CiscoOptions{Upload: true, Wanopt: "wanopt", LinkImpairments: LinkImpairments{OutageAt: time.Second, OutageFor: time.Second}}
 	if _, err := Cisco(context.Background(), o); !errors.Is(err, errUploadOutage) {

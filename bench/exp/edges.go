@@ -24,8 +24,7 @@ import (
 )
 
 // The edges' addresses in the edges lab (see bench/lab): the near edge
-// (edgeA) dials the far edge (edgeB) across the emulated link, and routes
-// the server's LAN into its TUN device.
+// (edgeA) dials the far edge (edgeB).
 const (
 	edgeTUN       = "wo0"
 	farEdgeTUN    = "wo1" // transparent egress only
@@ -43,50 +42,39 @@ const (
 type EdgeOptions struct {
 	// Wanopt is the path of the wanopt binary.
 	Wanopt string
-	// Allow is the far edge's egress policy (--allow), e.g.
-	// "198.18.2.2/32:5001".
+	// Allow is the far edge's egress policy (--allow).
 	Allow []string
 	// Dir holds the keys, the logs and the control sockets; empty: a new
 	// temporary folder, removed by Stop.
 	Dir string
-	// Up bounds the wait for the near edge's tunnel (seen on its control
-	// socket); default 20 s.
+	// Up bounds the wait for the near edge's tunnel; default 20 s.
 	Up time.Duration
-	// Transparent runs the far edge with transparent egress (on its own
-	// TUN, with the client's LAN routed into it): the server sees the
-	// client's address.
+	// Transparent runs the far edge with transparent egress on its own TUN:
+	// the server sees the client's address.
 	Transparent bool
 	// Args are added to both edges' command lines (e.g. --wan-rate);
 	// NearArgs and FarArgs to one edge's only, after Args.
 	Args, NearArgs, FarArgs []string
-	// IPv6 routes the server's IPv6 LAN (2001:2:0:2::/64) into the near
-	// edge's TUN too, so the client's IPv6 flows to the server are
-	// intercepted (the far edge still needs an Allow rule for them); with
-	// Transparent, the client's IPv6 LAN into the far edge's TUN too.
+	// IPv6 routes the server's IPv6 LAN into the near edge's TUN too (the
+	// far edge still needs an Allow rule); with Transparent, the client's
+	// IPv6 LAN into the far edge's TUN too.
 	IPv6 bool
-	// TunnelIPv6 runs the tunnel itself over IPv6: the far edge listens on,
-	// and the near edge dials, [2001:2::2]:4500 instead of 198.18.0.2:4500.
+	// TunnelIPv6 runs the tunnel itself over IPv6 (farEdgeListen6).
 	TunnelIPv6 bool
-	// EdgeCPU, if positive, holds each edge process (near and far apart)
-	// to that many CPUs with a CPU-bandwidth cgroup (see bench/cgroup);
-	// 0: no cap.
+	// EdgeCPU, if positive, caps each edge process at that many CPUs with
+	// a cgroup (see bench/cgroup); 0: no cap.
 	EdgeCPU float64
 	// EdgeWeight, if positive, gives each edge process a cgroup of that
-	// CPU weight (cgroup v2's scale: 100 is any process's; the systemd
-	// units' slice for the edges has 1000), so that while the CPUs are
-	// contended the edges get their share before the lab's other
-	// processes; 0: none.
+	// CPU weight (see cgroup.Limits); 0: none.
 	EdgeWeight int
-	// CPUs, if not empty, is where both edge processes run (their CPU
-	// affinity from their start, see bench/cpuplace); empty: anywhere.
+	// CPUs, if not empty, is both edge processes' CPU affinity from their
+	// start (see bench/cpuplace); empty: anywhere.
 	CPUs unix.CPUSet
 }
 
-// Edges is a pair of 'wanopt run' processes in an edges lab: the near edge
-// in edgeA intercepting on TUN wo0 (the route to the server's LAN points
-// into it), the far edge in edgeB connecting the flows to the server. Each
-// answers on a control socket (Socket). Stop ends both and puts the plain
-// route back, so the edges forward as before.
+// Edges is a pair of 'wanopt run' processes in an edges lab: the near edge in
+// edgeA intercepting on TUN wo0, the far edge in edgeB, each on a control
+// socket (Socket). Stop ends both and puts the plain route back.
 type Edges struct {
 	l          *lab.Lab
 	dir        string
@@ -112,10 +100,8 @@ type edgeProc struct {
 	killed    bool       // by RestartFar: its exit status is no failure
 }
 
-// StartEdges starts the far and the near edge with fresh keys, waits until
-// both report the tunnel up on their control sockets and routes the
-// server's LAN into the near edge's TUN. On error it stops whatever it
-// started.
+// StartEdges starts both edges with fresh keys, waits for their tunnel, and
+// routes the server's LAN into the near edge's TUN; on error it stops them.
 func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) {
 	if l.Kind != lab.Edges {
 		return nil, fmt.Errorf("wanopt edges need the %q lab, not %q", lab.Edges, l.Kind)
@@ -195,16 +181,9 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	return e, nil
 }
 
-// CPUTime is a process's CPU time in user and in system (kernel) mode,
-// and its threads' context switches: Wakeups counts the voluntary ones (a
-// thread waited, for a socket, a timer or another thread, and was woken:
-// what an edge's work costs in wake-ups, steady from one run to the next
-// where its CPU seconds are not), Preemptions the involuntary ones
-// (another thread took the CPU, in the lab mostly the link helper, which
-// runs at real-time priority, and iperf; or the cgroup of --edge-cpu ran
-// out of its quota). The counts are summed over the
-// threads alive when read, so a thread that ended between two readings
-// takes its switches with it (Go's threads live as long as the program).
+// CPUTime is a process's user and system CPU time and its threads' context
+// switches, summed over the threads alive when read: Wakeups the voluntary
+// ones (steadier than CPU seconds), Preemptions the involuntary ones.
 type CPUTime struct {
 	User, System         time.Duration
 	Wakeups, Preemptions uint64
@@ -220,8 +199,7 @@ func (c CPUTime) Sub(b CPUTime) CPUTime {
 }
 
 // CPUTimes returns the CPU time each edge's process has used so far, read
-// from /proc/PID/stat. 'ip netns exec' execs the edge, so the started
-// process's PID is the wanopt process itself.
+// from /proc ('ip netns exec' execs the edge, so the PID is wanopt's).
 func (e *Edges) CPUTimes() (near, far CPUTime, err error) {
 	if near, err = e.near.cpuTime(); err != nil {
 		return CPUTime{}, CPUTime{}, err
@@ -232,8 +210,8 @@ func (e *Edges) CPUTimes() (near, far CPUTime, err error) {
 	return near, far, nil
 }
 
-// clockTicks is the unit of /proc/PID/stat's utime and stime: USER_HZ,
-// which is sysconf(_SC_CLK_TCK) and 100 on every Linux architecture.
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's utime and stime:
+// 100 on every Linux architecture.
 const clockTicks = 100
 
 func (p *edgeProc) cpuTime() (CPUTime, error) {
@@ -378,8 +356,7 @@ func parseProcStatus(s string) (Memory, error) {
 	return m, nil
 }
 
-// Socket is the control socket of the "near" or "far" edge (see
-// edge/control).
+// Socket is the control socket of the "near" or "far" edge.
 func (e *Edges) Socket(side string) string { return filepath.Join(e.dir, side+".sock") }
 
 // Status asks the "near" or "far" edge for its status.
@@ -408,10 +385,8 @@ func (e *Edges) Tunnel(side string) (control.Tunnel, error) {
 	return *r.Tunnel, nil
 }
 
-// WaitNoFlows waits up to d until neither edge lists a flow: the flows of
-// a transfer the client has finished still close across the WAN (a FIN
-// takes half a round trip to the server), and a new run should not start
-// beside them.
+// WaitNoFlows waits up to d until neither edge lists a flow, so a new run
+// does not start beside a finished one's closing flows.
 func (e *Edges) WaitNoFlows(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
@@ -441,13 +416,11 @@ func (e *Edges) query(side, req string, v any) error {
 	return nil
 }
 
-// Dir is the folder with the edges' keys, logs (near.log, far.log) and
-// control sockets.
+// Dir is the folder with the edges' keys, logs and control sockets.
 func (e *Edges) Dir() string { return e.dir }
 
-// RestartFar crashes the far edge (SIGKILL: nothing reaches the near edge)
-// and starts it again with the same command line, cgroup and log file. It
-// returns once the new process has started, without waiting for the tunnel.
+// RestartFar kills the far edge (SIGKILL) and starts it again with the same
+// command line, cgroup and log file, without waiting for the tunnel.
 func (e *Edges) RestartFar(ctx context.Context) error {
 	if e.stopped {
 		return errors.New("restart the far edge: the edges were stopped")
@@ -465,11 +438,10 @@ func (e *Edges) RestartFar(ctx context.Context) error {
 	return nil
 }
 
-// Stop sends both edges SIGTERM, kills one that has not exited within 5 s,
-// routes the server's LAN over the link again, removes the edges' cgroups
-// and a temporary folder. Its error also reports an edge that had exited
-// with an error before (one RestartFar killed does not count). It is safe to
-// call more than once.
+// Stop sends both edges SIGTERM (SIGKILL after 5 s), routes the server's LAN
+// over the link again and removes the cgroups and a temporary folder. Its
+// error also reports an edge that failed before, unless RestartFar killed
+// it. It is safe to call more than once.
 func (e *Edges) Stop() error {
 	if e.stopped {
 		return nil
@@ -505,8 +477,7 @@ func (e *Edges) Stop() error {
 			errs = append(errs, err)
 		}
 	}
-	// The edges have exited (or were killed and reaped): the groups are
-	// empty and can go.
+	// The edges have exited: the groups are empty.
 	for _, c := range e.groups {
 		if err := c.Close(); err != nil {
 			errs = append(errs, err)
@@ -536,7 +507,7 @@ func (e *Edges) start(ctx context.Context, h *lab.Host, bin, name string, lim cg
 }
 
 // run starts p's process, its output going to its log file (opened with
-// flag added: os.O_TRUNC or os.O_APPEND), in its CPU cap if it has one.
+// flag os.O_TRUNC or os.O_APPEND), in its cgroup if it has one.
 func (p *edgeProc) run(ctx context.Context, l *lab.Lab, flag int) error {
 	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|flag, 0o644)
 	if err != nil {
@@ -556,10 +527,9 @@ func (p *edgeProc) run(ctx context.Context, l *lab.Lab, flag int) error {
 	p.cmd, p.done = cmd, make(chan error, 1)
 	go func() { err := cmd.Wait(); f.Close(); p.done <- err }()
 	if p.group != nil {
-		// Go cannot run code between fork and exec, so the edge joins the
-		// group just after it started: it runs uncapped only for its first
-		// milliseconds, long before the tunnel is up and anything is
-		// measured. Its threads and children move or are born there.
+		// Go cannot run code between fork and exec, so the edge joins
+		// just after it started: uncapped only for its first
+		// milliseconds, long before anything is measured.
 		if err := p.group.Add(cmd.Process.Pid); err != nil {
 			_ = p.stop()
 			return fmt.Errorf("the %s edge: %w", p.name, err)
@@ -568,8 +538,7 @@ func (p *edgeProc) run(ctx context.Context, l *lab.Lab, flag int) error {
 	return nil
 }
 
-// waitUp waits up to d until the side's edge reports its tunnel up on its
-// control socket.
+// waitUp waits up to d until the side's edge reports its tunnel up.
 func (e *Edges) waitUp(ctx context.Context, side string, d time.Duration) error {
 	p := e.near
 	if side == "far" {
@@ -642,8 +611,7 @@ func routeReplace(ctx context.Context, h *lab.Host, prefix, dev string) error {
 	return nil
 }
 
-// writeEdgeKey writes a new private key to dir/name and returns the path
-// and the public key.
+// writeEdgeKey writes a new key to dir/name; it returns path and public key.
 func writeEdgeKey(dir, name string) (path, pub string, err error) {
 	k, err := crypt.GenerateKey(rand.Reader)
 	if err != nil {

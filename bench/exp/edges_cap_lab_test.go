@@ -21,10 +21,8 @@ import (
 	"github.com/wanopt/wanopt/bench/wanem"
 )
 
-// TestEdgesCPUCapInLab starts a pair of wanopt edges capped at 0.3 CPUs
-// each, of CPU weight 1000: each edge's own process (not the 'ip netns
-// exec' it started as) must sit in its own group with that quota and
-// weight, and Stop must remove both groups.
+// TestEdgesCPUCapInLab starts wanopt edges capped at 0.3 CPUs, weight 1000:
+// each must sit in its own such group, and Stop must remove both.
 func TestEdgesCPUCapInLab(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the lab creates network namespaces and cgroups and needs root (run 'sudo make test')")
@@ -102,8 +100,7 @@ func TestEdgesCPUCapInLab(t *testing.T) {
 }
 
 // TestEdgesOnCPUsInLab starts a pair of wanopt edges on the last CPU (as
-// wanbench cisco --edges-apart does): each edge's own process and all its
-// threads must be allowed that CPU only.
+// --edges-apart does): every thread of each must be allowed that CPU only.
 func TestEdgesOnCPUsInLab(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the lab creates network namespaces and needs root (run 'sudo make test')")

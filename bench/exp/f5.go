@@ -35,17 +35,10 @@ import (
 	"github.com/wanopt/wanopt/bench/wanem"
 )
 
-// f5MixKiB is the F5 lab's file mix as we publish it: 24 files from 16 KiB
-// to 3 MiB, 27 MiB (28,311,552 bytes) in all, fetched in this order. File i
-// (from 0) goes to connection i mod 4 when four connections share the
-// list, and the order is chosen so that each of the four gets 6 files and
-// exactly a quarter of the bytes (6,912 KiB), small and large files
-// alternating as on a web page:
-//
-//	connection 1: 16, 3072, 240, 1024, 512, 2048 KiB
-//	connection 2: 128, 2048, 384, 3072, 256, 1024 KiB
-//	connection 3: 64, 1536, 192, 3072, 512, 1536 KiB
-//	connection 4: 32, 640, 352, 2048, 768, 3072 KiB
+// f5MixKiB is the F5 lab's file mix: 24 files from 16 KiB to 3 MiB, 27 MiB
+// in all, in request order. File i goes to connection i mod 4 with four
+// connections, which gives each 6 files and a quarter of the bytes, small
+// and large alternating as on a web page.
 var f5MixKiB = [...]int64{
 	16, 128, 64, 32,
 	3072, 2048, 1536, 640,
@@ -55,10 +48,8 @@ var f5MixKiB = [...]int64{
 	2048, 1024, 1536, 3072,
 }
 
-// f5Seed seeds the files' content: file i (from 0) is the output of
-// math/rand/v2's ChaCha8 seeded with these 32 bytes, the last one set to
-// i+1. The content is reproducible and incompressible, so neither nginx nor
-// anything on the path can shrink it.
+// f5Seed seeds the files' content: file i is ChaCha8's output for these
+// 32 bytes with the last set to i+1, reproducible and incompressible.
 var f5Seed = [32]byte{'w', 'a', 'n', 'b', 'e', 'n', 'c', 'h', ' ', 'f', '5', ' ', 'f', 'i', 'l', 'e', ' ', 'm', 'i', 'x'}
 
 // F5File is one file of the mix.
@@ -126,14 +117,10 @@ func totalSize(files []F5File) int64 {
 	return n
 }
 
-// F5Ideal is the time the fetch would take on a link that is always full
-// and adds nothing but its delay: the bytes at the link rate, plus one
-// round trip for each request of the longest chain, as a client that
-// asks for the next file once the last has arrived (HTTP/1.1 without
-// pipelining) waits a round trip for each response. With one connection
-// that is every file; with several, the chains' waits are counted as if
-// they did not overlap each other's transfers, so a run can beat it. The
-// TCP handshake and slow start are not counted.
+// F5Ideal is the fetch's time on a link that is always full and adds only
+// its delay: the bytes at the link rate plus one round trip per request of
+// the longest chain (HTTP/1.1, no pipelining). Chains' waits are counted as
+// if they never overlapped, so a run can beat it.
 func F5Ideal(bytes int64, rateBps float64, rtt time.Duration, requests int) float64 {
 	return float64(bytes)*8/rateBps + float64(requests)*rtt.Seconds()
 }
@@ -153,8 +140,7 @@ type F5Options struct {
 	Wanopt   string          // the wanopt binary (see FindWanopt)
 	// EdgeArgs are added to both wanopt edges' command lines.
 	EdgeArgs []string
-	// CaptureDir, if set, keeps every run's capture there (for 'wanopt
-	// analyze'); otherwise they are deleted once counted.
+	// CaptureDir, if set, keeps every run's capture there.
 	CaptureDir  string
 	LinkCommand []string // starts the lab's link helper
 	Logger      *slog.Logger
@@ -192,30 +178,25 @@ func (o *F5Options) defaults() {
 
 // F5Run is one fetch of the whole mix.
 type F5Run struct {
-	// Seconds is the wall time from starting curl (all of them at once
-	// with several connections) until the last one exited with every
-	// file received.
+	// Seconds is the wall time from starting curl (all at once with
+	// several connections) until the last one exited.
 	Seconds float64 `json:"seconds"`
-	// ZeroWindows counts the TCP segments toward the server, seen on the
-	// far edge's LAN side, that advertised a zero window (RSTs aside), out
-	// of ToServer segments toward the server in all.
+	// ZeroWindows counts the segments toward the server, seen on the far
+	// edge's LAN side, that advertised a zero window, out of ToServer.
 	ZeroWindows int `json:"zero_windows"`
 	ToServer    int `json:"to_server_segments"`
-	// CaptureDropped is the packets tcpdump reported dropped by the
-	// kernel: zero windows among them went uncounted.
+	// CaptureDropped is the packets tcpdump reported dropped.
 	CaptureDropped int `json:"capture_dropped,omitempty"`
 	// Connections is the TCP connections curl opened: one per chain when
 	// keep-alive held.
 	Connections int    `json:"connections"`
 	Capture     string `json:"capture,omitempty"`
-	// Files are curl's timings of each file, by connection (chain) and
-	// in request order.
+	// Files are curl's timings of each file, in request order.
 	Files []F5FileTiming `json:"files,omitempty"`
 }
 
-// F5FileTiming is curl's account of one file: its connection (from 0)
-// and, from the start of its request, when the first byte of the answer
-// arrived and when the last did (time_starttransfer, time_total).
+// F5FileTiming is curl's account of one file: its connection (from 0) and,
+// from its request, time_starttransfer and time_total.
 type F5FileTiming struct {
 	Name   string  `json:"name"`
 	Conn   int     `json:"conn"`
@@ -232,8 +213,7 @@ type F5Row struct {
 	// Requests is the length of the longest chain (see F5Ideal).
 	Requests int     `json:"requests_per_conn"`
 	IdealS   float64 `json:"ideal_s"`
-	// LinkFloorS is the bytes at the link rate plus one round trip, the
-	// least any client could take.
+	// LinkFloorS is the bytes at the link rate plus one round trip.
 	LinkFloorS float64 `json:"link_floor_s"`
 	// PlainS and WanoptS are the median of the runs.
 	PlainS  float64 `json:"plain_s"`
@@ -271,14 +251,10 @@ type F5Result struct {
 // f5Port is nginx's port on the server.
 const f5Port = 80
 
-// F5 runs the F5 TCP-profile lab on the edges lab: nginx on the server
-// serves the file mix, and curl on the client fetches all of it, over one
-// keep-alive connection or several in parallel, first through edges that
-// only forward (plain TCP), then through a fresh pair of wanopt edges per
-// RTT and profile, warmed by one fetch before the measured runs. Every run
-// is captured on the far edge's LAN side (edgeb's lan0), where the
-// zero-window segments toward the server are counted; with plain TCP those
-// are the client's, with wanopt the far edge's own.
+// F5 runs the F5 TCP-profile lab on the edges lab: curl on the client
+// fetches the mix from nginx on the server over one keep-alive connection
+// or several, through edges that only forward, then through fresh, warmed
+// wanopt edges, counting zero windows toward the server on edgeb's lan0.
 func F5(ctx context.Context, o F5Options) (F5Result, error) {
 	o.defaults()
 	res := F5Result{RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.Queue, CC: o.CC, Runs: o.Runs, EdgeArgs: o.EdgeArgs,
@@ -443,8 +419,7 @@ func f5Timeout(o F5Options, bytes int64, rtt time.Duration, requests int) time.D
 }
 
 // measure runs the row's fetches on one path, each captured on the far
-// edge's LAN side. With edges, it waits for their flows to close between
-// runs.
+// edge's LAN side, waiting for the edges' flows to close between runs.
 func (f *f5Lab) measure(ctx context.Context, rtt time.Duration, prof Profile, row *F5Row, what string, edges *Edges) ([]F5Run, error) {
 	var runs []F5Run
 	for i := range f.o.Runs {
@@ -486,10 +461,8 @@ func (f *f5Lab) measure(ctx context.Context, rtt time.Duration, prof Profile, ro
 	return runs, nil
 }
 
-// fetch downloads files with curl on the client, dealt to conns
-// connections (one curl each, all started at once), and checks that every
-// file arrived whole (HTTP 200, its size and SHA-256) and that each curl
-// kept one connection for all its requests.
+// fetch downloads files with curl on the client, one curl per connection, all
+// at once, and checks that every file arrived whole over one connection each.
 func (f *f5Lab) fetch(ctx context.Context, files []F5File, conns int, timeout time.Duration) (F5Run, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -555,10 +528,9 @@ func (f *f5Lab) fetch(ctx context.Context, files []F5File, conns int, timeout ti
 	return run, verifyFiles(dir, files)
 }
 
-// checkCurlReport reads curl's --write-out lines ("code size connects
-// first-byte-s total-s url", one per file) and checks each file's status
-// and size; it returns the TCP connections curl opened and each file's
-// timings in the report's order.
+// checkCurlReport checks each file's status and size in curl's --write-out
+// lines ("code size connects first-byte-s total-s url"); it returns the
+// connections curl opened and each file's timings.
 func checkCurlReport(out string, files []F5File) (connects int, timings []F5FileTiming, err error) {
 	want := map[string]int64{}
 	for _, f := range files {
@@ -627,10 +599,8 @@ func droppedByKernel(stderr string) int {
 	return n
 }
 
-// countZeroWindows reads a pcap and counts the TCP segments sent to dst
-// that advertise a zero receive window, RSTs aside (a reset's window means
-// nothing), and all TCP segments sent to dst. A zero window is zero
-// whatever the scale, so the handshake need not be in the capture.
+// countZeroWindows counts the TCP segments sent to dst in a pcap, and those
+// with a zero window (RSTs aside): zero whatever the scale, no SYN needed.
 func countZeroWindows(path string, dst netip.Addr) (zero, toDst int, err error) {
 	fh, err := os.Open(path)
 	if err != nil {
@@ -676,9 +646,8 @@ type nginx struct {
 	stderr strings.Builder
 }
 
-// startNginx runs nginx in the server's namespace on the server's address,
-// port f5Port, with a private configuration, pid file, logs and temporary
-// folders under prefix, serving root. It returns once nginx listens.
+// startNginx runs nginx in the server's namespace on port f5Port, its files
+// under prefix, serving root. It returns once nginx listens.
 func startNginx(ctx context.Context, l *lab.Lab, prefix, root string) (*nginx, error) {
 	conf := filepath.Join(prefix, "nginx.conf")
 	if err := os.WriteFile(conf, []byte(nginxConf(prefix, root, netip.AddrPortFrom(l.Server.Addr, f5Port))), 0o644); err != nil {
@@ -708,8 +677,7 @@ func startNginx(ctx context.Context, l *lab.Lab, prefix, root string) (*nginx, e
 	return nil, fmt.Errorf("nginx in %s not listening on %s after 5 s", l.Server.NS, port)
 }
 
-// stop ends nginx, its workers with it ('ip netns exec' gave it a process
-// group of its own).
+// stop ends nginx and its workers (one process group).
 func (n *nginx) stop() {
 	_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGTERM)
 	select {
@@ -720,11 +688,9 @@ func (n *nginx) stop() {
 	}
 }
 
-// nginxConf is the private configuration: one worker serving static files
-// with sendfile, as many requests per connection as the runs make, and
-// every path nginx would otherwise take from its build (pid, logs,
-// temporary files) under prefix. Workers run as root, as the lab does, so
-// that they can read the temporary folder whatever its owner.
+// nginxConf is the private configuration: one worker (root, to read any
+// folder) serving static files with sendfile, unlimited keep-alive
+// requests, every path under prefix.
 func nginxConf(prefix, root string, listen netip.AddrPort) string {
 	return fmt.Sprintf(`user root;
 worker_processes 1;
@@ -790,8 +756,7 @@ func f5Spread(runs []F5Run) string {
 	return fmt.Sprintf("%.2f–%.2f (%d)", lo, hi, len(runs))
 }
 
-// Line is the closing key=value summary for the last row measured; conns
-// comes last, after the issue's fields.
+// Line is the closing key=value summary for the last row measured.
 func (r F5Result) Line() string {
 	if len(r.Rows) == 0 {
 		return "rtt_ms=0 profile= plain_s=0 wanopt_s=0 ideal_s=0 zero_windows=0 conns=0"
@@ -806,8 +771,8 @@ func (r F5Result) WriteFiles(dir string) error {
 	return writeReport(dir, "f5", r, r.Markdown(), r.chart)
 }
 
-// chart draws one panel per connection count: seconds against RTT for
-// plain TCP (dashed) and wanopt (solid) per profile, and the ideal time.
+// chart draws one panel per connection count: seconds against RTT per
+// path and profile, and the ideal time.
 func (r F5Result) chart(path string) error {
 	var conns []int
 	for _, row := range r.Rows {
@@ -905,8 +870,7 @@ func (r F5Result) chart(path string) error {
 	return fh.Close()
 }
 
-// appendPoint adds (x, y) to a line, once per x (the ideal is the same for
-// every profile).
+// appendPoint adds (x, y) to a line, once per x.
 func appendPoint(xys plotter.XYs, x, y float64) plotter.XYs {
 	for _, p := range xys {
 		if p.X == x {

@@ -58,9 +58,8 @@ func TestF5Mix(t *testing.T) {
 	}
 }
 
-// TestWriteF5Files: the files have their sizes and the hashes returned,
-// the same content every time (the first file's SHA-256 is pinned, so a
-// changed generator shows), and content no compressor can shrink.
+// TestWriteF5Files: the files have their sizes and returned hashes, the same
+// content every time (one SHA-256 is pinned), and are incompressible.
 func TestWriteF5Files(t *testing.T) {
 	a, b := t.TempDir(), t.TempDir()
 	fa, err := WriteF5Files(a)
@@ -130,9 +129,8 @@ func TestF5Ideal(t *testing.T) {
 	}
 }
 
-// TestCountZeroWindows writes a small capture, as tcpdump on a veth
-// (Ethernet) and on a TUN device (raw IP) would, with the header-only snap
-// length the lab uses, and counts the zero windows toward the server.
+// TestCountZeroWindows counts the zero windows toward the server in small
+// captures as tcpdump writes them on a veth and on a TUN device.
 func TestCountZeroWindows(t *testing.T) {
 	server := netip.MustParseAddr("198.18.2.2")
 	edge := netip.MustParseAddr("198.18.2.1")
@@ -322,11 +320,8 @@ func TestF5Report(t *testing.T) {
 	}
 }
 
-// TestF5Lab runs the experiment at one short setting on the lab: nginx,
-// curl and a pair of wanopt edges over a 100 Mbit/s, 20 ms link. Every
-// fetch is checked inside F5 (status, size, SHA-256, one connection per
-// chain); here the figures must respect the link and the capture must have
-// seen the traffic toward the server.
+// TestF5Lab runs a short F5 on the lab (100 Mbit/s, 20 ms): the figures must
+// respect the link and the capture must have seen traffic to the server.
 func TestF5Lab(t *testing.T) {
 	needLab(t, "iproute2 nginx curl tcpdump", "ip", "nginx", "curl", "tcpdump")
 	if testing.Short() {

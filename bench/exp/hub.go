@@ -17,34 +17,27 @@ import (
 
 // HubOptions configure StartHub.
 type HubOptions struct {
-	// Wanopt is the wanopt binary; Dir holds keys, the hub's config file,
-	// logs and control sockets (a new temporary folder if empty, removed
-	// by Stop).
+	// Wanopt is the wanopt binary; Dir holds keys, config, logs and
+	// sockets (empty: a temporary folder, removed by Stop).
 	Wanopt, Dir string
 	// Branches is how many branches there are (at most 26); Listed how
 	// many of them the hub's config file lists at start (0: all).
 	Branches, Listed int
-	// Lines are added to the hub's config file ('name = value'), e.g.
-	// "allow = 198.18.2.2/32:7000" or "branch-allow = a:198.18.2.2/32:7001".
+	// Lines are added to the hub's config file ('name = value').
 	Lines []string
 	// Up bounds the wait for the listed branches' tunnels (default 20 s).
 	Up time.Duration
 	// Transparent runs the hub with transparent egress on its own TUN
-	// (wo1), every branch's clients' addresses routed into it, so servers
-	// see each branch's clients' own addresses. Branch a's clients are the
-	// lab's client LAN; a further branch's near edge and clients share its
-	// namespace, whose own address carries the tunnel, so its clients get
-	// a second address (ClientAddr), the source of its route to the
-	// server's LAN, and the hub routes only that one into its TUN.
+	// (wo1), so servers see each branch's clients' addresses. A further
+	// branch's near edge and clients share a namespace, so its clients get
+	// a second address (ClientAddr), and the hub routes only that one into
+	// its TUN.
 	Transparent bool
 }
 
-// Hub is a far edge serving several branches in an edges lab (wanopt run
-// --branch), run from a config file: branch a is the lab's near edge in
-// edgea (its clients in the client namespace), each further branch a
-// namespace of its own behind edgea (lab.AddBranch), where its near edge
-// and its clients run together. Every branch routes the server's LAN
-// into its near edge's TUN.
+// Hub is a far edge serving several branches in an edges lab from a config
+// file: branch a is the near edge in edgea, each further branch a namespace
+// behind edgea (lab.AddBranch) holding its near edge and clients.
 type Hub struct {
 	o        HubOptions
 	l        *lab.Lab
@@ -60,9 +53,8 @@ type Hub struct {
 // BranchName is the name of branch i: "a", "b", ...
 func BranchName(i int) string { return string(rune('a' + i)) }
 
-// StartHub adds the branch namespaces to l (an edges lab), starts the hub
-// in edgeb and a near edge per branch, and waits for the listed branches'
-// tunnels. On error it stops what it started.
+// StartHub adds the branch namespaces to the edges lab l, starts the hub and
+// a near edge per branch, and waits for the listed tunnels (or stops them).
 func StartHub(ctx context.Context, l *lab.Lab, o HubOptions) (*Hub, error) {
 	if o.Branches < 1 || o.Branches > 26 {
 		return nil, fmt.Errorf("a hub lab has 1 to 26 branches, not %d", o.Branches)
@@ -123,8 +115,7 @@ func StartHub(ctx context.Context, l *lab.Lab, o HubOptions) (*Hub, error) {
 			return nil, err
 		}
 	}
-	// The lab routes the server's LAN over the link from edgea; branch a's
-	// clients now go through its near edge.
+	// Branch a's clients now go through its near edge.
 	if err := routeReplace(ctx, l.EdgeA, serverLAN, edgeTUN); err != nil {
 		return nil, err
 	}
@@ -147,13 +138,12 @@ func StartHub(ctx context.Context, l *lab.Lab, o HubOptions) (*Hub, error) {
 func (h *Hub) ConfigFile() string { return filepath.Join(h.dir, "hub.conf") }
 
 // Configure writes the hub's config file listing the first n branches,
-// with HubOptions.Lines and extra lines; the hub reads it at start and on
-// Reload.
+// with HubOptions.Lines and extra lines.
 func (h *Hub) Configure(n int, extra ...string) error {
 	lines := []string{"key = " + h.hubKey, "listen = " + farEdgeListen}
 	if h.o.Transparent {
-		// Branch a's clients are the lab's client LAN; a further branch's
-		// are its namespace's own LAN (lab.AddBranch).
+		// Branch a's clients are the lab's client LAN; the others' have
+		// ClientAddr.
 		lines = append(lines, "egress = transparent", "tun = "+farEdgeTUN, "tun-setup = true", "route = "+clientLAN)
 		for k := 1; k < h.o.Branches; k++ {
 			lines = append(lines, "route = "+h.ClientAddr(k).String()+"/32")
@@ -176,8 +166,7 @@ func (h *Hub) Reload() error {
 	return p.cmd.Process.Signal(syscall.SIGHUP)
 }
 
-// start runs wanopt run args in host as name, logging to name.log and
-// answering on name.sock.
+// start runs 'wanopt run args' in host as name (name.log, name.sock).
 func (h *Hub) start(ctx context.Context, host *lab.Host, name string, args ...string) error {
 	p := &edgeProc{name: name, log: filepath.Join(h.dir, name+".log"), host: host,
 		argv: append([]string{h.o.Wanopt, "run", "--log-level", "debug", "--control", h.Socket(name)}, args...)}
@@ -216,9 +205,8 @@ func (h *Hub) WaitUp(ctx context.Context, name string, d time.Duration) error {
 	}
 }
 
-// ClientAddr is the address branch i's clients connect from with
-// HubOptions.Transparent: the lab's client for branch a, the branch
-// namespace's second address (198.18.2K.3) for the others.
+// ClientAddr is branch i's clients' address with HubOptions.Transparent: the
+// lab's client for branch a, the namespace's second address for the others.
 func (h *Hub) ClientAddr(i int) netip.Addr {
 	if i == 0 {
 		return netip.MustParseAddr("198.18.1.2")

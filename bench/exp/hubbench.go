@@ -25,12 +25,10 @@ type HubBenchOptions struct {
 	RTT        time.Duration
 	RateBps    uint64
 	QueueBytes int
-	// Warmup is how long the downloads run before the measurement and
-	// Measure how long it lasts (default 8 s and 20 s).
+	// Warmup and Measure time the run (default 8 s and 20 s).
 	Warmup, Measure time.Duration
-	// NoHubRate leaves out the hub's --hub-rate (the link's rate): each
-	// branch's tunnel then has only its own controller, and tunnels that
-	// start apart keep unequal shares (see package tunnel/share).
+	// NoHubRate leaves out the hub's --hub-rate: tunnels that start apart
+	// then keep unequal shares (see package tunnel/share).
 	NoHubRate bool
 	// Wanopt is the wanopt binary; LinkCommand starts the link helper.
 	Wanopt      string
@@ -52,21 +50,17 @@ type HubBenchResult struct {
 	BranchMbps []float64 `json:"branch_mbps"`
 	Shares     []float64 `json:"shares"`
 	TotalMbps  float64   `json:"total_mbps"`
-	// LinkRatio is TotalMbps over the link's goodput limit (rate x
-	// 1448/1500: TCP payload in full-size packets).
+	// LinkRatio is TotalMbps over GoodputLimitMbps.
 	LinkRatio float64 `json:"link_ratio"`
 	MinShare  float64 `json:"min_share"`
 	MaxShare  float64 `json:"max_share"`
 }
 
-// hubBenchPort is where the bench's source server listens in the server
-// namespace.
+// hubBenchPort is the source server's port in the server namespace.
 const hubBenchPort = 7100
 
-// HubBench measures how one hub shares a link among its branches: each
-// branch downloads from the server at once, through its own near edge and
-// tunnel to the hub, across the same emulated link; after the warm-up,
-// each branch's goodput is counted over the same interval.
+// HubBench measures how one hub shares a link: all branches download at
+// once through their own tunnels, each one's goodput over the same interval.
 func HubBench(ctx context.Context, o HubBenchOptions) (HubBenchResult, error) {
 	if o.Branches == 0 {
 		o.Branches = 3
@@ -191,8 +185,8 @@ func HubBench(ctx context.Context, o HubBenchOptions) (HubBenchResult, error) {
 	return res, nil
 }
 
-// fillShares sets each branch's fraction of the fair share and their
-// extremes.
+// fillShares sets each branch's fraction of the fair share, and the
+// smallest and largest.
 func (r *HubBenchResult) fillShares() {
 	fair := r.TotalMbps / float64(len(r.BranchMbps))
 	r.Shares = nil

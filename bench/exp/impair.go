@@ -11,30 +11,26 @@ import (
 )
 
 // LinkImpairments are what the experiments can add to the link beyond its
-// delay, rate and queue. They apply to both directions alike; each
-// direction draws its own random numbers. The zero value adds nothing.
-// Durations are in nanoseconds in JSON, as in wanem.Config.
+// delay, rate and queue, both ways alike, each direction with its own
+// random numbers. The zero value adds nothing. JSON durations are in ns.
 type LinkImpairments struct {
 	// LossPct is random loss in percent, each way.
 	LossPct float64 `json:"loss_pct,omitempty"`
 	// Jitter is the largest random extra delay (it does not reorder).
 	Jitter time.Duration `json:"jitter,omitempty"`
 	// ReorderPct is the percentage of packets held back ReorderDelay so
-	// that later ones overtake them; ReorderDelay 0 means the emulator's
-	// default, wanem.DefaultReorderDelay (the simulator uses the same).
+	// that later ones overtake them; ReorderDelay 0 means
+	// wanem.DefaultReorderDelay (in the simulator too).
 	ReorderPct   float64       `json:"reorder_pct,omitempty"`
 	ReorderDelay time.Duration `json:"reorder_delay,omitempty"`
 	// DupPct is the percentage of packets duplicated.
 	DupPct float64 `json:"dup_pct,omitempty"`
-	// BurstLossPct and BurstLen set Gilbert–Elliott burst loss by its
-	// mean loss in percent and its mean burst length in packets (see
-	// BurstModel); BurstLossPct 0 disables it.
+	// BurstLossPct and BurstLen set burst loss by its mean in percent and
+	// mean burst length in packets (see BurstModel); 0 disables it.
 	BurstLossPct float64 `json:"burst_loss_pct,omitempty"`
 	BurstLen     float64 `json:"burst_len,omitempty"`
 	// OutageFor, if positive, takes the link down for that long during
-	// every measured transfer, OutageAt after the transfer starts (the
-	// iperf client's start in the lab, the streams' opening in the
-	// simulator).
+	// every measured transfer, OutageAt after the transfer starts.
 	OutageAt  time.Duration `json:"outage_at,omitempty"`
 	OutageFor time.Duration `json:"outage_for,omitempty"`
 }
@@ -70,14 +66,10 @@ func (m LinkImpairments) Validate() error {
 	return nil
 }
 
-// BurstModel returns the Gilbert–Elliott chain (probabilities in [0, 1])
-// whose bad state loses every packet and good state none, with mean loss
-// lossPct percent and mean loss-burst length burstLen packets. A stay in
-// the bad state lasts 1/PBadToGood packets on average, and the share of
-// packets in it is PGoodToBad/(PGoodToBad+PBadToGood); solved:
-// PBadToGood = 1/burstLen, PGoodToBad = m·PBadToGood/(1−m) for m =
-// lossPct/100. PGoodToBad must stay a probability, so the loss can be at
-// most burstLen/(burstLen+1) (50 % for bursts of one packet).
+// BurstModel returns the Gilbert–Elliott chain whose bad state loses every
+// packet and good state none, with mean loss m = lossPct/100 and mean burst
+// burstLen packets: PBadToGood = 1/burstLen, PGoodToBad = m·PBadToGood/(1−m),
+// so the loss is at most burstLen/(burstLen+1).
 func BurstModel(lossPct, burstLen float64) (wanem.GilbertElliott, error) {
 	if !(burstLen >= 1) || math.IsInf(burstLen, 1) {
 		return wanem.GilbertElliott{}, fmt.Errorf("burst length %v packets: want a mean of at least 1 packet", burstLen)
@@ -105,14 +97,12 @@ func (m LinkImpairments) apply(c *wanem.Config) {
 	}
 }
 
-// applySim adds the impairments (all but the outage, which SimTCP and
-// SimTunnel place once they know when the measured transfer starts) to a
-// netsim direction, whose probabilities are percentages. m must be valid.
+// applySim adds the impairments (all but the outage, see trackOutage) to
+// a netsim direction. m must be valid.
 func (m LinkImpairments) applySim(c *netsim.LinkConfig) {
 	c.LossPercent, c.Jitter, c.ReorderPercent, c.DuplicatePercent = m.LossPct, m.Jitter, m.ReorderPct, m.DupPct
 	if m.ReorderPct > 0 {
-		// netsim needs a positive delay; use the emulator's default so
-		// that the twin matches the lab.
+		// netsim needs a positive delay: the emulator's default.
 		c.ReorderDelay = orDefault(m.ReorderDelay, wanem.DefaultReorderDelay)
 	}
 	if m.BurstLossPct > 0 {
@@ -130,31 +120,26 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// RecoveryBar is the share of the link's goodput limit (GoodputLimitMbps)
-// a transfer must reach again after an outage to count as recovered.
+// RecoveryBar is the share of GoodputLimitMbps a transfer must reach again
+// after an outage to count as recovered.
 const RecoveryBar = 0.8
 
 // GoodputLimitMbps is the most payload a link of rateBps carries for TCP
 // with 1500-byte packets and timestamps: 1448 bytes of every 1500.
 func GoodputLimitMbps(rateBps float64) float64 { return rateBps / 1e6 * 1448 / 1500 }
 
-// RateInterval is the throughput of a transfer over one interval, all
-// streams added up.
+// RateInterval is a transfer's throughput over one interval, all streams.
 type RateInterval struct {
 	StartS float64 `json:"start_s"`
 	EndS   float64 `json:"end_s"`
 	Mbps   float64 `json:"mbps"`
 }
 
-// NotRecovered is the RecoveryS of a transfer that did not reach the bar
-// again before it ended.
+// NotRecovered is the RecoveryS of a transfer that never reached the bar again.
 const NotRecovered = -1
 
-// recoveryTime returns the seconds from upS, when the link came back,
-// until the end of the first interval ending after upS whose throughput is
-// at least barMbps, or NotRecovered. The intervals must be in time order.
-// Taking the interval's end makes the figure conservative by up to one
-// interval.
+// recoveryTime returns the seconds from upS, the link's return, to the end of
+// the first later interval at barMbps or more, or NotRecovered (time order).
 func recoveryTime(iv []RateInterval, upS, barMbps float64) float64 {
 	for _, x := range iv {
 		if x.EndS > upS && x.Mbps >= barMbps {
@@ -164,15 +149,13 @@ func recoveryTime(iv []RateInterval, upS, barMbps float64) float64 {
 	return NotRecovered
 }
 
-// ReportInterval is how often throughput is sampled for recovery: at least
-// two RTTs, so that a window sent once per round trip does not make the
-// rate swing from interval to interval, and between 0.1 and 0.5 s.
+// ReportInterval is how often throughput is sampled for recovery: two RTTs,
+// so per-round-trip windows do not make the rate swing, within 0.1-0.5 s.
 func ReportInterval(rtt time.Duration) time.Duration {
 	return min(max(2*rtt, 100*time.Millisecond), 500*time.Millisecond)
 }
 
-// String describes the impairments in a few words, "none" if there are
-// none.
+// String describes the impairments in a few words, or "none".
 func (m LinkImpairments) String() string {
 	var parts []string
 	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }

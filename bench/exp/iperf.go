@@ -29,13 +29,11 @@ type iperfServer struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	stderr *strings.Builder
-	// stdout is every report the server printed, across restarts: an
-	// upload is measured from the server's report (see runIperf).
+	// stdout is every report the server printed, across restarts.
 	stdout lockedText
 }
 
-// lockedText is a process's output, read while the process still writes
-// it.
+// lockedText is a process's output, read while it is still written.
 type lockedText struct {
 	mu sync.Mutex
 	b  strings.Builder
@@ -121,13 +119,11 @@ func (s *iperfServer) kill() {
 var errUploadOutage = errors.New("an upload with an outage: the recovery is timed from the iperf client's interval reports, which for an upload count bytes its socket took, not bytes delivered; measure outages with downloads")
 
 // serverReportWait bounds the wait for the server's report once the
-// client has exited: the server prints it when its last stream closes,
-// which is at most a round trip and the edges' buffers behind the client.
+// client has exited (a round trip and the edges' buffers later).
 const serverReportWait = 10 * time.Second
 
-// report waits up to wait for the server's report of the transfer it
-// served after mark in its output (its [SUM] line with several streams,
-// the stream's line with one) and returns that output.
+// report waits up to wait for the server's report of the transfer after
+// mark in its output, and returns that output.
 func (s *iperfServer) report(ctx context.Context, mark, streams int, wait time.Duration) (string, error) {
 	deadline := time.Now().Add(wait)
 	for {
@@ -166,31 +162,25 @@ type IperfResult struct {
 	Bytes   int64   `json:"bytes"`   // payload bytes moved, all streams
 	Seconds float64 `json:"seconds"` // iperf's [SUM] interval
 	Mbps    float64 `json:"mbps"`    // Bytes*8/Seconds/1e6
-	// Retried counts the attempts that failed before this one (the iperf
-	// server restarted each time), and RetryReason is the last failure;
-	// see runIperf.
+	// Retried counts the attempts that failed before this one, and
+	// RetryReason is the last failure (see runIperf).
 	Retried     int    `json:"retried,omitempty"`
 	RetryReason string `json:"retry_reason,omitempty"`
-	// Failed is set when a run with an outage did not complete (for
-	// example, its connections were reset during the outage): such a run
-	// is a result, not retried. Error says what happened; Bytes, Seconds
-	// and Mbps are zero and the run counts in no mean.
+	// Failed is set when a run with an outage did not complete: a result,
+	// not retried. Error says what happened; Bytes, Seconds and Mbps are
+	// zero and the run counts in no mean.
 	Failed bool   `json:"failed,omitempty"`
 	Error  string `json:"error,omitempty"`
-	// With an outage (LinkImpairments.OutageFor): when the link went down
-	// and came back, in seconds since the iperf client started; both 0
-	// if the transfer ended before the outage was due.
+	// With an outage: when the link went down and came back, in seconds
+	// since the client started; both 0 if the transfer ended first.
 	OutageStartS float64 `json:"outage_start_s,omitempty"`
 	OutageEndS   float64 `json:"outage_end_s,omitempty"`
 	// RecoveryS is the seconds from the link's return until the end of
-	// the first report interval in which the transfer's throughput was at
-	// least RecoveryBar of the link's goodput limit (GoodputLimitMbps);
-	// NotRecovered (-1) if it never was again before the transfer ended,
-	// 0 when no outage happened during the transfer.
+	// the first interval at RecoveryBar of GoodputLimitMbps or more;
+	// NotRecovered (-1) if none was, 0 when no outage hit the transfer.
 	RecoveryS float64 `json:"recovery_s,omitempty"`
-	// IntervalS and Intervals are iperf's interval reports (-i), all
-	// streams added up, in seconds since the iperf client started; only
-	// runs with an outage ask for them.
+	// IntervalS and Intervals are iperf's interval reports (-i), streams
+	// added up, in seconds since the client started; outage runs only.
 	IntervalS float64        `json:"interval_s,omitempty"`
 	Intervals []RateInterval `json:"intervals,omitempty"`
 }
@@ -200,32 +190,27 @@ type iperfRun struct {
 	BytesPerStream int64
 	Streams        int
 	Timeout        time.Duration
-	// OutageAt and OutageFor, if OutageFor > 0: the lab's link goes down
-	// OutageAt after the iperf client starts, for OutageFor, and the run
-	// reports its throughput every Interval (at least 0.1 s) to time the
-	// recovery against RecoveryBar of GoodputLimitMbps(LinkBps).
+	// OutageAt and OutageFor, if OutageFor > 0: the link goes down
+	// OutageAt after the client starts, for OutageFor, and throughput is
+	// reported every Interval (at least 0.1 s) to time the recovery.
 	OutageAt, OutageFor time.Duration
 	Interval            time.Duration
 	LinkBps             float64
-	// Upload sends from the client to the server (iperf without -R), and
-	// the run is the server's report: the client's counts the bytes its
-	// socket took, and through a pair of edges those are bytes the near
+	// Upload sends from the client to the server (iperf without -R); the
+	// run is the server's report, since the client's counts bytes the near
 	// edge buffered, not bytes delivered. No outage with an upload.
 	Upload bool
 }
 
-// runTimeout bounds one iperf run of bytes at a link of rateBps: a minute
-// plus the transfer at a twelfth of the link (plain TCP with 512 KB
-// windows at 250 ms gets a sixth), so that a wedged run is retried within
-// minutes, not after the time a 5 Mbit/s transfer would take.
+// runTimeout bounds one iperf run: a minute plus the bytes at a twelfth of
+// the link (plain TCP with 512 KB windows at 250 ms gets a sixth).
 func runTimeout(bytes int64, rateBps float64) time.Duration {
 	return lossyRunTimeout(bytes, rateBps, 1, 0, 0)
 }
 
 // lossyRunTimeout is runTimeout on a link that loses lossPct of packets:
 // plain TCP then gets at most about MSS/RTT·√(3/2)/√p per stream (Mathis
-// et al.), 1.4 Mbit/s at 100 ms and 1 %, far below a twelfth of the link;
-// the floor is lowered to half of that for all streams.
+// et al.); the floor is lowered to half of that for all streams.
 func lossyRunTimeout(bytes int64, rateBps float64, streams int, rtt time.Duration, lossPct float64) time.Duration {
 	floorBps := max(2e6, rateBps/12)
 	if lossPct > 0 {
@@ -238,11 +223,8 @@ func lossyRunTimeout(bytes int64, rateBps float64, streams int, rtt time.Duratio
 
 var sumRE = regexp.MustCompile(`\[(?:SUM|\s*\*?\d+)\]\s+([0-9.]+)-([0-9.]+)\s+sec\s+([0-9.]+)\s+([KMG]?)Bytes`)
 
-// parseIperf reads iperf 2's text output (-f m) and returns the transfer
-// as a whole: the [SUM] line when there are several streams, else the
-// only stream's line (the last one: with -i the interval reports come
-// before it). A transfer that reports less than all its bytes (a stream
-// was reset) is an error.
+// parseIperf returns the transfer from iperf 2's output (-f m): the last
+// [SUM] line, or the stream's; a transfer short of its bytes is an error.
 func parseIperf(out string, streams int, bytesPerStream int64) (IperfResult, error) {
 	best := lastIperfResult(out, streams)
 	if best == nil {
@@ -257,8 +239,8 @@ func parseIperf(out string, streams int, bytesPerStream int64) (IperfResult, err
 	r := IperfResult{Bytes: int64(streams) * bytesPerStream, Seconds: secs}
 	// iperf prints three significant digits: allow 1 % for rounding.
 	if moved := iperfBytes(best[3], best[4]); moved < 0.99*float64(r.Bytes) {
-		// The whole report, not only the sum: which streams came short
-		// (or never connected) tells an iperf quirk from a stalled path.
+		// The whole report: which streams came short tells an iperf
+		// quirk from a stalled path.
 		return IperfResult{}, fmt.Errorf("iperf moved %.0f of %d bytes: %q; its report: %q", moved, r.Bytes, best[0], tail(out, 1500))
 	}
 	r.Mbps = float64(r.Bytes) * 8 / secs / 1e6
@@ -283,8 +265,7 @@ func lastIperfResult(out string, streams int) []string {
 	return best
 }
 
-// iperfBytes converts iperf 2's transfer column (binary multiples) to
-// bytes.
+// iperfBytes converts iperf 2's transfer column to bytes.
 func iperfBytes(num, unit string) float64 {
 	v, _ := strconv.ParseFloat(num, 64)
 	switch unit {
@@ -302,28 +283,17 @@ func iperfBytes(num, unit string) float64 {
 // seconds of iperf's clock, and the bytes moved.
 var streamLineRE = regexp.MustCompile(`^\[\s*\*?(\d+)\]\s+([0-9.]+)-([0-9.]+)\s+sec\s+([0-9.]+)\s+([KMG]?)Bytes`)
 
-// timedLine is one line of a command's output and when it arrived, since
-// the command started.
+// timedLine is one line of a command's output and when it arrived.
 type timedLine struct {
 	at   time.Duration
 	text string
 }
 
-// iperfIntervals adds up the streams' interval reports of a run with
-// '-i interval' into one throughput per interval, in seconds since the
-// client started.
-//
-// It reads the streams' own lines, not the [SUM] lines: with -R, iperf
-// 2.1.8 prints the [SUM] interval reports with garbage times (see the
-// test's sample). Each stream's closing report (0 to its end) and any
-// report seen twice are skipped. Reports are placed on the interval grid
-// by their start, so a stream's last, shorter interval joins the others'.
-//
-// iperf's clock starts when it is connected, not when the process starts;
-// a report for an interval ending at t is printed right after t, so the
-// smallest (arrival − t) over the reports is where iperf's clock starts on
-// the run's clock. lines with no arrival times (all zero) are taken on
-// iperf's clock.
+// iperfIntervals adds up the streams' interval reports of a run with '-i
+// interval' into one throughput per interval, since the client started. It
+// reads the streams' own lines (iperf 2.1.8's -R [SUM] intervals have
+// garbage times). A report for an interval ending at t is printed right
+// after t, so the smallest (arrival − t) places iperf's clock on the run's.
 func iperfIntervals(lines []timedLine, interval time.Duration) []RateInterval {
 	step := interval.Seconds()
 	type agg struct {
@@ -412,8 +382,7 @@ func (w *timedOutput) result() (string, []timedLine) {
 	return w.all.String(), lines
 }
 
-// round rounds v to digits decimals, for the JSON's sake: iperf's
-// figures have four at most.
+// round rounds v to digits decimals, for the JSON's sake.
 func round(v float64, digits int) float64 {
 	p := math.Pow10(digits)
 	return math.Round(v*p) / p
@@ -434,11 +403,9 @@ type outageTimes struct {
 	err          error
 }
 
-// runOutage takes the lab's link down at after start and brings it up
-// dur later, unless finished closes first. Once begun, the outage lasts
-// its full length even if the transfer ends (the next run must not start
-// inside it); only ctx ends it early. An error bringing the link back is
-// fatal to the experiment and is returned.
+// runOutage takes the link down at after start and up dur later, unless
+// finished closes first; once begun only ctx ends it early, so the next run
+// never starts inside it. An error bringing the link back is returned.
 func runOutage(ctx context.Context, l *lab.Lab, start time.Time, at, dur time.Duration, finished <-chan struct{}) outageTimes {
 	t := time.NewTimer(time.Until(start.Add(at)))
 	defer t.Stop()
@@ -467,10 +434,8 @@ func runOutage(ctx context.Context, l *lab.Lab, start time.Time, at, dur time.Du
 
 // runIperf runs 'iperf -c server -n N -P streams -R' from client (without
 // -R for an upload). Without an outage, it retries up to twice with a
-// restarted server if the server died or the client failed (iperf 2.1.8
-// bugs). With one, it does not retry: a failed run is returned as a result
-// with Failed set, and the error is for what stops the experiment (the lab
-// or ctx).
+// restarted server (iperf 2.1.8 bugs); with one, a failed run is a result
+// with Failed set. The error is for what stops the experiment.
 func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServer, run iperfRun) (IperfResult, error) {
 	outage := run.OutageFor > 0
 	if outage && run.Upload {
@@ -529,10 +494,8 @@ func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServe
 			continue
 		}
 		if err != nil {
-			// iperf 2.1.8's server can wedge: its stream threads wait on
-			// each other forever after reading the client's header (seen
-			// once in 130 runs, on plain and wanopt paths alike). Start a
-			// fresh server for the next attempt.
+			// iperf 2.1.8's server can wedge, its stream threads waiting
+			// on each other: start a fresh one.
 			lastErr = fmt.Errorf("iperf client: %w: %s", err, tail(out, 400))
 			srv.kill()
 			continue
@@ -554,9 +517,8 @@ func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServe
 	return IperfResult{}, lastErr
 }
 
-// outageResult makes the result of a run with an outage out of iperf's
-// output and exit (err), failed or not, and restarts a server that may be
-// wedged after a failure.
+// outageResult makes the result of a run with an outage, failed or not,
+// and restarts a server that may be wedged after a failure.
 func outageResult(srv *iperfServer, run iperfRun, interval time.Duration, out string, lines []timedLine, err error, ot outageTimes) IperfResult {
 	var r IperfResult
 	switch {

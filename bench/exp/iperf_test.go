@@ -62,10 +62,8 @@ func TestTrimmedMean(t *testing.T) {
 }
 
 // Output of iperf 2.1.8 'iperf -c 127.0.0.1 -n 10M -P 2 -R -i 0.25 -f m'
-// on loopback (the server sending at 100 Mbit/s with -b), with the server
-// stopped (SIGSTOP) for a second mid-transfer: the zero intervals are the
-// stall. With -R, 2.1.8 prints the [SUM] interval reports with garbage
-// times; only the closing [SUM] is sound.
+// on loopback, the server at 100 Mbit/s and SIGSTOPped for a second: zero
+// intervals are the stall, and only the closing [SUM] has sound times.
 const iperfStall2 = `------------------------------------------------------------
 Client connecting to 127.0.0.1, TCP port 5999
 TCP window size: 3.76 MByte (default)
@@ -121,10 +119,8 @@ TCP window size: 16.0 KByte (default)
 [ *1] 0.0000-3.0075 sec  30.0 MBytes  83.7 Mbits/sec
 `
 
-// arrivals stamps each line of out as a run would: a report for an
-// interval ending at t arrives lag after t on the run's clock (iperf's
-// clock starting later than the run), plus a little more for every
-// second line, as a busy reporter would; other lines arrive at 0.
+// arrivals stamps each line of out as a run would: a report for an interval
+// ending at t at lag after t (more for every second line), others at 0.
 func arrivals(out string, lag time.Duration) []timedLine {
 	var lines []timedLine
 	for i, s := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
@@ -204,9 +200,8 @@ func TestRecoveryTime(t *testing.T) {
 	}
 }
 
-// A lossy link must not make a healthy plain-TCP run look wedged: at 1 %
-// loss and 100 ms, 4 streams of 10 MiB took 65 s in the lab, beyond the
-// lossless timeout.
+// A lossy link must not make a healthy plain-TCP run look wedged: 4
+// streams of 10 MiB at 1 % loss and 100 ms outlast the lossless timeout.
 func TestLossyRunTimeout(t *testing.T) {
 	const bytes = 4 * 10 << 20
 	clean := runTimeout(bytes, 250e6)
@@ -223,9 +218,8 @@ func TestLossyRunTimeout(t *testing.T) {
 	}
 }
 
-// The output of iperf 2.1.8's server ('iperf -s -f m') for one transfer of
-// 'iperf -c … -n 10M -P 4' and then one of -P 1, as printed: the lines of
-// its threads interleave.
+// The output of iperf 2.1.8's server ('iperf -s -f m') for a transfer of
+// -P 4 and then one of -P 1: the lines of its threads interleave.
 const iperfServerOut = `------------------------------------------------------------
 Server listening on TCP port 5999
 TCP window size:  128 KByte (default)
@@ -248,8 +242,7 @@ const iperfServerOut1 = `[  5] local 127.0.0.1 port 5999 connected with 127.0.0.
 `
 
 // TestServerReport: an upload's figure is the server's report of the
-// transfer after the mark, waited for while the server is still printing
-// it, never an earlier transfer's; without one in time, an error.
+// transfer after the mark, waited for, never an earlier one's.
 func TestServerReport(t *testing.T) {
 	ctx := context.Background()
 	var s iperfServer

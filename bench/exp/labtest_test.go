@@ -7,9 +7,8 @@ import (
 	"testing"
 )
 
-// needLab skips t unless it runs as root (the lab creates network
-// namespaces) with each of tools installed; pkgs names the Debian
-// packages that hold them, for the message.
+// needLab skips t unless it runs as root with each of tools installed; pkgs
+// names the Debian packages that hold them, for the message.
 func needLab(t *testing.T, pkgs string, tools ...string) {
 	t.Helper()
 	if os.Geteuid() != 0 {

@@ -9,10 +9,9 @@ import (
 	"github.com/wanopt/wanopt/bench/wanem"
 )
 
-// TestIperfOutageInLab runs one real iperf transfer over the emulated link
-// with an outage: the link goes down on time for its length, the run
-// records it, iperf's interval reports show the stall, and the run says
-// when (or that) throughput came back.
+// TestIperfOutageInLab runs one iperf transfer with an outage: the link goes
+// down on time for its length, the run records it, the interval reports
+// show the stall, and the run says when (or that) throughput came back.
 func TestIperfOutageInLab(t *testing.T) {
 	needLab(t, "iperf", "iperf")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

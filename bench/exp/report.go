@@ -13,9 +13,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// Published reference points for plain TCP in the test we reproduce:
-// 248 Mbit/s at 0 ms, 59-63 Mbit/s at 200-250 ms (drawn at the range's
-// middle).
+// Published reference points for plain TCP in the reproduced test (the
+// 200-250 ms range drawn at its middle).
 var publishedPlainTCP = plotter.XYs{{X: 0, Y: 248}, {X: 200, Y: 61}, {X: 250, Y: 61}}
 
 // Markdown renders the baseline as a markdown table.

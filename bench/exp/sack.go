@@ -16,46 +16,38 @@ import (
 	"github.com/wanopt/wanopt/bench/wanem"
 )
 
-// SackOptions configure Sack. Zero values take the field case of issue 15:
-// a WAN device left in bypass on a 40 ms path that clamped the advertised
-// window to 16 kB and injected selective ACKs for data not yet sent.
+// SackOptions configure Sack. Zero values play the field case: a WAN
+// device left in bypass on a 40 ms path that clamps the advertised window
+// to 16 kB and injects selective ACKs for data not yet sent.
 type SackOptions struct {
-	// RTT and RateBps are the link's (default 40 ms and 100 Mbit/s: fast
-	// enough that the clamped window, not the link, limits plain TCP);
-	// QueueBytes its drop-tail queue (default one bandwidth-delay
-	// product).
+	// RTT and RateBps are the link's (default 40 ms and 100 Mbit/s, so the
+	// clamp, not the link, limits plain TCP); QueueBytes its queue
+	// (default one bandwidth-delay product).
 	RTT        time.Duration
 	RateBps    uint64
 	QueueBytes int
-	// WindowClamp is the most any TCP segment may advertise, in bytes
-	// (default 16384).
+	// WindowClamp is the most any segment may advertise (default 16384).
 	WindowClamp int
-	// SACKOffset and SACKLength place the forged block in every pure ACK
-	// at [ack+SACKOffset, ack+SACKOffset+SACKLength) (default 4 × the
-	// clamp and 10 full segments): past anything a sender held to the
-	// clamp can have sent.
+	// SACKOffset and SACKLength place the forged block at
+	// [ack+SACKOffset, ack+SACKOffset+SACKLength) (default 4 × the clamp
+	// and 10 segments): past anything the sender can have sent.
 	SACKOffset, SACKLength uint32
 	// TamperUDPPct is the percentage of UDP datagrams the device also
-	// rewrites (wanem.Config.TamperUDPPct). The field device rewrote only
-	// TCP, and 0 plays it faithfully: it then finds nothing to rewrite on
-	// the tunnel. Above 0 it stands for a device that rewrites what it
-	// does not understand, to show what the tunnel does with that.
+	// rewrites (wanem.Config.TamperUDPPct). 0 plays the field device, which
+	// rewrote only TCP; above 0 shows what the tunnel does with tampering.
 	TamperUDPPct float64
 	// PlainBytes and WanoptBytes are the measured transfers (iperf -n, one
-	// stream, -R: the server sends); default 8 MiB (about 20 s at the
-	// clamp's bound) and 64 MiB. WarmBytes warms the fresh tunnel first
-	// (default 4 MiB).
+	// stream, -R); default 8 MiB and 64 MiB. WarmBytes warms the fresh
+	// tunnel first (default 4 MiB).
 	PlainBytes, WanoptBytes, WarmBytes int64
-	// Profile is the end hosts' TCP buffers (default Modern) and CC their
-	// congestion control (default cubic).
+	// Profile and CC are the end hosts' (default Modern and cubic).
 	Profile Profile
 	CC      string
-	// Seed seeds the link's random draws: Seed one way, Seed+1 the other
-	// (default 1).
+	// Seed seeds the link: Seed one way, Seed+1 the other (default 1).
 	Seed int64
-	// CaptureDir receives the capture of the plain run (plain.pcap, at
-	// the server, the data's sender) and what the analyser says of it
-	// (plain-analysis.txt); default a temporary folder, removed after.
+	// CaptureDir receives the plain run's capture at the server
+	// (plain.pcap) and its analysis (plain-analysis.txt); default a
+	// temporary folder, removed after.
 	CaptureDir string
 	// Wanopt is the wanopt binary; LinkCommand starts the link helper.
 	Wanopt      string
@@ -65,21 +57,18 @@ type SackOptions struct {
 	Progress func(what string)
 }
 
-// SackDevice counts what the device rewrote during one run, both
-// directions added up.
+// SackDevice counts what the device rewrote during one run, both ways.
 type SackDevice struct {
 	SACKForged     uint64 `json:"sack_forged"`
 	WindowsClamped uint64 `json:"windows_clamped"`
 	UDPTampered    uint64 `json:"udp_tampered"`
 }
 
-// SackAnalysis is what the capture analyser (wanopt analyze) says of the
-// plain run's transfer.
+// SackAnalysis is what 'wanopt analyze' says of the plain run's transfer.
 type SackAnalysis struct {
 	Flow string `json:"flow"` // sender→receiver of the data
-	// Verdict is the analyser's verdict name and VerdictSummary its
-	// figures; WindowBytes the receiver's time-weighted window the
-	// sender saw, and WindowBoundMbps that window over the RTT.
+	// Verdict and VerdictSummary are the analyser's; WindowBytes the
+	// receiver's time-weighted window, WindowBoundMbps it over the RTT.
 	Verdict         string  `json:"verdict"`
 	VerdictSummary  string  `json:"verdict_summary"`
 	WindowBytes     int64   `json:"window_bytes"`
@@ -87,8 +76,7 @@ type SackAnalysis struct {
 	AchievedMbps    float64 `json:"achieved_mbps"`
 	RTTms           float64 `json:"rtt_ms"`
 	// SACKUnsent is how many ACKs the analyser flagged as
-	// sack-unsent-data (a SACK block beyond the highest sequence sent),
-	// and SACKUnsentDetail its description of the first.
+	// sack-unsent-data, and SACKUnsentDetail its description.
 	SACKUnsent       int               `json:"sack_unsent_data"`
 	SACKUnsentDetail string            `json:"sack_unsent_data_detail"`
 	Anomalies        []analyze.Anomaly `json:"anomalies"`
@@ -99,12 +87,10 @@ type SackPlain struct {
 	Run      IperfResult  `json:"run"`
 	Device   SackDevice   `json:"device"`
 	Analysis SackAnalysis `json:"analysis"`
-	// SenderSACKDiscards is how many SACK blocks the server's kernel (the
-	// data's sender) threw away as invalid during the run (TcpExt
-	// TCPSACKDiscard): Linux checks every block against what it has sent.
+	// SenderSACKDiscards is the SACK blocks the server's kernel (the
+	// sender) discarded as invalid during the run (TcpExt TCPSACKDiscard).
 	SenderSACKDiscards uint64 `json:"sender_sack_discards"`
-	// Link is the link's own counters for the run, each way (A is the
-	// client's side).
+	// Link is the link's counters for the run (A is the client's side).
 	Link lab.LinkStats `json:"link"`
 }
 
@@ -113,18 +99,16 @@ type SackWanopt struct {
 	Run    IperfResult   `json:"run"`
 	Device SackDevice    `json:"device"`
 	Link   lab.LinkStats `json:"link"`
-	// Each edge's tunnel counters over the whole run (handshake and
-	// warming included): datagrams that failed authentication, and
-	// handshake initiations with a bad MAC (far edge).
+	// Each edge's tunnel counters over the whole run, warming included:
+	// datagrams that failed authentication, and handshakes with a bad MAC.
 	NearDroppedUnauthenticated uint64 `json:"near_dropped_unauthenticated"`
 	FarDroppedUnauthenticated  uint64 `json:"far_dropped_unauthenticated"`
 	NearHandshakesBadMAC       uint64 `json:"near_handshakes_bad_mac"`
 	FarHandshakesBadMAC        uint64 `json:"far_handshakes_bad_mac"`
-	// TamperedDropped is the four counters above added up: datagrams the
-	// edges refused because they had been changed on the way.
+	// TamperedDropped is the four counters above added up.
 	TamperedDropped uint64 `json:"tampered_dropped"`
 	// FarPacketsLost is what the far edge's tunnel (the sender) declared
-	// lost: a refused datagram is a lost one to the tunnel.
+	// lost; a refused datagram counts as lost.
 	FarPacketsLost uint64 `json:"far_packets_lost"`
 }
 
@@ -142,13 +126,12 @@ type SackResult struct {
 	PlainBytes   int64   `json:"plain_bytes"`
 	WanoptBytes  int64   `json:"wanopt_bytes"`
 	Seed         int64   `json:"seed"`
-	// ClampBoundMbps is the most payload a window of WindowClamp bytes
-	// moves per RTT: plain TCP's ceiling through the device.
+	// ClampBoundMbps is WindowClamp per RTT: plain TCP's ceiling.
 	ClampBoundMbps float64    `json:"clamp_bound_mbps"`
 	Plain          SackPlain  `json:"plain"`
 	Wanopt         SackWanopt `json:"wanopt"`
-	// Capture and AnalysisText are the plain run's capture and the
-	// analyser's text report of it (empty when the folder was temporary).
+	// Capture and AnalysisText are the plain run's capture and its
+	// analysis (empty when the folder was temporary).
 	Capture      string `json:"capture,omitempty"`
 	AnalysisText string `json:"analysis_text,omitempty"`
 }
@@ -195,8 +178,7 @@ func (o *SackOptions) defaults() {
 	}
 }
 
-// linkConfig is the device on the link, both ways: the same rewrites for
-// every packet, whoever sends it.
+// linkConfig is the device on the link, the same both ways.
 func (o SackOptions) linkConfig() (ab, ba wanem.Config) {
 	ab = wanem.Config{Delay: o.RTT / 2, RateBps: o.RateBps, QueueBytes: o.QueueBytes, Seed: o.Seed,
 		ForgeSACK:   &wanem.ForgedSACK{Offset: o.SACKOffset, Length: o.SACKLength},
@@ -215,11 +197,9 @@ func sackDevice(st lab.LinkStats) SackDevice {
 	}
 }
 
-// Sack plays the device of issue 15 on the edges lab's link and measures,
-// one after the other on the same lab: plain TCP through edges that only
-// forward (captured at the server and analysed), then wanopt, whose WAN
-// carries only the authenticated tunnel. The link is restarted for each,
-// so each run's device counters are its own.
+// Sack plays the bypass device on the edges lab's link and measures plain
+// TCP (captured at the server and analysed), then wanopt, each on a fresh
+// link so that the device counters are its own.
 func Sack(ctx context.Context, o SackOptions) (SackResult, error) {
 	o.defaults()
 	res := SackResult{RTTms: ms(o.RTT), RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, WindowClamp: o.WindowClamp,
@@ -234,8 +214,7 @@ func Sack(ctx context.Context, o SackOptions) (SackResult, error) {
 		return res, fmt.Errorf("the device's link: %w", err)
 	}
 	if uint64(o.SACKOffset) <= uint64(o.WindowClamp) {
-		// Then a forged block could cover data in flight, which a
-		// receiver may really hold: not the field case.
+		// A forged block could then cover data a receiver really holds.
 		return res, fmt.Errorf("SACK offset %d is not beyond the window clamp %d: the forged block could cover data the sender has sent; use an offset above the clamp",
 			o.SACKOffset, o.WindowClamp)
 	}
@@ -259,8 +238,7 @@ func Sack(ctx context.Context, o SackOptions) (SackResult, error) {
 	}
 	defer closeLab()
 
-	// Plain TCP: the edges forward, the device rewrites the client's ACKs
-	// on their way to the server.
+	// Plain TCP: the device rewrites the client's ACKs.
 	progress("plain TCP")
 	if err := l.StartLink(ctx, ab, ba); err != nil {
 		return res, err
@@ -280,10 +258,8 @@ func Sack(ctx context.Context, o SackOptions) (SackResult, error) {
 	// At the clamp's bound, with slack for a slower run.
 	expected := time.Duration(float64(o.PlainBytes) * 8 / (res.ClampBoundMbps * 1e6) * float64(time.Second))
 	run, err := runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.PlainBytes, Streams: 1, Timeout: time.Minute + 3*expected})
-	// tcpdump reads the kernel's capture buffer in blocks that are handed
-	// over after up to a second (its default timeout); stopped at once it
-	// would lose the transfer's last fraction of a second, and the
-	// connection's close.
+	// tcpdump gets the kernel's buffer in blocks up to a second late;
+	// stopped at once it would lose the transfer's end.
 	time.Sleep(1500 * time.Millisecond)
 	if cerr := c.stop(); cerr != nil && err == nil {
 		err = cerr
@@ -312,8 +288,7 @@ func Sack(ctx context.Context, o SackOptions) (SackResult, error) {
 		}
 	}
 
-	// wanopt: the same device on a fresh link, which now carries only the
-	// tunnel.
+	// wanopt: the same device on a fresh link.
 	progress("wanopt")
 	if err := l.StartLink(ctx, ab, ba); err != nil {
 		return res, err
@@ -327,9 +302,7 @@ func Sack(ctx context.Context, o SackOptions) (SackResult, error) {
 	return res, nil
 }
 
-// sackWanopt measures wanopt through the device on the running link and
-// stops the link, so that the edges' counters and the device's cover the
-// same packets.
+// sackWanopt measures wanopt through the device, then stops the link.
 func sackWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o SackOptions, w *SackWanopt) error {
 	edges, err := StartEdges(ctx, l, EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}})
 	if err != nil {
@@ -342,17 +315,15 @@ func sackWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o SackOptions
 	if w.Run, err = runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.WanoptBytes, Streams: 1, Timeout: runTimeout(o.WanoptBytes, float64(o.RateBps))}); err != nil {
 		return err
 	}
-	// Let the tunnel fall quiet before the link stops, so that no
-	// tampered datagram is left in the link's delay line: the device's
-	// count and the edges' then cover the same datagrams.
+	// Let the tunnel fall quiet before the link stops, so the device's
+	// count and the edges' cover the same datagrams.
 	if err := edges.WaitNoFlows(5 * time.Second); err != nil {
 		return err
 	}
 	time.Sleep(o.RTT + 200*time.Millisecond)
 	w.Link = l.StopLink()
 	w.Device = sackDevice(w.Link)
-	// Datagrams the link released just before it stopped may still be on
-	// their way through the edges' sockets.
+	// Datagrams released just before may still be in the edges' sockets.
 	time.Sleep(200 * time.Millisecond)
 	near, err := edges.Tunnel("near")
 	if err != nil {
@@ -369,8 +340,7 @@ func sackWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o SackOptions
 	return edges.Stop()
 }
 
-// tcpExtCounter reads one TcpExt counter of h's namespace from
-// /proc/net/netstat (a header line of names, then a line of values).
+// tcpExtCounter reads one TcpExt counter of h's namespace.
 func tcpExtCounter(ctx context.Context, l *lab.Lab, h *lab.Host, name string) (uint64, error) {
 	out, err := l.Command(ctx, h, "cat", "/proc/net/netstat").Output()
 	if err != nil {
@@ -379,8 +349,7 @@ func tcpExtCounter(ctx context.Context, l *lab.Lab, h *lab.Host, name string) (u
 	return parseTCPExt(string(out), name)
 }
 
-// parseTCPExt finds the TcpExt counter name in the text of
-// /proc/net/netstat.
+// parseTCPExt finds the TcpExt counter name in /proc/net/netstat's text.
 func parseTCPExt(text, name string) (uint64, error) {
 	if v, ok := ProcNetCounters(text, "TcpExt")[name]; ok {
 		return v, nil
@@ -389,8 +358,7 @@ func parseTCPExt(text, name string) (uint64, error) {
 }
 
 // ProcNetCounters returns the counters of group ("TcpExt", "Udp", ...)
-// in the text of /proc/net/netstat or /proc/net/snmp, where each group
-// is a line of names followed by a line of values.
+// in the text of /proc/net/netstat or /proc/net/snmp.
 func ProcNetCounters(text, group string) map[string]uint64 {
 	m := map[string]uint64{}
 	var names []string
@@ -449,7 +417,7 @@ func analyzeSackCapture(path string) (string, SackAnalysis, error) {
 // Markdown is the side-by-side report.
 func (r SackResult) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "The bypass device of issue 15 on a %.0f Mbit/s link, RTT %.0f ms, %d B drop-tail queue: it clamps every advertised TCP window to %d B "+
+	fmt.Fprintf(&b, "A WAN device left in bypass, on a %.0f Mbit/s link, RTT %.0f ms, %d B drop-tail queue: it clamps every advertised TCP window to %d B "+
 		"(at most %.2f Mbit/s per connection at this RTT), adds the SACK block [ack+%d, ack+%d) to every pure ACK", r.RateMbps, r.RTTms, r.QueueBytes,
 		r.WindowClamp, r.ClampBoundMbps, r.SACKOffset, uint64(r.SACKOffset)+uint64(r.SACKLength))
 	if r.TamperUDPPct > 0 {

@@ -11,30 +11,25 @@ import (
 	"github.com/wanopt/wanopt/internal/monotime"
 )
 
-// SimOptions describe one simulated scenario: a dumbbell whose bottleneck
-// has the given rate, RTT, impairments and queue, and Streams transfers of
-// BytesPerStream each (iperf's -P and -n).
+// SimOptions describe one simulated scenario: a dumbbell bottleneck and
+// Streams transfers of BytesPerStream each (iperf's -P and -n).
 type SimOptions struct {
 	RateBps int64
 	RTT     time.Duration
-	// LinkImpairments apply to both directions of the bottleneck, the
-	// twin of the lab's (each direction draws its own random numbers).
-	// The outage starts OutageAt after the measured transfer starts (after
-	// the warm-up); unlike the lab's emulator, which drops packets as they
-	// arrive, the simulator drops those whose transmission ends inside it,
-	// so the queue drains into it.
+	// LinkImpairments apply to both directions of the bottleneck, as in
+	// the lab. The outage starts OutageAt after the measured transfer;
+	// unlike the emulator, the simulator drops packets whose transmission
+	// ends inside it, so the queue drains into it.
 	LinkImpairments
 	QueueBytes     int // drop-tail queue; 0 means 2 × BDP (at least 64 KiB)
 	Streams        int
 	BytesPerStream int64
 	CC             string // bbr, cubic, fixed (tunnel); cubic, reno (plain TCP)
 	Cold           bool   // tunnel only: no warm-up transfer first
-	// WANRateHint tells the tunnel the link's rate (wanopt run
-	// --wan-rate): a cold tunnel starts at it instead of probing.
+	// WANRateHint tells the tunnel the link's rate (--wan-rate).
 	WANRateHint bool
 	// HubShare, for SimShares: the tunnels' senders are capped as a hub
-	// told the link's rate caps its branches' tunnels (wanopt run
-	// --hub-rate; package share), every share.Interval.
+	// with --hub-rate caps its branches' tunnels (package share).
 	HubShare bool
 	Seed     uint64
 	// Limit bounds the simulated time; 0 means 20 minutes.
@@ -57,9 +52,7 @@ type SimResult struct {
 	ProbeRTTs      int     `json:"probe_rtts,omitempty"`
 	CwndBytes      int     `json:"cwnd_bytes,omitempty"`
 	// With an outage, as in the lab (see IperfResult): when it began and
-	// ended in seconds since the measured transfer started (both 0 if the
-	// transfer ended first), and the recovery time, from the receiver's
-	// bytes sampled every ReportInterval.
+	// ended since the measured transfer started, and the recovery time.
 	OutageStartS float64 `json:"outage_start_s,omitempty"`
 	OutageEndS   float64 `json:"outage_end_s,omitempty"`
 	RecoveryS    float64 `json:"recovery_s,omitempty"`
@@ -88,16 +81,14 @@ func (o *SimOptions) defaults() {
 }
 
 // dumbbell builds the bottleneck: one link each way with half the RTT and
-// the impairments (the outage comes later, see trackOutage). o's
-// impairments must be valid.
+// the impairments but the outage (see trackOutage), which must be valid.
 func dumbbell(sim *netsim.Sim, o SimOptions, overhead int) (fwd, rev *netsim.Link) {
 	cfg := netsim.LinkConfig{RateBps: o.RateBps, Delay: o.RTT / 2, QueueBytes: o.QueueBytes, OverheadBytes: overhead}
 	o.LinkImpairments.applySim(&cfg)
 	return sim.NewLink(cfg), sim.NewLink(cfg)
 }
 
-// simOutage is the outage of a measured transfer in the simulator and the
-// throughput samples that time its recovery.
+// simOutage is a simulated outage and the samples that time its recovery.
 type simOutage struct {
 	sim       *netsim.Sim
 	o         SimOptions
@@ -109,9 +100,8 @@ type simOutage struct {
 	iv        []RateInterval
 }
 
-// trackOutage places o's outage on links, OutageAt from now (the measured
-// transfer's start), and samples delivered (the receivers' bytes) every
-// ReportInterval. It returns nil if o has no outage.
+// trackOutage places o's outage on links, OutageAt from now, and samples
+// delivered every ReportInterval. It returns nil if o has no outage.
 func trackOutage(sim *netsim.Sim, o SimOptions, links []*netsim.Link, delivered func() int64) *simOutage {
 	if !o.HasOutage() {
 		return nil
@@ -145,8 +135,7 @@ func (t *simOutage) sample() {
 }
 
 // fill records the outage and the recovery in r once the transfer has
-// ended after elapsed. A last interval shorter than half a step is left
-// out: streams finishing one by one make it no measure of the link.
+// ended after elapsed, leaving out a last interval under half a step.
 func (t *simOutage) fill(r *SimResult, elapsed time.Duration) {
 	if t == nil || elapsed <= t.o.OutageAt {
 		return

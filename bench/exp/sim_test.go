@@ -25,8 +25,7 @@ func TestSimTCPBaseline(t *testing.T) {
 	}
 }
 
-// The tunnel must deliver every stream's bytes and beat window-limited
-// plain TCP on a long path.
+// The tunnel must deliver every byte and beat window-limited plain TCP.
 func TestSimTunnelBeatsPlainTCP(t *testing.T) {
 	o := SimOptions{RateBps: 100e6, RTT: 200 * time.Millisecond, LinkImpairments: LinkImpairments{LossPct: 0.5}, Streams: 2, BytesPerStream: 16 << 20}
 	tun, err := SimTunnel(o)
@@ -73,10 +72,8 @@ func TestSimRampAndShare(t *testing.T) {
 	t.Logf("tunnel vs plain CUBIC: %.2f / %.2f", a, b)
 }
 
-// TestSimOutage: the twin of the lab's outage starts OutageAt after the
-// measured transfer starts (after the warm-up, for the tunnel), stalls
-// both the tunnel and plain TCP, and both report when it was and how
-// long they took to get back to the bar.
+// TestSimOutage: the twin of the lab's outage starts OutageAt after the warm
+// transfer starts, stalls both paths, and both report it and their recovery.
 func TestSimOutage(t *testing.T) {
 	o := SimOptions{RateBps: 100e6, RTT: 50 * time.Millisecond, Streams: 2, BytesPerStream: 16 << 20,
 		LinkImpairments: LinkImpairments{OutageAt: time.Second, OutageFor: 2 * time.Second}}
@@ -120,14 +117,10 @@ func TestSimOutage(t *testing.T) {
 	}
 }
 
-// TestSimShares: three tunnels that start together share the bottleneck
-// about evenly. (Started apart they do not yet: 'wanbench sim
-// --share-tunnels 3 --stagger 300ms --rtt 100ms --queue 2000000'.)
 // TestSimShares: tunnels sharing a bottleneck get fair shares when they
-// start together; when they start 300 ms apart (as a hub's branches do),
-// BBR alone keeps the shares they started with (2.04/0.32/0.64 of the
-// fair share, see package share), and a hub told the link's rate
-// (HubShare) evens them out.
+// start together, and, started apart, when a hub told the link's rate
+// evens them out (without it: 'wanbench sim --share-tunnels 3 --stagger
+// 300ms --rtt 100ms --queue 2000000').
 func TestSimShares(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -160,10 +153,8 @@ func TestSimShares(t *testing.T) {
 	}
 }
 
-// TestSimTunnelReproducible: one scenario run again gives the same result,
-// to the last field (but the CPU it took). A cold start with four streams
-// and loss passes through the connection-level flow control, whose updates
-// once served the blocked streams in a map's random order.
+// TestSimTunnelReproducible: a scenario run again gives the same result
+// but the CPU it took, through a cold start with four streams and loss.
 func TestSimTunnelReproducible(t *testing.T) {
 	o := SimOptions{RateBps: 50e6, RTT: 600 * time.Millisecond, LinkImpairments: LinkImpairments{LossPct: 0.5},
 		Streams: 4, BytesPerStream: 4 << 20, Cold: true, Seed: 1}

@@ -10,8 +10,7 @@ import (
 	"github.com/wanopt/wanopt/internal/monotime"
 )
 
-// endless is a stream size no scenario finishes: the flow runs until the
-// simulation stops.
+// endless is a stream size no scenario finishes.
 const endless = 1 << 40
 
 // warmTunnel builds a tunnel pair on a fresh dumbbell, completes the
@@ -44,9 +43,8 @@ func warmTunnel(o SimOptions) (*netsim.Sim, *netsim.Link, *tunnelPair, error) {
 }
 
 // SimRamp measures how fast a new stream on a warm connection reaches the
-// link rate: the time, in RTTs, from the stream's open result (when the
-// application may send) until the rate the receiver sees over a quarter-RTT
-// window first reaches 80 % of the link.
+// link rate: the RTTs from the stream's open until the receiver's rate
+// over a quarter-RTT window first reaches 80 % of the link.
 func SimRamp(o SimOptions) (rtts float64, err error) {
 	o.defaults()
 	sim, _, tp, err := warmTunnel(o)
@@ -93,10 +91,8 @@ func SimRamp(o SimOptions) (rtts float64, err error) {
 }
 
 // SimShare runs two flows through one bottleneck for d and returns each
-// one's share of the bytes delivered in the last two thirds of the run.
-// The first flow is a tunnel with o.CC; the second is another tunnel with
-// the same controller (competitor "tunnel") or a simulated plain-TCP CUBIC
-// flow (competitor "cubic"). Both start together on cold connections.
+// one's share of the last two thirds: a tunnel with o.CC against another
+// ("tunnel") or a plain-TCP CUBIC flow ("cubic"), starting cold together.
 func SimShare(o SimOptions, competitor string, d time.Duration) (first, second float64, err error) {
 	o.defaults()
 	cong, err := congestionByName(o.CC)
@@ -181,10 +177,8 @@ func hubShare(sim *netsim.Sim, bulks []*bulk, linkBps uint64) {
 }
 
 // SimShares runs n tunnels with o.CC through one bottleneck, the k-th
-// starting its bulk transfer k × stagger after its handshake (as the
-// branches of a hub start a few round trips apart), and returns each
-// one's goodput in Mbit/s over measure after warmup. It is the simulated
-// twin of 'wanbench hub'.
+// starting k × stagger after its handshake, and returns each one's goodput
+// in Mbit/s over measure after warmup: the twin of 'wanbench hub'.
 func SimShares(o SimOptions, n int, stagger, warmup, measure time.Duration) ([]float64, error) {
 	o.defaults()
 	cong, err := congestionByName(o.CC)

@@ -47,8 +47,7 @@ func (e *simConn) drain(now monotime.Time) {
 	}
 }
 
-// seeded returns a deterministic randomness source for keys and the
-// connections' own random choices.
+// seeded returns a deterministic randomness source.
 func seeded(seed uint64, salt uint64) *rand.ChaCha8 {
 	var s [32]byte
 	for i := range 8 {
@@ -204,10 +203,8 @@ func newTunnelPair(sim *netsim.Sim, fwd, rev *netsim.Link, o SimOptions, cong tu
 	return tp, nil
 }
 
-// SimTunnel runs the scenario through wanopt's tunnel: one connection
-// carrying Streams streams. Unless Cold, the connection first carries a
-// warm-up transfer (20 BDPs), as a long-lived tunnel has, and the
-// measurement starts on the warm connection.
+// SimTunnel runs the scenario through wanopt's tunnel: one connection carrying
+// Streams streams, measured after a warm-up of 20 BDPs unless Cold.
 func SimTunnel(o SimOptions) (SimResult, error) {
 	o.defaults()
 	ccName := strings.ToLower(o.CC)

@@ -40,13 +40,10 @@ func ProfileByName(name string) (Profile, error) {
 }
 
 // applyTCP configures congestion control and buffers on the lab's end hosts
-// and forgets cached per-destination metrics (ssthresh), so no run inherits
-// the previous one's.
+// and flushes cached metrics (ssthresh), so no run inherits them.
 func applyTCP(ctx context.Context, l *lab.Lab, cc string, p Profile) error {
-	// Allowed again, left so: a lab that started while cc was allowed by
-	// another one did not add it, and that one's restore of the host's
-	// list at its end takes it away ("operation not permitted" in the
-	// middle of wanbench f5, twice, with other labs beside it).
+	// Allowed again before every run: another lab's restore of the
+	// host's list at its end may have taken cc away.
 	if _, err := allowCongestionControl(cc); err != nil {
 		return err
 	}
@@ -70,9 +67,8 @@ func applyTCP(ctx context.Context, l *lab.Lab, cc string, p Profile) error {
 
 const allowedCCPath = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
 
-// buildEdgesLab allows the endpoints' congestion control cc on the host
-// and builds an edges lab (the link helper at real-time priority). close
-// removes the lab and restores the host's list.
+// buildEdgesLab allows congestion control cc on the host and builds an edges
+// lab; close removes the lab and restores the host's list.
 func buildEdgesLab(ctx context.Context, cc string, linkCommand []string, log *slog.Logger) (l *lab.Lab, close func(), err error) {
 	return buildEdgesLabOpts(ctx, cc, lab.Options{Kind: lab.Edges, LinkCommand: linkCommand, Realtime: true, Logger: log})
 }
@@ -92,10 +88,8 @@ func buildEdgesLabOpts(ctx context.Context, cc string, opts lab.Options) (l *lab
 }
 
 // iperfEdgesLab is buildEdgesLabOpts with an iperf server started on the
-// lab's server host, as the iperf experiments need. close ends the server
-// and waits for it before it removes the lab: the lab's Close looks at
-// the state of every process it started, which the server's own waiting
-// goroutine sets as the server exits.
+// lab's server host. close ends the server and waits for it before it
+// removes the lab, whose Close checks every process it started.
 func iperfEdgesLab(ctx context.Context, cc string, opts lab.Options) (l *lab.Lab, srv *iperfServer, close func(), err error) {
 	l, closeLab, err := buildEdgesLabOpts(ctx, cc, opts)
 	if err != nil {
@@ -112,8 +106,7 @@ func iperfEdgesLab(ctx context.Context, cc string, opts lab.Options) (l *lab.Lab
 }
 
 // allowCongestionControl adds names to the host's allowed congestion
-// controls (a namespace may only select those) and returns a function that
-// restores the previous list.
+// controls and returns a function that restores the previous list.
 func allowCongestionControl(names ...string) (restore func(), err error) {
 	old, err := os.ReadFile(allowedCCPath)
 	if err != nil {

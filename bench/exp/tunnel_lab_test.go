@@ -34,10 +34,9 @@ func listenIn(t *testing.T, ns string, addr netip.AddrPort) bind.Conn {
 	return c
 }
 
-// TestTunnelThroughLabLink runs the real tunnel (driver, UDP sockets,
-// sealed packets) between two lab namespaces over the emulated WAN: 100 ms
-// RTT, 1 % random loss each way, 100 Mbit/s. A stream carries 24 MB each
-// way at once; both must arrive intact (SHA-256).
+// TestTunnelThroughLabLink runs the real tunnel between two lab namespaces
+// over 100 Mbit/s, 100 ms, 1 % loss each way: a stream carries 24 MB each
+// way at once, both arriving intact (SHA-256).
 func TestTunnelThroughLabLink(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the lab creates network namespaces and needs root (run 'sudo make test')")

@@ -1,8 +1,7 @@
 // Package lab builds the wanopt test labs: network namespaces joined by the
 // userspace WAN emulator (bench/wanem), addressed only from the benchmarking
-// ranges 198.18.0.0/15 and 2001:2::/48. Every namespace, device and process a lab creates is
-// removed by Close, and a new lab first removes leftovers of earlier labs
-// whose owning process has died (recognised by the lab's own name prefix).
+// ranges 198.18.0.0/15 and 2001:2::/48. Close removes everything a lab
+// creates; a new lab first removes leftovers of labs whose process died.
 //
 // Topologies:
 //
@@ -10,17 +9,15 @@
 //	edges:  client[198.18.1.2] ── edgeA ══link══ edgeB ── server[198.18.2.2]
 //	        edgeA: lan0 198.18.1.1, wan0 198.18.0.1; edgeB: wan0 198.18.0.2, lan0 198.18.2.1
 //
-// The edges lab is dual-stack: beside its IPv4 address every host has one
-// from the IPv6 benchmarking range 2001:2::/48 (Host.Addr6), with routes and
-// forwarding mirroring the IPv4 ones:
+// The edges lab is dual-stack (Host.Addr6), its IPv6 routes and forwarding
+// mirroring the IPv4 ones:
 //
 //	edges:  client[2001:2:0:1::2] ── edgeA ══link══ edgeB ── server[2001:2:0:2::2]
 //	        edgeA: lan0 2001:2:0:1::1, wan0 2001:2::1; edgeB: wan0 2001:2::2, lan0 2001:2:0:2::1
 //
-// (every prefix a /64). Its namespaces skip duplicate address detection
-// (accept_dad=0 before the devices exist, nodad on each address), so every
-// address, link-local ones included, is usable as soon as Build returns.
-// The direct lab and branches (AddBranch) are IPv4 only.
+// (every prefix a /64). Its namespaces skip duplicate address detection, so
+// every address is usable as soon as Build returns. The direct lab and
+// branches (AddBranch) are IPv4 only.
 //
 // The link's two ends are persistent TUN devices named wan0; the link helper
 // process (see RunLink) attaches to both and forwards packets between them.
@@ -61,8 +58,7 @@ type Host struct {
 	Role string     // client, server, edgea, edgeb
 	NS   string     // network namespace name
 	Addr netip.Addr // the address other hosts reach it at
-	// Addr6 is its IPv6 address (edges lab only: client, edges and
-	// server are dual-stack); the zero Addr if it has none.
+	// Addr6 is its IPv6 address (edges lab only); the zero Addr if none.
 	Addr6 netip.Addr
 }
 
@@ -70,15 +66,14 @@ type Host struct {
 type Options struct {
 	Kind Kind
 	// LinkCommand is the argv that starts the link helper process, which
-	// must call RunLink with its standard input and output (for wanbench:
-	// its own executable and "link"). Required for StartLink.
+	// must call RunLink with its standard input and output (wanbench:
+	// "wanbench link"). Required for StartLink.
 	LinkCommand []string
-	// Realtime runs the link helper under 'chrt -f 10' when possible:
-	// without it, release lateness under load reaches tens of milliseconds.
+	// Realtime runs the link helper under 'chrt -f 10' when possible, so
+	// that release lateness stays low under load.
 	Realtime bool
 	// LinkOffload opens the link's TUN devices with UDP segmentation
-	// offload (LinkSpec.Offload): a sender's UDP GSO batch reaches the
-	// link helper whole, as it would a NIC with that offload.
+	// offload (LinkSpec.Offload), so a UDP GSO batch reaches the link whole.
 	LinkOffload bool
 	// MTU of the WAN link's TUN devices; 0 means 1500.
 	MTU    int
@@ -162,8 +157,7 @@ func (l *Lab) addTUN(ctx context.Context, h *Host, cidr string) error {
 
 // addVeth joins a and b with a veth pair named lan0 on both sides.
 func addVeth(ctx context.Context, a *Host, aCIDR string, b *Host, bCIDR string) error {
-	// Create with temporary names in a's namespace, then move and rename, so
-	// nothing ever appears in the host's namespace.
+	// Temporary names in a's namespace, so nothing appears in the host's.
 	tmpA, tmpB := "tmpa"+strconv.Itoa(os.Getpid()), "tmpb"+strconv.Itoa(os.Getpid())
 	steps := [][]string{
 		{"-n", a.NS, "link", "add", tmpA, "type", "veth", "peer", "name", tmpB},
@@ -259,10 +253,8 @@ const (
 	ipv6SysctlPath = "/proc/sys/net/ipv6"
 )
 
-// enableIPv6 turns IPv6 on in the edges lab's namespaces, before their
-// devices exist, without duplicate address detection: the link-local
-// addresses neighbour discovery speaks from are then usable at once too
-// (with it, the first packets each way waited about a second).
+// enableIPv6 turns IPv6 on in the edges lab's namespaces before their devices
+// exist, without duplicate address detection, so addresses work at once.
 func (l *Lab) enableIPv6(ctx context.Context) error {
 	if _, err := os.Stat(ipv6SysctlPath); err != nil {
 		return fmt.Errorf("the edges lab is dual-stack and needs IPv6 in the kernel (%s: %w); boot without ipv6.disable=1", ipv6SysctlPath, err)
@@ -322,12 +314,8 @@ func (l *Lab) addIPv6(ctx context.Context) error {
 	return nil
 }
 
-// AddBranch adds, to an edges lab, one more branch behind the WAN's near
-// end: a namespace named branch<letter> (k = 0 for branch a, ...), whose
-// host reaches the far side through edgea and the emulated link, at
-// 198.18.(20+k).2 on a veth to edgea (198.18.(20+k).1). A near edge and its
-// clients run in it together: a route for the server's LAN into its TUN
-// makes the namespace's own connections the intercepted ones.
+// AddBranch adds to an edges lab a namespace branch<letter> (k = 0 for a)
+// at 198.18.(20+k).2 behind edgea, for a near edge and its clients.
 func (l *Lab) AddBranch(ctx context.Context, k int) (*Host, error) {
 	if l.Kind != Edges || k < 0 || k > 25 {
 		return nil, fmt.Errorf("lab: a branch is added to an edges lab, as branch a to z (asked %d)", k)
@@ -372,9 +360,8 @@ func (l *Lab) Sysctl(ctx context.Context, h *Host, key, value string) error {
 	})
 }
 
-// Command returns a command that runs argv inside h's namespace. It dies
-// with this process (parent-death signal), and Close kills it if it is
-// still running. The caller starts and waits for it.
+// Command returns a command that runs argv inside h's namespace; it dies
+// with this process and Close kills it. The caller starts and waits for it.
 func (l *Lab) Command(ctx context.Context, h *Host, argv ...string) *exec.Cmd {
 	args := append([]string{"netns", "exec", h.NS}, argv...)
 	cmd := exec.CommandContext(ctx, "ip", args...)
@@ -388,8 +375,7 @@ func (l *Lab) Command(ctx context.Context, h *Host, argv ...string) *exec.Cmd {
 }
 
 // Close stops the link and every process started through the lab, then
-// deletes the lab's namespaces (which deletes their devices). It is safe to
-// call more than once.
+// deletes the lab's namespaces. It is safe to call more than once.
 func (l *Lab) Close() error {
 	l.StopLink()
 	l.mu.Lock()
@@ -426,9 +412,8 @@ func deleteNetns(ns string) error {
 	return ipCmd(ctx, "netns", "delete", ns)
 }
 
-// RemoveLeftovers deletes namespaces left by labs whose process has died
-// (a SIGKILLed run cannot clean up after itself). Namespaces of live
-// processes, including concurrent labs, are left alone.
+// RemoveLeftovers deletes namespaces left by labs whose process has died.
+// Namespaces of live processes, concurrent labs included, are left alone.
 func RemoveLeftovers(ctx context.Context, log *slog.Logger) {
 	out, err := exec.CommandContext(ctx, "ip", "netns", "list").Output()
 	if err != nil {

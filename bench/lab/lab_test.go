@@ -93,10 +93,8 @@ func (d *downRecorder) SetMTU(mtu int) error {
 	return nil
 }
 
-// TestLinkCommands feeds the helper's standard input as the lab writes it,
-// spec and commands in one stream, and checks that the spec is decoded,
-// that down and up reach the link in order, and that an unknown command
-// is ignored and counted.
+// TestLinkCommands feeds the helper's input as the lab writes it: the spec
+// is decoded, down and up arrive in order, an unknown command is counted.
 func TestLinkCommands(t *testing.T) {
 	in := strings.NewReader(`{"a":{"ns":"n1","dev":"wan0"},"b":{"ns":"n2","dev":"wan0"},"ab":{"delay":5000000},"offload":true}` +
 		"\ndown\n  up  \nsideways\n\ndown\nmtu 1280\nmtu  1500 \nmtu 10\nmtu x\n")

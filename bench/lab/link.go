@@ -32,9 +32,8 @@ type LinkSpec struct {
 	AB wanem.Config `json:"ab"` // impairments from A to B
 	BA wanem.Config `json:"ba"` // impairments from B to A
 	// Offload opens both ends with UDP segmentation offload (see
-	// vnet.go): a sender's UDP GSO batch is not segmented by its kernel
-	// and wakes the helper once; the helper splits it. Where the kernel
-	// lacks it (before Linux 6.2) the helper says so and reads one
+	// vnet.go): a UDP GSO batch wakes the helper once and the helper
+	// splits it. Before Linux 6.2 the helper says so and reads one
 	// datagram at a time.
 	Offload bool `json:"offload,omitempty"`
 }
@@ -47,8 +46,7 @@ type LinkStats struct {
 
 const readyLine = "wanem ready"
 
-// The link helper's commands, one per line on its standard input after the
-// spec (see RunLinkSpec).
+// The link helper's commands, one per line after the spec (see RunLinkSpec).
 const (
 	cmdDown = "down"
 	cmdUp   = "up"
@@ -64,8 +62,7 @@ type linkControl interface {
 // RunLink is the body of the link helper process (wanbench link): it reads a
 // LinkSpec as JSON from in, attaches to both TUN devices, prints a ready
 // line on out, forwards packets until ctx is done, then prints the final
-// LinkStats as one JSON line on out. After the spec it reads commands from
-// in (see RunLinkSpec); the end of in does not stop the link.
+// LinkStats as one JSON line. Commands follow the spec on in (RunLinkSpec).
 func RunLink(ctx context.Context, in io.Reader, out io.Writer) error {
 	spec, control, err := readLinkSpec(in)
 	if err != nil {
@@ -82,21 +79,16 @@ func readLinkSpec(in io.Reader) (LinkSpec, io.Reader, error) {
 	if err := dec.Decode(&spec); err != nil {
 		return spec, nil, fmt.Errorf("read link spec (JSON on standard input): %w", err)
 	}
-	// The decoder may have read past the spec: the commands start in its
-	// buffer.
+	// The decoder may have read past the spec into the commands.
 	return spec, io.MultiReader(dec.Buffered(), in), nil
 }
 
 // RunLinkSpec is RunLink with the spec given. If control is not nil, it
-// reads commands from it, one per line, while the link runs: "down" takes
-// the link down (an outage: every packet entering either direction is
-// dropped, see wanem.Link.SetDown), "up" brings it back, and "mtu N" sets
-// the largest IP packet either direction carries (wanem.Link.SetMTU; 0:
-// no limit). Other lines, and an MTU the link refuses, are
-// reported on standard error and ignored. The end of control, or an error
-// reading it, stops only the reading of commands, not the link. A control
-// reader that blocks keeps its reading goroutine alive after RunLinkSpec
-// returns (the helper process exits right after, so that is harmless).
+// reads commands from it, one per line, while the link runs: "down", "up"
+// (wanem.Link.SetDown) and "mtu N" (wanem.Link.SetMTU). Other lines, and an
+// MTU the link refuses, are reported on standard error and ignored. The end
+// of control stops only the reading of commands; a blocked reader outlives
+// RunLinkSpec (the helper process exits right after).
 func RunLinkSpec(ctx context.Context, spec LinkSpec, control io.Reader, out io.Writer) error {
 	open := func(end LinkEnd) (linkDevice, error) {
 		if spec.Offload {
@@ -158,9 +150,8 @@ func RunLinkSpec(ctx context.Context, spec LinkSpec, control io.Reader, out io.W
 	return json.NewEncoder(out).Encode(st)
 }
 
-// readLinkCommands applies the commands read from r (see RunLinkSpec) to
-// link until r ends, reports unknown ones on log and returns how many it
-// ignored.
+// readLinkCommands applies the commands read from r to link until r ends,
+// and returns how many it ignored (reported on log).
 func readLinkCommands(r io.Reader, link linkControl, log io.Writer) (ignored int) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
@@ -202,9 +193,8 @@ type linkProc struct {
 	stdin io.WriteCloser
 }
 
-// StartLink starts the link helper between the two wan0 devices with the
-// given impairments (A is the client side: client in direct, edgeA in
-// edges), replacing a running one. It returns once packets flow.
+// StartLink starts the link helper between the two wan0 devices (A is the
+// client side), replacing a running one. It returns once packets flow.
 func (l *Lab) StartLink(ctx context.Context, ab, ba wanem.Config) error {
 	l.StopLink()
 	if len(l.opts.LinkCommand) == 0 {
@@ -224,8 +214,7 @@ func (l *Lab) StartLink(ctx context.Context, ab, ba wanem.Config) error {
 		argv = append([]string{"chrt", "-f", "10"}, argv...)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	// Standard input stays open after the spec for the commands
-	// (SetLinkDown); Wait closes it.
+	// Standard input stays open for the commands; Wait closes it.
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return err
@@ -280,11 +269,8 @@ func (l *Lab) StartLink(ctx context.Context, ab, ba wanem.Config) error {
 	return nil
 }
 
-// SetLinkDown takes the running link down (an outage: the helper drops
-// every packet entering either direction, counted in
-// wanem.Counters.OutageDrops) or, with false, brings it up again. The
-// helper applies it as soon as it reads the command, well within a
-// millisecond. It is safe to call from any goroutine.
+// SetLinkDown takes the running link down (see wanem.Link.SetDown) or,
+// with false, up again, within a millisecond, from any goroutine.
 func (l *Lab) SetLinkDown(down bool) error {
 	l.mu.Lock()
 	p := l.link
@@ -299,11 +285,8 @@ func (l *Lab) SetLinkDown(down bool) error {
 	return l.linkCommand(cmd)
 }
 
-// SetLinkMTU sets the largest IP packet the running link carries, both
-// ways (wanem.Link.SetMTU; 0: no limit); larger packets are dropped
-// silently and counted in wanem.Counters.MTUDrops. Like SetLinkDown, the
-// helper applies it as soon as it reads it; an MTU outside
-// [wanem.MinMTU, wanem.MaxPacketBytes] is refused here.
+// SetLinkMTU sets the largest IP packet the running link carries both ways
+// (wanem.Link.SetMTU; 0: no limit), refusing one the link cannot take.
 func (l *Lab) SetLinkMTU(mtu int) error {
 	if err := (wanem.Config{MTU: mtu}).Validate(); err != nil {
 		return err
@@ -328,7 +311,7 @@ func (l *Lab) linkCommand(cmd string) error {
 }
 
 // StopLink stops the running link helper, if any, and returns its final
-// counters (zero if it could not report them).
+// counters (zero if it reported none).
 func (l *Lab) StopLink() LinkStats {
 	l.mu.Lock()
 	p := l.link
@@ -350,8 +333,7 @@ func (l *Lab) StopLink() LinkStats {
 
 var realtimeOK *bool
 
-// realtimeWorks reports whether 'chrt -f' is allowed here (it is not in
-// some containers).
+// realtimeWorks reports whether 'chrt -f' is allowed here.
 func realtimeWorks() bool {
 	if realtimeOK == nil {
 		ok := exec.Command("chrt", "-f", "10", "true").Run() == nil
@@ -360,11 +342,9 @@ func realtimeWorks() bool {
 	return *realtimeOK
 }
 
-// RunLinkHelperIf makes a test binary double as the link helper: when the
-// environment variable env is "1" (the test set it before starting the
-// lab with its own executable as LinkCommand), it runs the link on standard
-// input and output until SIGINT or SIGTERM and exits; otherwise it returns
-// and the tests run. Call it first in TestMain.
+// RunLinkHelperIf makes a test binary double as the link helper: with env
+// set to "1" it runs the link on standard input and output until SIGINT or
+// SIGTERM and exits; otherwise it returns. Call it first in TestMain.
 func RunLinkHelperIf(env string) {
 	if os.Getenv(env) != "1" {
 		return

@@ -13,26 +13,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Go's monitor thread (sysmon) in the link helper. Under 'chrt -f 10' every
-// thread of the helper is real-time, this one too, and it wakes on a timer
-// of its own every 20 µs to 10 ms to take back processors from threads in
-// system calls, which the releasers and readers are in all the time; a
-// real-time thread's wake-up takes the CPU it lands on at once. In a
-// scheduler trace at 250 Mbit/s and 0 ms it preempted the far edge 575
-// times a second and the near edge 531, half of the helper's preemptions
-// of each. It has no timing of the link's to keep, so the helper moves it
-// to SCHED_BATCH, which never preempts on waking
-// (docs/efficiency/lab-monitor-ab.txt).
-//
-// Go has no API for it. The runtime starts the monitor first, before any
-// other thread (runtime.main), and it sleeps in nanosleep, which nothing
-// else in the helper calls (the releasers use clock_nanosleep): the
-// helper takes the lowest thread ID after its main thread, once that
-// thread is seen in nanosleep.
+// Go's monitor thread (sysmon) in the link helper. Under 'chrt -f 10' it is
+// real-time like every thread of the helper, and its wake-ups, every 20 µs
+// to 10 ms, preempt whatever runs on its CPU, often an edge. It keeps none
+// of the link's timing, so the helper moves it to SCHED_BATCH, which never
+// preempts on waking. Go has no API for it: the runtime starts the monitor
+// first, and only it sleeps in nanosleep (the releasers use
+// clock_nanosleep), so the helper takes the lowest thread ID after its main
+// thread once that thread is seen in nanosleep.
 
-// monitorSearch bounds the helper's search for the monitor thread: it
-// sleeps in nanosleep as soon as packets flow, which in the lab is within
-// seconds of the link's start.
+// monitorSearch bounds the helper's search for the monitor thread, which
+// sleeps in nanosleep once packets flow.
 const monitorSearch = 30 * time.Second
 
 // errNotRealtime: the process is not real-time; its monitor thread is left alone.
@@ -69,10 +60,8 @@ func monitorThread() (int, error) {
 }
 
 // batchMonitor moves this process's Go monitor thread to SCHED_BATCH if the
-// process runs at a real-time policy (every thread inherits it from the
-// one chrt started), looking for it every 10 ms until ctx is done (it
-// sleeps elsewhere while the process is idle). It returns the thread's
-// ID, or 0 and why not (errNotRealtime, ctx's error, or a failure).
+// process is real-time, looking every 10 ms until ctx is done. It returns
+// the thread's ID, or 0 and why not (errNotRealtime, ctx's error, failure).
 func batchMonitor(ctx context.Context) (int, error) {
 	own, err := unix.SchedGetAttr(0, 0)
 	if err != nil {

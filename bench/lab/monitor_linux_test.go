@@ -10,11 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestMonitorThread finds this test process's Go monitor thread while a
-// goroutine keeps it busy with system calls (which it wakes up to watch),
-// and checks that batchMonitor leaves the monitor of a process that is
-// not real-time alone. The busy goroutine's own thread sleeps in nanosleep too, and must
-// not be taken for it.
+// TestMonitorThread finds this process's Go monitor thread while a goroutine
+// keeps it busy (that goroutine's thread, also in nanosleep, must not be
+// taken for it), and checks batchMonitor leaves a non-real-time process alone.
 func TestMonitorThread(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

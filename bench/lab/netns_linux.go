@@ -13,10 +13,8 @@ import (
 	"github.com/wanopt/wanopt/internal/nsenter"
 )
 
-// InNetns runs fn on an OS thread switched into the named network namespace
-// (nsenter.DoNamed, which the tests share). Sockets and TUN file descriptors
-// created by fn stay bound to that namespace after fn returns and may be
-// used from any goroutine.
+// InNetns runs fn on an OS thread in the named network namespace; sockets
+// and TUN descriptors fn creates stay there, usable from any goroutine.
 func InNetns(name string, fn func() error) error {
 	return nsenter.DoNamed(name, fn)
 }
@@ -50,8 +48,8 @@ func openTUN(ns, dev string, flags uint16, setup func(fd int) error) (*os.File, 
 				return fmt.Errorf("TUN %s in netns %s: %w", dev, ns, err)
 			}
 		}
-		// Non-blocking, so the file joins Go's poller and Close interrupts
-		// a pending Read: the link process can stop promptly.
+		// Non-blocking, so the file joins Go's poller and Close
+		// interrupts a pending Read.
 		if err := unix.SetNonblock(fd, true); err != nil {
 			unix.Close(fd)
 			return fmt.Errorf("set TUN %s non-blocking: %w", dev, err)
@@ -62,8 +60,7 @@ func openTUN(ns, dev string, flags uint16, setup func(fd int) error) (*os.File, 
 	return f, err
 }
 
-// linkDevice is one end of the link helper: an *os.File from OpenTUN or
-// an *offloadTUN.
+// linkDevice is one end of the link helper: *os.File or *offloadTUN.
 type linkDevice interface {
 	Read(pkt []byte) (int, error)
 	Write(pkt []byte) (int, error)
@@ -72,10 +69,8 @@ type linkDevice interface {
 	Close() error
 }
 
-// openLinkTUN attaches to TUN dev in namespace ns for the link helper,
-// with UDP segmentation offload (see vnet.go) where the kernel has it
-// (Linux 6.2 and later); elsewhere it falls back to OpenTUN and says so
-// on log.
+// openLinkTUN attaches to TUN dev in ns for the link helper, with UDP
+// segmentation offload where the kernel has it (6.2+), else with OpenTUN.
 func openLinkTUN(ns, dev string, log io.Writer) (linkDevice, error) {
 	t, err := openOffloadTUN(ns, dev)
 	if err == nil {
@@ -89,11 +84,9 @@ func openLinkTUN(ns, dev string, log io.Writer) (linkDevice, error) {
 	return f, nil
 }
 
-// offloadTUN is a TUN opened with a virtio-net header and UDP segmentation
-// offload, read and written one IP packet at a time as wanem.Link expects.
-// Reads split UDP GSO frames (gsoSplitter); writes mark TCP and UDP
-// checksums as checked, as a NIC with receive checksum offload does
-// (markChecksumOffloaded). One goroutine reads and one writes (wanem.Device).
+// offloadTUN is a TUN with a virtio-net header and UDP segmentation offload,
+// read and written one IP packet at a time: reads split GSO frames, writes
+// mark checksums as checked. One goroutine reads and one writes.
 type offloadTUN struct {
 	f       *os.File
 	frame   []byte // the last frame read
@@ -119,9 +112,8 @@ func openOffloadTUN(ns, dev string) (*offloadTUN, error) {
 	return &offloadTUN{f: f, frame: make([]byte, vnetMaxFrame), wbuf: make([]byte, vnetMaxFrame)}, nil
 }
 
-// Read returns the next IP packet: the next datagram of the last frame, or
-// the first of a new one. Frames the splitter refuses are counted in
-// Dropped and skipped.
+// Read returns the next IP packet of the last frame or a new one. Frames
+// the splitter refuses are counted in Dropped and skipped.
 func (t *offloadTUN) Read(pkt []byte) (int, error) {
 	for {
 		if n, ok := t.split.next(pkt); ok {
@@ -158,9 +150,7 @@ func (t *offloadTUN) SetWriteDeadline(d time.Time) error { return t.f.SetWriteDe
 // Dropped is how many frames could not be split (see gsoSplitter.load).
 func (t *offloadTUN) Dropped() uint64 { return t.dropped.Load() }
 
-// Close turns the offload off again, since the device outlives this
-// file (a later reader without a virtio-net header would get GSO
-// frames), and closes the file.
+// Close turns the offload off again (the device outlives the file) and closes.
 func (t *offloadTUN) Close() error {
 	if rc, err := t.f.SyscallConn(); err == nil {
 		_ = rc.Control(func(fd uintptr) { _ = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, 0) })

@@ -9,21 +9,14 @@ import (
 	"github.com/wanopt/wanopt/tun"
 )
 
-// With LinkSpec.Offload the link helper's ends are TUN devices opened with
-// a virtio-net header and UDP segmentation offload (linux/virtio_net.h,
-// linux/if_tun.h). A sender's UDP GSO batch (the edges send up to 64
-// datagrams per system call) then reaches the helper as one frame instead of one packet per
-// datagram: the kernel does not segment it in the sender's system call,
-// and the helper's reader, which runs at a real-time priority, is woken
-// once per batch instead of preempting the sender for every datagram, as
-// a NIC with UDP segmentation offload would not. The helper splits the
-// frame into the datagrams the wire would carry before they enter the
-// emulated link, so rate, queue and loss still act on each datagram.
-// It is off by default: in its first A/B (docs/efficiency/JOURNAL.md,
-// "The link can take UDP GSO batches whole") it lifted wanopt at
-// 1 Gbit/s but cost 2 % at 250 Mbit/s and 0 ms; rerun later, that loss
-// was gone and the edges spent 7 and 15 % less, but the published
-// tables are without it.
+// With LinkSpec.Offload the link helper's ends are TUN devices opened with a
+// virtio-net header and UDP segmentation offload (linux/virtio_net.h,
+// linux/if_tun.h). A sender's UDP GSO batch (up to 64 datagrams) then
+// reaches the helper as one frame, unsegmented, and the real-time reader
+// wakes once per batch instead of preempting the sender for every datagram,
+// as with a NIC that has the offload. The helper splits the frame before the
+// emulated link, so rate, queue and loss act on each datagram. Off by
+// default, to compare with the published tables ('--link-offload').
 const (
 	vnetHdrLen     = tun.VirtioNetHdrLen
 	vnetFNeedsCsum = 1
@@ -47,10 +40,8 @@ var (
 	errVnetMalformed   = errors.New("malformed IP/UDP headers in a GSO frame")
 )
 
-// gsoSplitter turns one frame read from an offloading TUN (virtio-net
-// header, then an IP packet of up to 64 KiB) into the IP packets it
-// stands for, with complete checksums. It owns no buffer: load keeps a
-// reference to the frame until the last next.
+// gsoSplitter turns one frame read from an offloading TUN into its IP
+// packets with complete checksums; load keeps the frame until the last next.
 type gsoSplitter struct {
 	pkt    []byte // the IP packet of the frame; nil when nothing is left
 	single bool   // pkt is one packet, not a UDP GSO batch
@@ -130,8 +121,7 @@ func (s *gsoSplitter) load(frame []byte) error {
 }
 
 // next copies the next packet into dst and reports its length; false when
-// the frame is used up (or dst is too small for the packet, which drops
-// the rest of the frame).
+// the frame is used up (or dst is too small, which drops the rest).
 func (s *gsoSplitter) next(dst []byte) (int, bool) {
 	if s.pkt == nil {
 		return 0, false
@@ -159,9 +149,8 @@ func (s *gsoSplitter) next(dst []byte) (int, bool) {
 	return n, true
 }
 
-// fixDatagram sets the lengths, the IPv4 identification and the checksums
-// of one datagram of payload bytes, whose headers were copied from the
-// frame's.
+// fixDatagram sets the lengths, IPv4 identification and checksums of one
+// datagram of payload bytes, its headers copied from the frame's.
 func (s *gsoSplitter) fixDatagram(d []byte, payload int) {
 	udpLen := 8 + payload
 	if s.v6 {
@@ -185,16 +174,10 @@ func (s *gsoSplitter) fixDatagram(d []byte, payload int) {
 
 // markChecksumOffloaded prepares the virtio-net header hdr for writing IP
 // packet p to an offloading TUN as a NIC with receive checksum offload
-// delivers it: for a TCP or UDP packet (not a fragment, and for UDP over
-// IPv4 not one sent without a checksum) it asks for a partial checksum
-// (NEEDS_CSUM) and puts the pseudo-header's sum in the checksum field, as
-// the kernel's own partial checksums hold it. The receiving kernel then
-// takes the packet as checked (CHECKSUM_PARTIAL) instead of summing every
-// byte again in recvmsg, and a device without offload that forwards it
-// completes the checksum to what it was. Anything else gets an empty
-// header, and the kernel checks it as before. The link helper builds
-// every checksum right (the splitter and the middlebox rewrites fix
-// them), so nothing invalid is marked.
+// would: a TCP or UDP packet (not a fragment, nor IPv4 UDP without a
+// checksum) gets a partial checksum (NEEDS_CSUM) with the pseudo-header's
+// sum in the field, so the receiving kernel does not sum it again; anything
+// else an empty header. The helper's checksums are all right.
 func markChecksumOffloaded(hdr, p []byte) {
 	clear(hdr[:vnetHdrLen])
 	var l4, csumOff int

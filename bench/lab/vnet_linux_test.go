@@ -13,12 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestOffloadTUNCarriesUDPGSO sends one UDP GSO batch from the client
-// namespace through the client's wan0, opened as the link helper opens it,
-// writes what it reads to the server's wan0 and receives it there. The
-// batch must cross as one frame (the sender's kernel did not segment it)
-// and arrive as the datagrams the sender wrote, with checksums the
-// server's kernel accepts.
+// TestOffloadTUNCarriesUDPGSO forwards one UDP GSO batch from the client's
+// wan0, opened as the link helper opens it, to the server's: it must cross as
+// one frame and arrive as the sender's datagrams, checksums accepted.
 func TestOffloadTUNCarriesUDPGSO(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()
@@ -118,8 +115,7 @@ func TestOffloadTUNCarriesUDPGSO(t *testing.T) {
 	}
 }
 
-// waitCarrier waits until dev in ns is no longer down for want of a
-// carrier.
+// waitCarrier waits until dev in ns has a carrier.
 func waitCarrier(t *testing.T, ns, dev string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

@@ -10,8 +10,7 @@ import (
 )
 
 // gsoFrame builds a UDP GSO frame as the kernel hands it to an offloading
-// TUN: the virtio-net header, one IP header and one UDP header whose
-// lengths cover the whole payload, and a partial checksum.
+// TUN: one IP and UDP header covering the whole payload, partial checksum.
 func gsoFrame(v6 bool, payload []byte, gsoSize int) []byte {
 	l4 := 20
 	if v6 {
@@ -47,9 +46,8 @@ func gsoFrame(v6 bool, payload []byte, gsoSize int) []byte {
 	return f
 }
 
-// pseudoSum is the UDP or TCP pseudo-header sum of packet p (the
-// protocol taken from its IP header), built byte by byte as RFC 768,
-// RFC 9293 and RFC 8200 describe.
+// pseudoSum is the UDP or TCP pseudo-header sum of packet p, built byte by
+// byte as RFC 768, RFC 9293 and RFC 8200 describe.
 func pseudoSum(p []byte, l4 int) uint16 {
 	var ph []byte
 	l4Len := len(p) - l4
@@ -120,8 +118,7 @@ func TestGSOSplitterUDP(t *testing.T) {
 	}
 }
 
-// A frame without GSO passes as one packet; a partial checksum is
-// completed.
+// A frame without GSO passes as one packet; a partial checksum is completed.
 func TestGSOSplitterSingle(t *testing.T) {
 	// A TCP segment with a partial checksum, as a TUN with TUN_F_CSUM
 	// hands it over: the field holds the pseudo-header sum.
@@ -191,8 +188,7 @@ func TestGSOSplitterRefuses(t *testing.T) {
 	}
 }
 
-// A split allocates nothing: the link helper splits every frame the edges
-// send.
+// A split allocates nothing: the link helper splits every frame.
 func TestGSOSplitterAllocs(t *testing.T) {
 	frame := gsoFrame(false, make([]byte, 64*1400), 1400)
 	orig := append([]byte{}, frame...)
@@ -303,10 +299,8 @@ func l4Packet(v6 bool, proto byte, payload []byte) []byte {
 	return p
 }
 
-// TestMarkChecksumOffloaded checks the header a written packet gets and
-// that completing the partial checksum, as a device without offload
-// would (the one's complement of the sum from csum_start to the end),
-// gives back the packet's own checksum.
+// TestMarkChecksumOffloaded checks the header a written packet gets, and that
+// completing its partial checksum gives back the packet's own checksum.
 func TestMarkChecksumOffloaded(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

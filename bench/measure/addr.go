@@ -28,9 +28,8 @@ func enableGSO(c *net.UDPConn, segBytes int) bool {
 }
 
 // realtimeThread moves the calling (locked) thread to SCHED_FIFO priority 5
-// if allowed, and returns a function that moves it back. That is above
-// every ordinary process but below the emulator (priority 10), which must
-// still preempt the sender to release its packets on time.
+// if allowed, and returns a function that moves it back: above ordinary
+// processes, below the emulator (10), which must still preempt the sender.
 func realtimeThread() (restore func()) {
 	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 5}
 	if err := unix.SchedSetAttr(0, &attr, 0); err != nil {

@@ -1,7 +1,6 @@
 // Package measure holds the lab's own probes: a UDP echo RTT probe and a
-// paced UDP flow that measures a link's rate at the receiver. Sockets are
-// opened inside the lab's network namespaces, so one process can measure
-// between any two lab hosts.
+// paced UDP flow that measures a link's rate at the receiver, opening
+// sockets inside the lab's namespaces.
 package measure
 
 import (
@@ -57,10 +56,9 @@ type RTTResult struct {
 	Samples               []time.Duration `json:"-"`
 }
 
-// RTT sends count UDP probes, interval apart, from host from (namespace
-// fromNS, address fromAddr) to an echo responder it runs at to (namespace
-// toNS, address toAddr), and reports the round-trip times of the echoes.
-// It waits up to wait after the last probe for stragglers.
+// RTT sends count UDP probes, interval apart, from fromAddr in fromNS to an
+// echo responder it runs at toAddr in toNS, and reports the round-trip
+// times. It waits up to wait after the last probe for stragglers.
 func RTT(ctx context.Context, fromNS string, fromAddr netip.Addr, toNS string, toAddr netip.Addr, count int, interval, wait time.Duration) (RTTResult, error) {
 	const port = 9007
 	srv, err := listenUDP(toNS, netip.AddrPortFrom(toAddr, port), 1<<20)

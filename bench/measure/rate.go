@@ -25,11 +25,9 @@ type RateResult struct {
 }
 
 // Rate sends UDP datagrams of payloadBytes from fromNS/fromAddr to toNS/toAddr
-// paced at offeredBps (bits/s of IP bytes) for d, and measures at the
-// receiver the rate at which IP bytes arrived. Offer more than the link
-// rate: the link's queue then stays full and arrivals are spaced exactly by
-// the link's rate, whatever the delay. It waits settle after the sender
-// stops for the last packets to cross.
+// at offeredBps (bits/s of IP bytes) for d and measures the rate IP bytes
+// arrive at. Offer more than the link rate, so arrivals are spaced by it.
+// It waits settle after the sender stops.
 func Rate(ctx context.Context, fromNS string, fromAddr netip.Addr, toNS string, toAddr netip.Addr, offeredBps float64, payloadBytes int, d, settle time.Duration) (RateResult, error) {
 	const port = 9008
 	var res RateResult
@@ -84,9 +82,8 @@ func Rate(ctx context.Context, fromNS string, fromAddr netip.Addr, toNS string, 
 	if err := snd.SetWriteBuffer(8 << 20); err != nil {
 		return res, err
 	}
-	// UDP GSO lets one send carry many datagrams, so a single sender can
-	// offer 1 Gbit/s and more on a busy 2-core machine; the kernel splits
-	// them before the TUN, so the emulator sees ordinary packets.
+	// UDP GSO lets one sender offer 1 Gbit/s and more; the kernel splits
+	// the batches before the TUN.
 	const batch = 16
 	gso := enableGSO(snd, payloadBytes)
 	buf := make([]byte, payloadBytes*batch)

@@ -8,10 +8,9 @@ import (
 	"github.com/wanopt/wanopt/internal/monotime"
 )
 
-// cbr sends datagrams of size bytes every interval, starting when first
-// polled, until limit datagrams (0: no limit) or stop (0: never). Each
-// datagram carries its sequence number and send time. It also records what
-// it receives, like sink.
+// cbr sends datagrams of size bytes, each with its sequence number and send
+// time, every interval from its first poll, until limit datagrams (0: no
+// limit) or stop (0: never). It also records what it receives, like sink.
 type cbr struct {
 	sink
 	size     int
@@ -59,8 +58,7 @@ type arrival struct {
 	at     monotime.Time
 }
 
-// sink records every datagram it receives (when keep is set) and counts
-// them.
+// sink counts the datagrams it receives, and records them when keep is set.
 type sink struct {
 	keep     bool
 	got      []arrival

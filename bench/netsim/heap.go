@@ -27,10 +27,9 @@ func (e *event) less(o *event) bool {
 	return e.at < o.at || (e.at == o.at && e.seq < o.seq)
 }
 
-// eventHeap is a binary min-heap of events stored by value, so scheduling
-// allocates nothing once the slice has grown to the most events ever
-// pending. The heap index of each endpoint's timer event is kept in timerP so
-// that a timer can be moved or removed in place.
+// eventHeap is a binary min-heap of events stored by value, allocation-free
+// once grown. timerP holds the index of each endpoint's timer event, so a
+// timer can be moved or removed in place.
 type eventHeap struct {
 	ev     []event
 	timerP []int32 // heap index of each endpoint's timer event, -1 if none
@@ -111,8 +110,7 @@ func (h *eventHeap) up(i int) {
 	h.moved(i)
 }
 
-// down sifts the event at index i toward the leaves and reports whether it
-// moved.
+// down sifts the event at index i toward the leaves; it reports if it moved.
 func (h *eventHeap) down(i int) bool {
 	ev := h.ev
 	n := len(ev)

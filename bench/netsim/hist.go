@@ -76,9 +76,8 @@ func (h *delayHist) percentile(p float64) time.Duration {
 	return h.max
 }
 
-// DelayStats summarises the queueing delays recorded by a link since its
-// last ResetQueueDelay. Percentiles are accurate to 0.8 %; Count, Mean and
-// Max are exact.
+// DelayStats summarises a link's queueing delays since its last
+// ResetQueueDelay: percentiles within 0.8 %; Count, Mean and Max exact.
 type DelayStats struct {
 	Count         uint64
 	Mean          time.Duration

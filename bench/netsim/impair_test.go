@@ -11,8 +11,7 @@ import (
 	"github.com/wanopt/wanopt/internal/monotime"
 )
 
-// outOfOrder counts arrivals whose sequence number is below one already seen,
-// and duplicates.
+// outOfOrder counts arrivals below a sequence already seen, and duplicates.
 func outOfOrder(got []arrival) (late, dups int) {
 	seen := make(map[uint64]bool, len(got))
 	var high uint64
@@ -136,9 +135,8 @@ func TestGilbertElliottIsBursty(t *testing.T) {
 	}
 }
 
-// scenario runs two CBR flows in both directions over a dumbbell with every
-// impairment on, and returns a digest of every delivery (sequence, arrival
-// time, receiver) and the link counters.
+// scenario runs two CBR flows both ways over a dumbbell with every impairment
+// on, and returns a digest of every delivery and the link counters.
 func scenario(t *testing.T, seed uint64) (uint64, [2]netsim.LinkStats) {
 	t.Helper()
 	sim := netsim.New(seed)

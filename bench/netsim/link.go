@@ -12,57 +12,50 @@ import (
 // LinkConfig describes one direction of a link. The zero value is an ideal
 // link: infinite rate, no delay, no loss.
 //
-// A datagram entering the link joins a drop-tail FIFO queue; the serialiser
-// takes the head packet and transmits it in wireBytes*8/RateBps. When the
-// transmission ends the packet "departs": outages, burst loss and random
-// loss are decided then (so a lost packet has used its share of the rate,
-// like a corrupted frame on the wire), duplicates are made, and the packet
-// arrives after Delay plus jitter plus, when reordered, ReorderDelay.
+// A datagram entering the link joins a drop-tail FIFO queue and is
+// serialised in wireBytes*8/RateBps. When it "departs", outages and losses
+// are decided (a lost packet has used its share of the rate, like a
+// corrupted frame), duplicates are made, and it arrives after Delay plus
+// jitter plus, when reordered, ReorderDelay.
 type LinkConfig struct {
 	// RateBps is the serialisation rate in bits per second; 0 means infinite
 	// (no queueing at all).
 	RateBps int64
 	// Delay is the one-way propagation delay.
 	Delay time.Duration
-	// QueueBytes bounds the bytes waiting behind the packet being serialised
-	// (drop-tail: an arriving packet that does not fit is dropped); 0 means
-	// unbounded.
+	// QueueBytes bounds the bytes waiting behind the packet being
+	// serialised (drop-tail); 0 means unbounded.
 	QueueBytes int
 	// OverheadBytes is added to every datagram's length when serialising and
 	// counting wire bytes (e.g. 28 for IPv4+UDP headers).
 	OverheadBytes int
-	// LossPercent is the probability, in percent, that a departing packet is
-	// lost, independently of all others.
+	// LossPercent is the percent chance that a departing packet is lost.
 	LossPercent float64
-	// Burst is a Gilbert–Elliott loss model applied to departing packets in
-	// addition to LossPercent; the zero value disables it.
+	// Burst is a Gilbert–Elliott loss model on top of LossPercent; the
+	// zero value disables it.
 	Burst GilbertElliott
-	// Jitter adds a uniformly random delay in [0, Jitter] to each packet.
-	// Packets still arrive in the order they departed (a packet is held until
-	// the one before it has arrived) unless ReorderPercent selects them.
+	// Jitter adds a uniformly random delay in [0, Jitter] to each packet;
+	// it never reorders (ReorderPercent does).
 	Jitter time.Duration
-	// ReorderPercent is the probability, in percent, that a packet is held
-	// back by an extra ReorderDelay, letting later packets overtake it.
+	// ReorderPercent is the percent chance that a packet is held back an
+	// extra ReorderDelay, letting later packets overtake it.
 	ReorderPercent float64
 	// ReorderDelay is the extra delay of a reordered packet; it must be
 	// positive when ReorderPercent is.
 	ReorderDelay time.Duration
-	// DuplicatePercent is the probability, in percent, that a departing
-	// packet is delivered twice (the copy arrives right after the original
-	// and uses no rate).
+	// DuplicatePercent is the percent chance that a departing packet is
+	// delivered twice (the copy uses no rate).
 	DuplicatePercent float64
-	// Outages are intervals, measured from the simulation's start, during
-	// which the link is down: a packet whose transmission ends inside one is
-	// dropped. The queue keeps draining at RateBps during an outage.
+	// Outages are intervals, from the simulation's start, when the link is
+	// down: a packet whose transmission ends inside one is dropped, and the
+	// queue keeps draining.
 	Outages []Outage
 }
 
 // GilbertElliott is a two-state Markov loss model. For each departing packet
 // the state first moves (Good to Bad with EnterBadPercent, Bad to Good with
-// LeaveBadPercent), then the packet is lost with the loss probability of the
-// new state. The mean length of a stay in Bad is 100/LeaveBadPercent
-// packets; the long-run share of packets sent in Bad is
-// EnterBad/(EnterBad+LeaveBad).
+// LeaveBadPercent), then the packet is lost with the new state's loss
+// probability. A stay in Bad lasts 100/LeaveBadPercent packets on average.
 type GilbertElliott struct {
 	EnterBadPercent float64
 	LeaveBadPercent float64
@@ -80,8 +73,7 @@ type Outage struct {
 	Start, End time.Duration
 }
 
-// ErrBadConfig is wrapped by the error Validate returns for an invalid
-// LinkConfig.
+// ErrBadConfig is wrapped by Validate's error for an invalid LinkConfig.
 var ErrBadConfig = errors.New("netsim: invalid link config")
 
 // Validate reports whether c is usable.
@@ -173,10 +165,8 @@ type Link struct {
 // shared with the link; do not modify it.
 func (l *Link) Config() LinkConfig { return l.cfg }
 
-// SetConfig replaces the link's configuration. It takes effect for the next
-// packet to start serialisation or to depart; the packet being serialised
-// keeps its timing, packets in propagation keep their arrival times. It
-// panics if cfg is invalid.
+// SetConfig replaces the link's configuration for packets that start or end
+// serialisation from now on; it panics if cfg is invalid.
 func (l *Link) SetConfig(cfg LinkConfig) {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
@@ -191,17 +181,14 @@ func (l *Link) Stats() LinkStats {
 	return s
 }
 
-// QueueDelay summarises the queueing delay (time from entering the link to
-// the start of serialisation) of every packet that started serialisation
-// since the link was created or ResetQueueDelay was last called. To measure
-// a window that starts at time t, call ResetQueueDelay from Sim.At(t, ...).
+// QueueDelay summarises the queueing delay of the packets since the link's
+// creation or last ResetQueueDelay (which Sim.At can call to start a window).
 func (l *Link) QueueDelay() DelayStats { return l.qd.stats() }
 
 // ResetQueueDelay forgets the queueing delays recorded so far.
 func (l *Link) ResetQueueDelay() { l.qd.reset() }
 
-// serTime returns how long the link takes to serialise b wire bytes,
-// rounded up to a nanosecond.
+// serTime returns the link's serialisation time of b wire bytes, rounded up.
 func (l *Link) serTime(b int) time.Duration {
 	r := l.cfg.RateBps
 	if r == 0 {

@@ -8,8 +8,7 @@ import (
 )
 
 // saturated returns a sim with one flow sending 1500-byte datagrams at
-// exactly 250 Mbit/s each way over links of 250 Mbit/s and 100 ms, about
-// 2,100 datagrams in flight per direction.
+// 250 Mbit/s each way over links of 250 Mbit/s and 100 ms.
 func saturated(seed uint64) *netsim.Sim {
 	const rate = 250e6
 	sim := netsim.New(seed)
@@ -34,9 +33,8 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	}
 }
 
-// BenchmarkSaturatedLink simulates 10 s of a 250 Mbit/s, 100 ms link
-// saturated in both directions by 1500-byte datagrams per op (208,000
-// datagrams each way, about 1.25 M events).
+// BenchmarkSaturatedLink simulates 10 s of a 250 Mbit/s, 100 ms link that
+// 1500-byte datagrams saturate both ways per op (about 1.25 M events).
 func BenchmarkSaturatedLink(b *testing.B) {
 	sim := saturated(1)
 	if err := sim.RunFor(time.Second); err != nil {

@@ -6,9 +6,8 @@ import "github.com/wanopt/wanopt/internal/monotime"
 // of the buffer handed to PollTransmit.
 const MaxDatagramBytes = 2048
 
-// packet is a datagram travelling through the simulator. It is owned by the
-// simulator from PollTransmit until it is delivered or dropped, and then
-// returns to the pool.
+// packet is a datagram travelling through the simulator, owned by it from
+// PollTransmit until delivered or dropped, then back in the pool.
 type packet struct {
 	buf       [MaxDatagramBytes]byte
 	n         int           // datagram length
@@ -19,9 +18,8 @@ type packet struct {
 	extra     monotime.Time // flow's extra one-way delay, in nanoseconds
 }
 
-// packetPool is a free list of packets. It grows to the most packets ever in
-// the simulator at once and keeps them, so a run in steady state allocates
-// nothing.
+// packetPool is a free list of packets, kept at its largest size, so a run
+// in steady state allocates nothing.
 type packetPool struct {
 	free []*packet
 }

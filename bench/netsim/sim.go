@@ -9,20 +9,18 @@ import (
 	"github.com/wanopt/wanopt/internal/monotime"
 )
 
-// Endpoint is a sans-IO protocol endpoint driven by the simulator. All calls
-// come from the simulator's goroutine, one at a time, with now never
-// decreasing.
+// Endpoint is a sans-IO endpoint driven by the simulator. All calls come from
+// the simulator's goroutine, one at a time, with now never decreasing.
 type Endpoint interface {
 	// HandleDatagram delivers a datagram; b is only valid during the call.
 	HandleDatagram(now monotime.Time, b []byte)
 	// PollTransmit writes the next datagram to send now into buf (of length
-	// MaxDatagramBytes) and returns its length, or 0 if nothing is to be sent
-	// at now (e.g. pacing, or idle). The simulator calls it repeatedly, after
-	// every event delivered to the endpoint, until it returns 0.
+	// MaxDatagramBytes) and returns its length, or 0 if none is due. The
+	// simulator calls it after every event until it returns 0.
 	PollTransmit(now monotime.Time, buf []byte) int
-	// NextTimeout is the next time the endpoint wants HandleTimeout
-	// (including a pacing release); 0 means none. It is read after every
-	// PollTransmit sequence; a time before now means "now".
+	// NextTimeout is the next time the endpoint wants HandleTimeout; 0
+	// means none, a time before now means now. It is read after every
+	// PollTransmit sequence.
 	NextTimeout() monotime.Time
 	// HandleTimeout is called at (never before) the last NextTimeout.
 	HandleTimeout(now monotime.Time)
@@ -33,8 +31,7 @@ type FlowID int
 
 // FlowOptions are a flow's own path properties.
 type FlowOptions struct {
-	// ExtraDelay is added to the one-way delay in each direction (an access
-	// link), so the flow's base RTT grows by twice ExtraDelay.
+	// ExtraDelay is added to the one-way delay in each direction.
 	ExtraDelay time.Duration
 }
 
@@ -47,16 +44,15 @@ type FlowStats struct {
 
 var (
 	// ErrLivelock is returned (wrapped) by RunFor and RunUntil when more
-	// events and datagrams than the livelock limit happen at one instant. The
-	// Sim is then stopped for good: later runs return the same error.
+	// events than the livelock limit happen at one instant; the Sim then
+	// stays stopped.
 	ErrLivelock = errors.New("netsim: livelock")
 	// ErrDeadline is returned by RunUntil when the deadline came before the
 	// condition held.
 	ErrDeadline = errors.New("netsim: deadline reached before the condition held")
 )
 
-// epoch is the virtual time at which every simulation starts; it is not
-// zero, because a zero monotime.Time means "unset".
+// epoch is where every simulation starts: not zero, which means unset.
 const epoch = monotime.Time(time.Second)
 
 // DefaultLivelockLimit is the default number of events and datagrams the
@@ -115,13 +111,11 @@ func (s *Sim) Elapsed() time.Duration { return s.now.Sub(s.start) }
 func (s *Sim) Events() uint64 { return s.events }
 
 // SetLivelockLimit sets how many events and datagrams may happen at one
-// instant before the run stops with ErrLivelock (default
-// DefaultLivelockLimit).
+// instant before the run stops with ErrLivelock.
 func (s *Sim) SetLivelockLimit(n int) { s.livelockLimit = n }
 
-// NewLink adds a one-way link. Its random streams derive from the
-// simulator's seed and the link's creation order, so they do not depend on
-// the traffic of other links. It panics if cfg is invalid (see Validate).
+// NewLink adds a one-way link, its random streams derived from the seed and
+// the link's creation order. It panics if cfg is invalid.
 func (s *Sim) NewLink(cfg LinkConfig) *Link {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
@@ -139,10 +133,9 @@ func (s *Sim) NewLink(cfg LinkConfig) *Link {
 	return l
 }
 
-// AddFlow joins left and right: left's datagrams enter fwd and arrive at
-// right, right's enter rev and arrive at left. Both endpoints are polled at
-// the current time (left first), which starts the flow. Endpoints must not
-// be shared between flows. It panics if a link belongs to another Sim.
+// AddFlow joins left and right over fwd (left to right) and rev, and polls
+// both (left first), which starts the flow. Endpoints must not be shared
+// between flows. It panics if a link belongs to another Sim.
 func (s *Sim) AddFlow(left, right Endpoint, fwd, rev *Link, opts FlowOptions) FlowID {
 	if fwd == nil || rev == nil || fwd.sim != s || rev.sim != s {
 		panic("netsim: AddFlow needs two links of this Sim")
@@ -166,9 +159,8 @@ func (s *Sim) AddFlow(left, right Endpoint, fwd, rev *Link, opts FlowOptions) Fl
 // FlowStats returns the delivery counters of flow f.
 func (s *Sim) FlowStats(f FlowID) FlowStats { return s.flows[f] }
 
-// Wake polls both endpoints of flow f for transmissions and timers at the
-// current time, after the events already due now. Call it when an endpoint
-// got work from outside the simulator (e.g. a test wrote data into it).
+// Wake polls both endpoints of flow f at the current time, after the events
+// already due. Call it when an endpoint got work from outside.
 func (s *Sim) Wake(f FlowID) {
 	s.schedule(s.now, evWake, int32(2*f), nil)
 	s.schedule(s.now, evWake, int32(2*f+1), nil)
@@ -189,18 +181,16 @@ func (s *Sim) At(t monotime.Time, fn func()) {
 	s.schedule(max(t, s.now), evCall, id, nil)
 }
 
-// RunFor runs the simulation for d of virtual time: every event due up to
-// and including Now()+d, after which Now() is Now()+d. It returns nil or an
-// error wrapping ErrLivelock.
+// RunFor runs every event due up to and including Now()+d, then sets Now() to
+// Now()+d. It returns nil or an error wrapping ErrLivelock.
 func (s *Sim) RunFor(d time.Duration) error {
 	return s.run(nil, s.now.Add(d))
 }
 
-// RunUntil runs the simulation until done returns true or the virtual time
-// deadline is reached. done is called before the first event and after
-// every event, so it must be cheap. It returns nil when done held,
-// ErrDeadline when the deadline came first (Now() is then the deadline), or
-// an error wrapping ErrLivelock.
+// RunUntil runs the simulation until done returns true or the deadline is
+// reached. done is called before and after every event, so it must be
+// cheap. It returns nil when done held, ErrDeadline when the deadline came
+// first (Now() is then the deadline), or an error wrapping ErrLivelock.
 func (s *Sim) RunUntil(done func() bool, deadline monotime.Time) error {
 	return s.run(done, deadline)
 }

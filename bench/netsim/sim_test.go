@@ -10,9 +10,8 @@ import (
 	"github.com/wanopt/wanopt/internal/monotime"
 )
 
-// scripted is an endpoint whose NextTimeout follows a script: after its k-th
-// poll it reports timeouts[k] (or 0 past the end). It logs HandleTimeout
-// calls.
+// scripted is an endpoint whose k-th poll reports NextTimeout timeouts[k] (0
+// past the end). It logs HandleTimeout calls.
 type scripted struct {
 	timeouts []monotime.Time
 	polls    int

@@ -9,14 +9,10 @@ import (
 )
 
 // sleepUntil blocks the calling thread until clockNow() ≥ t with
-// clock_nanosleep on an absolute CLOCK_MONOTONIC time: the kernel's
-// high-resolution timers instead of the Go timer wheel, and no drift from
-// a relative sleep interrupted by signals. The target is translated from
-// clockNow (Go's monotonic clock, read through the vDSO) to
-// CLOCK_MONOTONIC by reading both, so nothing assumes which clock Go uses;
-// the translation error is the time between the two reads. clockNow is
-// read first, so a thread preempted between them wakes late, never early
-// (read the other way round it woke 78-125 µs early on a loaded host).
+// clock_nanosleep on an absolute CLOCK_MONOTONIC time: high-resolution
+// timers, and no drift when a signal interrupts the sleep. The target is
+// translated from clockNow to CLOCK_MONOTONIC by reading both, clockNow
+// first, so a thread preempted between the reads wakes late, never early.
 func sleepUntil(t monotime.Time) {
 	d := t.Sub(clockNow())
 	var mono unix.Timespec
@@ -33,10 +29,8 @@ func sleepUntil(t monotime.Time) {
 	}
 }
 
-// prepareReleaserThread tunes the calling, locked OS thread for precise
-// sleeps: a timer slack of 1 ns instead of the default 50 µs, which
-// clock_nanosleep would otherwise add to every wake-up of a thread that
-// is not real-time. The setting dies with the thread (see releaseLoop).
+// prepareReleaserThread sets the calling, locked thread's timer slack to
+// 1 ns instead of the default 50 µs. The setting dies with the thread.
 func prepareReleaserThread() {
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0) // best effort
 }

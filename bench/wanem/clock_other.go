@@ -8,9 +8,8 @@ import (
 	"github.com/wanopt/wanopt/internal/monotime"
 )
 
-// sleepUntil blocks until clockNow() ≥ t. Without clock_nanosleep it uses
-// Go's timers, whose granularity (about 1 ms) makes the emulator far less
-// precise than on Linux.
+// sleepUntil blocks until clockNow() ≥ t with Go's timers, far less
+// precise than clock_nanosleep on Linux.
 func sleepUntil(t monotime.Time) {
 	if d := t.Sub(clockNow()); d > 0 {
 		time.Sleep(d)

@@ -15,14 +15,12 @@ const (
 	// dropped.
 	MaxPacketBytes = 65535
 
-	// DefaultQueueBytes is the drop-tail queue in front of the rate limiter
-	// when RateBps is set and neither QueueBytes nor QueueDelay is: 2 MiB,
-	// about 67 ms at 250 Mbit/s and 17 ms at 1 Gbit/s. Lab runs that care
-	// about the queue (bufferbloat, BDP-sized buffers) set it explicitly.
+	// DefaultQueueBytes is the drop-tail queue when RateBps is set and
+	// neither QueueBytes nor QueueDelay is: 2 MiB, about 67 ms at 250 Mbit/s.
 	DefaultQueueBytes = 2 << 20
 
-	// MinQueueBytes is the smallest queue limit accepted: one full-size
-	// Ethernet-MTU packet, so that a 1500-byte packet fits an empty queue.
+	// MinQueueBytes is the smallest queue limit accepted: one 1500-byte
+	// packet.
 	MinQueueBytes = 1500
 
 	// DefaultReorderDelay is how long a reordered packet is held back when
@@ -46,41 +44,31 @@ var ErrInvalidConfig = errors.New("wanem: invalid link config")
 // perfect link: no delay, no loss, unlimited rate.
 //
 // A packet entering the direction at time now goes through, in order:
-//  0. an IP fragment (IPv4 MF or offset set, IPv6 fragment header) is
-//     counted in Fragments, whatever happens to it next;
-//     the outage: while the direction is down (Pipe.SetDown, Link.SetDown;
-//     an outage is switched at run time, it is not part of the Config) the
-//     packet is dropped and counted in OutageDrops. Packets already in the
-//     pipe when it goes down are still released, as when a router in front
-//     of the link drops everything: the outage acts at the entrance;
-//     then the MTU: a packet larger than MTU is dropped and counted in
-//     MTUDrops, silently, as a router behind a link of smaller MTU that
-//     sends no ICMP (a black hole: the hard case for path MTU discovery);
+//  0. an IP fragment is counted in Fragments, whatever happens next;
+//     while the direction is down (Pipe.SetDown, set at run time) the
+//     packet is dropped and counted in OutageDrops; packets already in
+//     the pipe are still released: the outage acts at the entrance;
+//     a packet larger than MTU is dropped silently and counted in
+//     MTUDrops (a black hole that sends no ICMP);
 //  1. random loss with probability LossPct/100;
 //  2. burst loss by the Gilbert–Elliott model in BurstLoss, if set;
 //  3. the middlebox: ForgeSACK, WindowClamp and TamperUDPPct rewrite the
-//     packet as a device at the link's entrance would, so the queue and
-//     the rate limiter see it as rewritten (a forged SACK adds up to 12
-//     bytes). The counters count the rewritten packets the queue takes:
-//     those the link carried;
+//     packet, so the queue and rate limiter see it rewritten; the counters
+//     count rewritten packets the queue took;
 //  4. the drop-tail queue: with RateBps set, the packet is dropped if the
-//     bytes queued at now (bytes whose departure time is after now, the
-//     packet on the wire included) plus its size exceed the queue limit;
+//     bytes whose departure is after now plus its size exceed the limit;
 //  5. the rate limiter: it departs at max(now, previous departure) +
-//     size*8/RateBps, computed in exact integer nanoseconds with the
-//     fraction carried to the next packet, so no error accumulates;
-//  6. release = departure + Delay + a uniform random jitter in [0, Jitter],
-//     raised if needed to the release time of the previous packet, so that
-//     jitter never reorders packets;
-//  7. with probability ReorderPct/100 the packet is held back another
-//     ReorderDelay, so that the packets after it overtake it (they are not
-//     held back by it);
-//  8. with probability DupPct/100 a copy is released right after it. The
-//     copy is made after the bottleneck: it uses neither queue nor rate.
+//     size*8/RateBps, in exact integer nanoseconds with the fraction
+//     carried, so no error accumulates;
+//  6. release = departure + Delay + uniform jitter in [0, Jitter], raised
+//     to the previous packet's release, so jitter never reorders;
+//  7. with probability ReorderPct/100 it is held back another
+//     ReorderDelay, and the packets after it overtake it;
+//  8. with probability DupPct/100 a copy is released right after it,
+//     using neither queue nor rate.
 //
-// Each random step draws from its own generator seeded from Seed, so the
-// same Seed gives the same losses whether or not jitter or reordering is
-// enabled.
+// Each random step has its own generator seeded from Seed, so the same
+// Seed gives the same losses whether or not jitter or reordering is on.
 type Config struct {
 	// Delay is the one-way propagation delay, at least 0.
 	Delay time.Duration `json:"delay,omitempty"`
@@ -115,38 +103,31 @@ type Config struct {
 	MTU int `json:"mtu,omitempty"`
 
 	// The middlebox: a device on the path that rewrites what it
-	// recognises, as a WAN optimiser left in bypass did in the field
-	// (wanbench sack). Each rewrite handles IPv4 and IPv6 without
-	// extension headers, keeps checksums right, and leaves fragments and
-	// packets that do not parse untouched.
+	// recognises (wanbench sack). Each rewrite handles IPv4 and IPv6
+	// without extension headers, keeps checksums right, and leaves
+	// fragments and packets that do not parse untouched.
 
-	// ForgeSACK, if not nil, adds a SACK block to every pure TCP ACK (ACK
-	// set, no SYN or RST, no payload): [ack+Offset, ack+Offset+Length),
-	// data the sender has not sent when Offset exceeds its window. It
-	// does so whether or not the handshake negotiated SACK, as the field
-	// device did; a segment with no room left for the option is left
-	// alone. Counted in Counters.SACKForged.
+	// ForgeSACK, if not nil, adds the SACK block [ack+Offset,
+	// ack+Offset+Length) to every pure TCP ACK (no SYN, RST or payload),
+	// whether or not SACK was negotiated; a segment with no room for the
+	// option is left alone. Counted in Counters.SACKForged.
 	ForgeSACK *ForgedSACK `json:"forge_sack,omitempty"`
-	// WindowClamp, if positive, lowers the window field of TCP segments so
-	// that none advertises more than WindowClamp bytes, after the window
-	// scale the segment's sender offered on its SYN (the pipe remembers
-	// the offers of the connections it has seen start); at most
-	// MaxWindowClamp. Counted in Counters.WindowsClamped.
+	// WindowClamp, if positive, lowers TCP window fields so that none
+	// advertises more than WindowClamp bytes after the window scale seen
+	// on the connection's SYN; at most MaxWindowClamp. Counted in
+	// Counters.WindowsClamped.
 	WindowClamp int `json:"window_clamp,omitempty"`
 	// TamperUDPPct is the percentage of UDP datagrams, in [0, 100], whose
-	// last payload byte the device inverts, fixing the UDP checksum: a
-	// device that rewrites bytes it does not understand. Counted in
+	// last payload byte is inverted (checksum fixed). Counted in
 	// Counters.UDPTampered.
 	TamperUDPPct float64 `json:"tamper_udp_pct,omitempty"`
 }
 
-// GilbertElliott is the two-state burst-loss model: a Markov chain over
-// packets with a good and a bad state. For each packet the chain first
-// moves (good→bad with PGoodToBad, bad→good with PBadToGood), then the
-// packet is lost with the loss probability of the new state. All four
-// fields are probabilities in [0, 1], not percentages. With LossInBad 1 and
-// LossInGood 0 the mean loss-burst length is 1/PBadToGood packets and the
-// mean loss rate PGoodToBad/(PGoodToBad+PBadToGood).
+// GilbertElliott is the two-state burst-loss model. For each packet the
+// chain first moves (good→bad with PGoodToBad, bad→good with PBadToGood),
+// then the packet is lost with the new state's loss probability. All
+// fields are probabilities in [0, 1]. With LossInBad 1 and LossInGood 0 the
+// mean burst is 1/PBadToGood packets.
 type GilbertElliott struct {
 	PGoodToBad float64 `json:"p_good_to_bad"`
 	PBadToGood float64 `json:"p_bad_to_good"`

@@ -8,27 +8,22 @@ import (
 // Counters is a snapshot of one direction's counters. Packet counts are
 // packets, byte counts are IP bytes.
 type Counters struct {
-	// Packets and Bytes count packets released (Dequeue returned them),
-	// duplicates included.
+	// Packets and Bytes count packets released, duplicates included.
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
 	// Lost counts packets dropped by random loss (LossPct).
 	Lost uint64 `json:"lost"`
 	// BurstLost counts packets dropped by the Gilbert–Elliott model.
 	BurstLost uint64 `json:"burst_lost"`
-	// QueueDrops and QueueDropBytes count packets dropped because the
-	// drop-tail queue was full.
+	// QueueDrops and QueueDropBytes count drops at a full queue.
 	QueueDrops     uint64 `json:"queue_drops"`
 	QueueDropBytes uint64 `json:"queue_drop_bytes"`
-	// OutageDrops counts packets dropped because they arrived while the
-	// direction was down (Pipe.SetDown, Link.SetDown).
+	// OutageDrops counts packets that arrived while the direction was down.
 	OutageDrops uint64 `json:"outage_drops"`
-	// MTUDrops counts packets dropped because they were larger than the
-	// MTU (Config.MTU, Pipe.SetMTU).
+	// MTUDrops counts packets dropped as larger than the MTU.
 	MTUDrops uint64 `json:"mtu_drops"`
-	// Fragments counts IP fragments that arrived (IPv4 with MF set or a
-	// fragment offset, IPv6 with a fragment header right after the fixed
-	// header), whether or not they were then dropped.
+	// Fragments counts IP fragments that arrived (see isFragment), whether
+	// or not they were then dropped.
 	Fragments uint64 `json:"fragments"`
 	// Invalid counts empty packets and packets over MaxPacketBytes.
 	Invalid uint64 `json:"invalid"`
@@ -36,26 +31,22 @@ type Counters struct {
 	Duplicated uint64 `json:"duplicated"`
 	// Reordered counts packets held back (ReorderPct).
 	Reordered uint64 `json:"reordered"`
-	// QueueHighWaterBytes is the most bytes ever queued at the bottleneck,
-	// the arriving packet included.
+	// QueueHighWaterBytes is the most bytes ever queued, arrival included.
 	QueueHighWaterBytes int64 `json:"queue_high_water_bytes"`
-	// WriteErrors counts packets the Link could not write to the output
-	// device for a reason that does not stop the link (the kernel rejected
-	// that packet). Always zero for a bare Pipe.
+	// WriteErrors counts packets the Link's output device rejected without
+	// failing. Always zero for a bare Pipe.
 	WriteErrors uint64 `json:"write_errors"`
 	// SACKForged, WindowsClamped and UDPTampered count packets the
-	// middlebox rewrote (Config.ForgeSACK, WindowClamp, TamperUDPPct) and
-	// the queue then took; a duplicate counts once.
+	// middlebox rewrote and the queue took; a duplicate counts once.
 	SACKForged     uint64 `json:"sack_forged"`
 	WindowsClamped uint64 `json:"windows_clamped"`
 	UDPTampered    uint64 `json:"udp_tampered"`
-	// Lateness is how late packets were released compared with their
-	// release time: the emulator's own precision. A packet released early
-	// (DequeueEarly) counts as on time here and in EarlyMax.
+	// Lateness is how late packets were released after their release time:
+	// the emulator's own precision. A packet released early counts as on
+	// time here and in EarlyMax.
 	Lateness Lateness `json:"lateness"`
 	// EarlyMax is the most any packet was released before its release
-	// time: at most the early bound the driver passed to DequeueEarly
-	// (a Link's EarlyRelease).
+	// time: at most the bound passed to DequeueEarly.
 	EarlyMax time.Duration `json:"early_max"`
 }
 
@@ -71,8 +62,7 @@ type Lateness struct {
 	Buckets [LatenessBuckets]uint64 `json:"buckets"`
 }
 
-// record adds one lateness sample; a negative one (released early) counts
-// as zero.
+// record adds one lateness sample; a negative one counts as zero.
 func (l *Lateness) record(late time.Duration) {
 	if late < 0 {
 		late = 0
@@ -107,9 +97,8 @@ func (l *Lateness) Count() uint64 {
 	return n
 }
 
-// Quantile returns an upper bound of the q-quantile (0 < q ≤ 1) of the
-// lateness: the upper edge of the bucket holding it, capped by Max. It
-// returns 0 when there are no samples.
+// Quantile returns an upper bound of the q-quantile (0 < q ≤ 1): the upper
+// edge of the bucket holding it, capped by Max; 0 without samples.
 func (l *Lateness) Quantile(q float64) time.Duration {
 	n := l.Count()
 	if n == 0 {

@@ -17,14 +17,11 @@ import (
 )
 
 // Device is one end of a link: a TUN device or a fake. Each Read returns
-// exactly one IP packet and each Write sends one. An *os.File TUN satisfies
-// it. Read and Write are called from different goroutines, never Read (or
-// Write) from two at once.
-//
-// If the device also has SetReadDeadline and SetWriteDeadline (an *os.File
-// in Go's poller does, as do non-blocking TUN fds), Link.Run interrupts
-// blocked calls itself when it stops; otherwise the caller must close the
-// devices after cancelling Run's context (see Run).
+// exactly one IP packet and each Write sends one. Read and Write are called
+// from different goroutines, never Read (or Write) from two at once. If the
+// device has SetReadDeadline and SetWriteDeadline (an *os.File in Go's
+// poller does), Link.Run interrupts blocked calls itself when it stops;
+// otherwise the caller must close the devices (see Run).
 type Device interface {
 	Read(pkt []byte) (int, error)
 	Write(pkt []byte) (int, error)
@@ -33,34 +30,21 @@ type Device interface {
 type readDeadliner interface{ SetReadDeadline(time.Time) error }
 type writeDeadliner interface{ SetWriteDeadline(time.Time) error }
 
-// Releaser sleep bounds: the releaser wakes at least every maxSleep to
-// notice cancellation, and every preemptSleep while only reordered packets
-// wait (then a new packet may be due before them; see Pipe.Preemptible).
+// Releaser sleep bounds: the releaser wakes every maxSleep to notice
+// cancellation, and every preemptSleep while only reordered packets wait.
 const (
 	maxSleep     = time.Millisecond
 	preemptSleep = 100 * time.Microsecond
 )
 
 // EarlyRelease is how far ahead of its release time a Link's releaser
-// writes a packet instead of sleeping for it. A sleep costs a timer and two
-// context switches whatever its length (on a paravirtualised guest, with a
-// VM exit to program the timer), and the releaser runs at real-time
-// priority: the timer's wake-up takes the CPU from whatever runs there,
-// which on the lab's two cores is often a wanopt edge or iperf, even with
-// the other CPU idle (an RT task woken on a CPU that runs a normal task
-// stays there). At 1 Gbit/s, where packets are 12 µs apart, sleeping for
-// each took half of the emulator's CPU (docs/efficiency/early-release-ab.txt,
-// with a bound of 50 µs). At 250 Mbit/s (48 µs apart) 50 µs still meant
-// a sleep for about every second packet; with 200 µs the releaser can
-// write four or five per wake, the emulator took 40-41 % of a core
-// instead of 50-55 %, and each edge was switched out against its will
-// 1,200-1,300 times a second instead of 1,800-2,000
-// (docs/efficiency/early-release-200-ab.txt). 200 µs is well below any
-// RTT the lab sets and below one packet's time at 50 Mbit/s (240 µs),
-// where it changes little; a receiver's NIC with interrupt moderation
-// delivers packets in groups too. The rate limiter's departure times, and
-// so the queue and its drops, are not affected; Counters.EarlyMax shows
-// how early packets went, and wanbench check the RTT and rate that result.
+// writes a packet instead of sleeping for it. Each sleep costs a timer and
+// two context switches, and the real-time releaser's wake-up preempts
+// whatever runs on its CPU, often an edge. At 250 Mbit/s (48 µs a packet)
+// 200 µs lets it write four or five per wake; it is below any RTT the lab
+// sets and below one packet's time at 50 Mbit/s. Departures, and so queue
+// and drops, are not affected; Counters.EarlyMax shows how early packets
+// went, and 'wanbench check' verifies the resulting RTT and rate.
 const EarlyRelease = 200 * time.Microsecond
 
 // Link forwards packets between two Devices through one Pipe per
@@ -82,9 +66,8 @@ type direction struct {
 	waiting     bool // the releaser waits on wake: the reader's next packet signals it
 }
 
-// NewLink returns a link that forwards packets read from a to b with the
-// impairments ab, and from b to a with ba. The error wraps
-// ErrInvalidConfig and says which direction is wrong.
+// NewLink returns a link forwarding from a to b with impairments ab and from
+// b to a with ba. The error wraps ErrInvalidConfig and names the direction.
 func NewLink(a, b Device, ab, ba Config) (*Link, error) {
 	if a == nil || b == nil {
 		return nil, errors.New("wanem: NewLink needs two devices, got nil")
@@ -103,11 +86,9 @@ func NewLink(a, b Device, ab, ba Config) (*Link, error) {
 	}}, nil
 }
 
-// SetDown takes both directions of the link down (every packet read from
-// either device is dropped and counted in Counters.OutageDrops) or, with
-// false, up again: a link outage. Packets already in the pipes are still
-// released. It is safe to call at any time from any goroutine, also before
-// or while Run runs.
+// SetDown takes both directions down (packets read are dropped and counted
+// in Counters.OutageDrops) or, with false, up again; packets in the pipes
+// are still released. It is safe to call at any time from any goroutine.
 func (l *Link) SetDown(down bool) {
 	for _, d := range l.dirs {
 		d.mu.Lock()
@@ -116,10 +97,8 @@ func (l *Link) SetDown(down bool) {
 	}
 }
 
-// SetMTU sets the largest IP packet both directions carry from now on
-// (see Config.MTU; 0: no limit). It is refused, changing nothing, for an
-// MTU Config.Validate refuses. It is safe to call at any time from any
-// goroutine, also before or while Run runs.
+// SetMTU sets the largest IP packet both directions carry from now on (see
+// Config.MTU); an invalid MTU changes nothing. Safe from any goroutine.
 func (l *Link) SetMTU(mtu int) error {
 	if err := (Config{MTU: mtu}).Validate(); err != nil {
 		return err
@@ -132,8 +111,7 @@ func (l *Link) SetMTU(mtu int) error {
 	return nil
 }
 
-// Stats returns a snapshot of the counters of both directions. It is safe
-// to call at any time, also while Run runs.
+// Stats returns a snapshot of both directions' counters, at any time.
 func (l *Link) Stats() (ab, ba Counters) {
 	return l.dirs[0].counters(), l.dirs[1].counters()
 }
@@ -146,21 +124,16 @@ func (d *direction) counters() Counters {
 	return c
 }
 
-// Run forwards packets until ctx is done or a device fails, and returns
-// nil in the first case and the device error in the second. Every
-// goroutine it starts has exited when it returns. Packets still in the
-// pipes stay there; a later Run releases them.
+// Run forwards packets until ctx is done (nil) or a device fails (its
+// error). Every goroutine it starts has exited when it returns; packets
+// still in the pipes wait for a later Run.
 //
 // When ctx is done, Run interrupts blocked Reads and Writes of devices with
 // deadlines by setting a deadline in the past (a later Run clears it). A
-// device without deadlines cannot be interrupted: the caller must close it
-// after cancelling ctx (for example with context.AfterFunc), and Run
-// returns once its reader sees the close. Errors a device returns after
-// ctx is done are not reported.
-//
-// The releasers run on locked OS threads and sleep with an absolute
-// monotonic clock; give the process more threads than cores
-// (GOMAXPROCS) and a real-time priority for the best precision.
+// device without deadlines must be closed by the caller after cancelling
+// ctx (context.AfterFunc); Run returns once its reader sees the close.
+// Errors a device returns after ctx is done are not reported. For the best
+// precision give the process more threads than cores and real-time priority.
 func (l *Link) Run(ctx context.Context) error {
 	if !l.running.CompareAndSwap(false, true) {
 		return errors.New("wanem: Link.Run is already running; call it once at a time")
@@ -173,10 +146,8 @@ func (l *Link) Run(ctx context.Context) error {
 	caller := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// A device the caller closes when its ctx is done (context.AfterFunc)
-	// can fail a read before ctx, derived from the caller's, is done too:
-	// cancelling a context runs its AfterFuncs and cancels its children in
-	// no set order. The caller's ctx is done first, so check both.
+	// A device closed by the caller's AfterFunc can fail a read before the
+	// derived ctx is done (no set order), so check both contexts.
 	stopping := func() bool { return ctx.Err() != nil || caller.Err() != nil }
 	var (
 		once     sync.Once
@@ -265,12 +236,10 @@ func (d *direction) readLoop(stopping func() bool, fail func(error)) {
 }
 
 // releaseLoop writes packets to d.out at their release time (or up to
-// EarlyRelease before it) until ctx is done or the device fails. It takes
-// one packet per lock so that the lateness the pipe records is measured
-// right before each write.
+// EarlyRelease before) until ctx is done or the device fails, one packet
+// per lock so that lateness is measured right before each write.
 func (d *direction) releaseLoop(ctx context.Context, stopping func() bool, fail func(error)) {
-	// The thread is never unlocked, so it exits with this goroutine and
-	// takes its tuning (prepareReleaserThread) with it.
+	// Never unlocked: the thread and its tuning end with the goroutine.
 	runtime.LockOSThread()
 	prepareReleaserThread()
 	done := ctx.Done()
@@ -326,8 +295,7 @@ func (d *direction) releaseLoop(ctx context.Context, stopping func() bool, fail 
 		}
 		// Sleep even if a wake is pending: a new packet can be due before
 		// next only in the preemptible case, which the short bound covers.
-		// (Looping on wakes instead would spin while the reader is busy,
-		// which under SCHED_FIFO can starve the reader itself.)
+		// Looping on wakes would spin and, under SCHED_FIFO, starve the reader.
 		bound := maxSleep
 		if preempt {
 			bound = preemptSleep
@@ -345,6 +313,5 @@ func fatalWriteError(err error) bool {
 		errors.Is(err, os.ErrDeadlineExceeded)
 }
 
-// clockNow is the driver's clock: Go's monotonic clock (a vDSO read, about
-// 20 ns); sleepUntil translates it to the kernel's clock.
+// clockNow is Go's monotonic clock; sleepUntil translates it to the kernel's.
 func clockNow() monotime.Time { return monotime.Now() }

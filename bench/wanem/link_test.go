@@ -17,8 +17,7 @@ import (
 
 var _ Device = (*wanemtest.Device)(nil)
 
-// noDeadlines hides a device's deadline methods, as a plain blocking fd
-// would.
+// noDeadlines hides a device's deadline methods.
 type noDeadlines struct{ Device }
 
 // startLink runs a link between two fresh fake devices and returns them
@@ -200,9 +199,8 @@ func TestNewLinkRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// retryTiming runs a real-time measurement up to three times and fails
-// only if every attempt misses its bounds: a broken emulator misses every
-// time, a machine shared with other work only now and then.
+// retryTiming runs a real-time measurement up to three times and fails only
+// if every attempt misses: a broken emulator always does, a busy host not.
 func retryTiming(t *testing.T, attempt func() error) {
 	t.Helper()
 	var errs []error
@@ -345,8 +343,7 @@ func TestLinkRunsAgainAfterCancel(t *testing.T) {
 }
 
 // TestLinkOutage takes a running link down from another goroutine: packets
-// read from either device are dropped and counted, none is written, and
-// after SetDown(false) packets flow both ways again.
+// are dropped and counted, and flow both ways again after SetDown(false).
 func TestLinkOutage(t *testing.T) {
 	a, b, l, _ := startLink(t, Config{}, Config{})
 	done := make(chan struct{})
@@ -389,10 +386,8 @@ func TestLinkOutage(t *testing.T) {
 	}
 }
 
-// TestLinkWakesAnIdleReleaser sends packets one at a time, each after the
-// previous one came out, so that the releaser has emptied its pipe and
-// waits for the reader's wake-up before every one: none may be left
-// waiting.
+// TestLinkWakesAnIdleReleaser sends packets one at a time, so the releaser
+// waits for the reader's wake-up before each: none may be left waiting.
 func TestLinkWakesAnIdleReleaser(t *testing.T) {
 	leaktest.Check(t)
 	a, b, _, stop := startLink(t, Config{}, Config{})

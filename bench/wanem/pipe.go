@@ -14,14 +14,12 @@ type departure struct {
 	bytes int64
 }
 
-// Pipe is one direction of an emulated link (see Config for what it does to
-// packets). It is pure: it owns no goroutine and never reads the clock;
-// every call takes the current time, which must not go backwards (an
-// earlier now is treated as the latest now seen).
-//
-// A Pipe is not safe for concurrent use; the Link serializes calls with a
-// mutex. In steady state Enqueue and Dequeue allocate nothing: packet
-// buffers come from a pool inside the Pipe and go back to it by Release.
+// Pipe is one direction of an emulated link (see Config). It owns no
+// goroutine and never reads the clock; every call takes the current time
+// (an earlier now than the latest seen is taken as the latest). It is not
+// safe for concurrent use (the Link holds a mutex). In steady state Enqueue
+// and Dequeue allocate nothing: buffers come from the Pipe's pool and go
+// back by Release.
 type Pipe struct {
 	cfg          Config
 	queueLimit   int64 // bytes; 0 when the rate is unlimited
@@ -91,9 +89,7 @@ func NewPipe(cfg Config) (*Pipe, error) {
 	}, nil
 }
 
-// QueueLimitBytes returns the drop-tail queue limit in bytes: QueueBytes,
-// QueueDelay converted at RateBps, or DefaultQueueBytes; 0 when the rate is
-// unlimited.
+// QueueLimitBytes returns the queue limit in bytes; 0 for an unlimited rate.
 func (p *Pipe) QueueLimitBytes() int64 { return p.queueLimit }
 
 // Len returns the number of packets waiting for release.
@@ -102,19 +98,16 @@ func (p *Pipe) Len() int { return p.inOrder.len() + len(p.held) }
 // Counters returns a snapshot of the counters.
 func (p *Pipe) Counters() Counters { return p.c }
 
-// SetDown takes the pipe down (every packet Enqueue is given is dropped
-// and counted in Counters.OutageDrops) or, with false, up again. Packets
-// already in the pipe are released as usual. It takes no time: the outage
-// acts at arrival, so only its order with the Enqueue calls matters.
+// SetDown takes the pipe down (every packet Enqueue is given is dropped and
+// counted in OutageDrops) or up again; packets inside are released as usual.
 func (p *Pipe) SetDown(down bool) { p.down = down }
 
 // Down reports whether the pipe is down (see SetDown).
 func (p *Pipe) Down() bool { return p.down }
 
 // SetMTU sets the largest IP packet the pipe carries from now on (see
-// Config.MTU; 0: no limit). A value outside [MinMTU, MaxPacketBytes]
-// other than 0 is refused with an error wrapping ErrInvalidConfig and
-// changes nothing. Packets already in the pipe are released as usual.
+// Config.MTU; 0: no limit). A value Config.Validate refuses returns an
+// error wrapping ErrInvalidConfig and changes nothing.
 func (p *Pipe) SetMTU(mtu int) error {
 	c := Config{MTU: mtu}
 	if err := c.Validate(); err != nil {
@@ -128,9 +121,8 @@ func (p *Pipe) SetMTU(mtu int) error {
 func (p *Pipe) MTU() int { return p.mtu }
 
 // isFragment reports whether pkt is an IP fragment: IPv4 with MF set or a
-// nonzero fragment offset, or IPv6 whose first extension header is a
-// fragment header (the usual place; one further down the chain is not
-// looked for).
+// nonzero offset, or IPv6 whose first extension header is a fragment
+// header (one further down the chain is not looked for).
 func isFragment(pkt []byte) bool {
 	switch pkt[0] >> 4 {
 	case 4:
@@ -147,9 +139,7 @@ func chance(r *rand.Rand, pct float64) bool {
 }
 
 // Enqueue offers pkt, which arrived at now, to the pipe. The pipe copies
-// pkt; the caller keeps ownership of it. The packet may be dropped
-// (outage, loss, full queue, or invalid size), which shows only in the
-// Counters.
+// pkt; the caller keeps it. A drop shows only in the Counters.
 func (p *Pipe) Enqueue(now monotime.Time, pkt []byte) {
 	size := len(pkt)
 	if size == 0 || size > MaxPacketBytes {
@@ -190,9 +180,8 @@ func (p *Pipe) Enqueue(now monotime.Time, pkt []byte) {
 		}
 	}
 
-	// The pipe's own copy, with room for what a rewrite adds (only a
-	// small packet, a pure ACK, ever grows: the largest get none, so the
-	// pool is never asked for more than MaxPacketBytes).
+	// The pipe's own copy, with room for what a rewrite adds; the pool is
+	// never asked for more than MaxPacketBytes.
 	extra := p.rewriteGrowth
 	if size+extra > MaxPacketBytes {
 		extra = 0
@@ -252,9 +241,8 @@ const (
 )
 
 // rewrite applies the middlebox's rewrites to buf, which has capacity for
-// rewriteGrowth more bytes, and returns it with what it did. The caller
-// counts the rewrites once the queue has taken the packet, so that the
-// counters are of rewritten packets the link carried.
+// rewriteGrowth more bytes, and returns it with what it did; the caller
+// counts them once the queue has taken the packet.
 func (p *Pipe) rewrite(buf []byte) ([]byte, int) {
 	did := 0
 	if f := p.cfg.ForgeSACK; f != nil {
@@ -340,18 +328,15 @@ func (p *Pipe) Next() (release monotime.Time, ok bool) {
 func (p *Pipe) Preemptible() bool { return p.inOrder.len() == 0 && len(p.held) > 0 }
 
 // Dequeue removes and returns the next packet if its release time is at or
-// before now, recording now minus its release time as lateness. Packets
-// come out in release order, ties in arrival order. The caller owns pkt
-// until it hands it back with Release (optional: a buffer never released
-// is left to the garbage collector, at the cost of an allocation later).
+// before now, recording the lateness. Packets come out in release order,
+// ties in arrival order. The caller owns pkt until it hands it back with
+// Release (optional: an unreleased buffer costs an allocation later).
 func (p *Pipe) Dequeue(now monotime.Time) (pkt []byte, ok bool) {
 	return p.DequeueEarly(now, 0)
 }
 
-// DequeueEarly is Dequeue for a driver that would rather release a packet
-// up to early before its release time than sleep for it (see
-// Link's EarlyRelease). How early it was is recorded in
-// Counters.EarlyMax; the order of release is unchanged.
+// DequeueEarly is Dequeue releasing a packet up to early before its release
+// time (see EarlyRelease), recorded in Counters.EarlyMax; order is kept.
 func (p *Pipe) DequeueEarly(now monotime.Time, early time.Duration) (pkt []byte, ok bool) {
 	e := p.first()
 	if e == nil || e.release > now.Add(early) {
@@ -374,7 +359,5 @@ func (p *Pipe) DequeueEarly(now monotime.Time, early time.Duration) (pkt []byte,
 }
 
 // Release hands a buffer returned by Dequeue back to the pipe for reuse.
-// The caller must not touch buf afterwards. Releasing a buffer that did
-// not come from Dequeue is harmless: it is pooled if its capacity is a
-// pool size class and ignored otherwise.
+// The caller must not touch buf afterwards. Any other buffer is harmless.
 func (p *Pipe) Release(buf []byte) { p.pool.put(buf) }

@@ -345,8 +345,7 @@ func maxExtra(got []out, start monotime.Time, spacing, delay time.Duration) time
 	return m
 }
 
-// withinBinomial fails t unless got is within 5 standard deviations of n
-// trials with probability p.
+// withinBinomial fails t unless got is within 5 sd of n trials at chance p.
 func withinBinomial(t *testing.T, what string, got uint64, n int, p float64) {
 	t.Helper()
 	mean := float64(n) * p
@@ -670,10 +669,8 @@ func TestPreemptible(t *testing.T) {
 	}
 }
 
-// TestOutage: while the pipe is down every arriving packet is dropped and
-// counted, the packets already inside are released on time, nothing of
-// the outage lingers in the queue or rate limiter, and packets flow again
-// once it is up.
+// TestOutage: while the pipe is down arriving packets are dropped and counted,
+// those inside leave on time, and nothing lingers in the queue or rate.
 func TestOutage(t *testing.T) {
 	cfg := Config{Delay: 10 * time.Millisecond, RateBps: 8e6} // 1 byte per µs
 	p := mustPipe(t, cfg)
@@ -707,8 +704,7 @@ func TestOutage(t *testing.T) {
 }
 
 // TestOutageDrawsNoRandomness: packets dropped by an outage do not shift
-// the random losses of the packets after it, so an outage run and a run
-// without one lose the same packets elsewhere.
+// the random losses of the packets after it.
 func TestOutageDrawsNoRandomness(t *testing.T) {
 	cfg := Config{LossPct: 30, Seed: 5}
 	withOutage, without := mustPipe(t, cfg), mustPipe(t, cfg)
@@ -741,9 +737,8 @@ func ipPacket(version, size int) []byte {
 	return b
 }
 
-// TestMTU: packets larger than the MTU are dropped and counted, the rest
-// pass; SetMTU changes the limit for packets that arrive after it and
-// refuses values it cannot emulate.
+// TestMTU: packets larger than the MTU are dropped and counted; SetMTU
+// applies to later packets and refuses values it cannot emulate.
 func TestMTU(t *testing.T) {
 	p := mustPipe(t, Config{MTU: 1280, Delay: time.Millisecond})
 	if p.MTU() != 1280 {
@@ -788,9 +783,8 @@ func TestMTU(t *testing.T) {
 	}
 }
 
-// TestFragmentsCounted: IPv4 packets with MF or a fragment offset and
-// IPv6 packets with a fragment header are counted, also when dropped;
-// whole packets (DF set or not) are not.
+// TestFragmentsCounted: IPv4 and IPv6 fragments are counted, also when
+// dropped; whole packets (DF set or not) are not.
 func TestFragmentsCounted(t *testing.T) {
 	p := mustPipe(t, Config{MTU: 1000})
 	v4 := func(flagsOff uint16) []byte {
@@ -818,8 +812,7 @@ func TestFragmentsCounted(t *testing.T) {
 }
 
 // DequeueEarly releases a packet due within its bound, not one due after
-// it, keeps the release order, and records how early in EarlyMax (and the
-// packet as on time in Lateness).
+// it, keeps the order, and records how early in EarlyMax.
 func TestDequeueEarly(t *testing.T) {
 	// At 8 Mbit/s a 1500-byte packet takes 1.5 ms: the first is released
 	// at t0 + 1.5 ms + 1 ms, the second at t0 + 3 ms + 1 ms.

@@ -10,9 +10,8 @@ const (
 	numClasses    = maxClassShift - minClassShift + 1
 )
 
-// bufPool is a free list of packet buffers per power-of-two size class. It
-// grows to the most buffers ever held at once and keeps them, so a pipe in
-// steady state allocates nothing. It is not safe for concurrent use.
+// bufPool is a free list of packet buffers per power-of-two size class, kept
+// at its largest, so a steady pipe allocates nothing. Not for concurrent use.
 type bufPool struct {
 	free [numClasses][][]byte
 }
@@ -38,8 +37,7 @@ func (p *bufPool) get(n int) []byte {
 }
 
 // put returns b to the pool. A buffer whose capacity is not a class size
-// (one the pool did not hand out) is ignored and left to the garbage
-// collector.
+// is left to the garbage collector.
 func (p *bufPool) put(b []byte) {
 	c := cap(b)
 	if c < 1<<minClassShift || c > 1<<maxClassShift || c&(c-1) != 0 {

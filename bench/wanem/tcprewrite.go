@@ -2,25 +2,17 @@ package wanem
 
 import "encoding/binary"
 
-// This file is the emulated middlebox: the byte rewriting behind
-// Config.ForgeSACK, Config.WindowClamp and Config.TamperUDPPct. Each
-// rewrite is a pure function of the packet bytes (and, for the window
-// clamp, of the window scales seen on SYNs), so it can be fuzzed on its
-// own. A packet that does not parse as the rewrite expects — truncated,
-// with inconsistent lengths, a fragment, IPv6 with extension headers,
-// malformed TCP options — passes untouched; nothing here panics on bad
-// bytes. Checksums are kept right: a packet whose checksum was valid
-// leaves valid, and one whose checksum was broken leaves broken (the
-// rewrite never launders a corrupt packet into a good one).
+// This file is the emulated middlebox behind Config.ForgeSACK, WindowClamp
+// and TamperUDPPct. Each rewrite is a pure function of the packet (and, for
+// the clamp, the window scales seen on SYNs), so it can be fuzzed alone. A
+// packet that does not parse as expected passes untouched; nothing here
+// panics on bad bytes. A valid checksum stays valid and a broken one stays
+// broken: a rewrite never launders a corrupt packet.
 
-// ForgedSACK is the SACK block Config.ForgeSACK adds to pure ACKs:
-// [ack+Offset, ack+Offset+Length) in the sequence space the ACK
-// acknowledges. With Offset above the largest window the sender can have
-// (the window clamp, for instance), the block covers data the sender has
-// not sent yet, which no receiver can have.
+// ForgedSACK is the SACK block [ack+Offset, ack+Offset+Length) ForgeSACK adds
+// to pure ACKs; above the sender's window it covers data not yet sent.
 type ForgedSACK struct {
-	// Offset is how far past the ACK number the block starts, in bytes;
-	// at least 1.
+	// Offset is how far past the ACK number the block starts; at least 1.
 	Offset uint32 `json:"offset"`
 	// Length is the bytes the block covers; at least 1.
 	Length uint32 `json:"length"`
@@ -33,8 +25,7 @@ const (
 	maxSACKGrowth = 12
 	// maxTCPOptions is the TCP options room: a 60-byte header at most.
 	maxTCPOptions = 40
-	// maxWindowScale is RFC 7323's largest shift; larger offers count as
-	// 14.
+	// maxWindowScale is RFC 7323's largest shift; larger offers count as it.
 	maxWindowScale = 14
 	// MaxWindowClamp is the largest WindowClamp accepted: the largest
 	// window TCP can advertise (65535 << 14).
@@ -58,10 +49,8 @@ const (
 )
 
 // l4 locates the transport header of an IPv4 or IPv6 packet whose length
-// fields match len(pkt) exactly (a TUN read returns one whole packet). It
-// returns false for anything else: other versions, fragments (a rewrite
-// needs the whole transport segment), IPv6 extension headers, and bad
-// lengths.
+// fields match len(pkt) exactly. It returns false for anything else:
+// other versions, fragments, IPv6 extension headers, bad lengths.
 func l4(pkt []byte) (off int, proto byte, v6 bool, ok bool) {
 	if len(pkt) < 20 {
 		return 0, 0, false, false
@@ -99,8 +88,7 @@ func tcpHeader(pkt []byte) (off, hlen int, v6 bool, ok bool) {
 	return off, hlen, v6, true
 }
 
-// sum16 adds b as big-endian 16-bit words (an odd last byte padded with
-// zero) to s, without folding.
+// sum16 adds b as big-endian 16-bit words (zero-padded) to s, unfolded.
 func sum16(s uint64, b []byte) uint64 {
 	for len(b) >= 2 {
 		s += uint64(b[0])<<8 | uint64(b[1])
@@ -147,18 +135,14 @@ func updateSum(hc, old, new uint16) uint16 {
 	return ^fold(uint64(^hc) + uint64(^old) + uint64(new))
 }
 
-// forgeSACK adds the forged SACK block f to pkt if it is a pure TCP ACK:
-// ACK set, SYN and RST clear, no payload (segments with data are left
-// alone, so the packet never outgrows the path's MTU). It does so whether
-// or not the handshake negotiated SACK, as the field device did. With no
-// SACK option, it appends NOP, NOP and a one-block SACK option; with one,
-// it puts the forged block first (the slot RFC 2018 gives the newest
-// block), or, when the options room is full, overwrites the first block.
-// A segment with no SACK option and no room for one, or whose TCP or IPv4
-// header checksum is wrong, is left alone.
-//
+// forgeSACK adds the forged SACK block f to pkt if it is a pure TCP ACK
+// (ACK set, SYN and RST clear, no payload, so it never outgrows the MTU),
+// negotiated or not. With no SACK option it appends NOP, NOP and a
+// one-block option; with one, it puts the block first (RFC 2018's slot for
+// the newest) or, when the options room is full, overwrites the first. A
+// segment with no room, or a wrong TCP or IPv4 checksum, is left alone.
 // pkt must have capacity for maxSACKGrowth more bytes; forgeSACK returns
-// the packet (grown in place) and whether it rewrote it.
+// it (grown in place) and whether it rewrote it.
 func forgeSACK(pkt []byte, f ForgedSACK) ([]byte, bool) {
 	off, hlen, v6, ok := tcpHeader(pkt)
 	if !ok || cap(pkt) < len(pkt)+maxSACKGrowth {
@@ -249,9 +233,8 @@ func forgeSACK(pkt []byte, f ForgedSACK) ([]byte, bool) {
 const scaleSlots = 256
 
 // scaleTable remembers, per connection seen in one direction, the window
-// scale its sender offered on its SYN, in a fixed array (a later SYN whose
-// hash lands on the same slot replaces the entry): the clamp needs it to
-// turn a window field into bytes. It never allocates.
+// scale offered on its SYN, which the clamp needs to turn a window field
+// into bytes. A fixed array: a colliding SYN replaces the entry.
 type scaleTable struct {
 	slot [scaleSlots]struct {
 		key   uint64
@@ -315,18 +298,13 @@ func synWindowScale(opts []byte) uint8 {
 	return 0
 }
 
-// clampWindow lowers the window field of a TCP segment so that the window
-// it advertises is at most clamp bytes, and reports whether it changed the
-// field. The window of a SYN is never scaled; it also records the SYN's
-// window-scale offer in scales. Later segments of that connection are
-// clamped to clamp >> scale (at least 1: never a zero window, which would
-// stall the connection rather than limit it). The scale is the one this
-// direction's sender offered: when the peer's SYN-ACK declined scaling
-// (seen only by the other direction), the real window is unscaled and the
-// clamp is tighter than asked. A connection whose SYN was not seen (it
-// started before the link, or its slot was reused) is clamped as if
-// unscaled, which can leave its window up to 2^scale times the clamp. RST
-// segments are left alone. The TCP checksum is updated incrementally.
+// clampWindow lowers a TCP segment's window field so that it advertises at
+// most clamp bytes, and reports whether it changed it. A SYN's window is
+// unscaled; its scale offer is recorded in scales, and later segments are
+// clamped to clamp >> scale, at least 1 (a zero window would stall the
+// connection). If the peer declined scaling the clamp is tighter than
+// asked; if the SYN was not seen, the segment is clamped as unscaled. RST
+// segments are left alone. The checksum is updated incrementally.
 func clampWindow(pkt []byte, clamp uint32, scales *scaleTable) bool {
 	off, hlen, v6, ok := tcpHeader(pkt)
 	if !ok {
@@ -355,12 +333,10 @@ func clampWindow(pkt []byte, clamp uint32, scales *scaleTable) bool {
 	return true
 }
 
-// tamperUDP rewrites the last payload byte of a UDP datagram (inverts its
-// bits) and fixes the UDP checksum, as a device that rewrites what it sees
-// and keeps checksums right; it reports whether it did. For a datagram
-// sealed with an AEAD, the last byte is in its tag, so a receiver that
-// authenticates notices. Datagrams with no payload or inconsistent lengths
-// are left alone; an IPv4 datagram sent without a checksum (0) keeps none.
+// tamperUDP inverts the last payload byte of a UDP datagram and fixes the
+// checksum; it reports whether it did. For an AEAD-sealed datagram that
+// byte is in the tag. Datagrams with no payload or inconsistent lengths are
+// left alone; an IPv4 datagram without a checksum (0) keeps none.
 func tamperUDP(pkt []byte) bool {
 	off, proto, v6, ok := l4(pkt)
 	if !ok || proto != protoUDP || len(pkt)-off <= 8 {

@@ -143,8 +143,7 @@ func split(pkt []byte) (ihl int, proto byte, l4b, withPseudo []byte) {
 	return ihl, proto, l4b, append(withPseudo, l4b...)
 }
 
-// checksumOK verifies the IPv4 header checksum and the transport checksum
-// of pkt (TCP or UDP).
+// checksumOK verifies pkt's IPv4 header checksum and its TCP or UDP checksum.
 func checksumOK(pkt []byte) bool {
 	ihl, proto, l4b, all := split(pkt)
 	if ihl > 0 && rfc1071(pkt[:ihl]) != 0xffff {
@@ -487,8 +486,7 @@ func TestPipeMiddlebox(t *testing.T) {
 	if first, want := got[0].at.Sub(t0), time.Millisecond+time.Duration(len(ack)+12)*time.Microsecond; first != want {
 		t.Errorf("ACK released after %v, want %v: the rate limiter must charge the rewritten size", first, want)
 	}
-	// The largest packets take no room to grow from the pool (which has
-	// none beyond MaxPacketBytes) and pass.
+	// The largest packets get no room to grow and pass.
 	for _, n := range []int{MaxPacketBytes, MaxPacketBytes - maxSACKGrowth + 1} {
 		p.Enqueue(t0, packet(n, 1))
 		if got := drainAll(t, p); len(got) != 1 || got[0].size != n {
@@ -505,8 +503,7 @@ func TestPipeMiddlebox(t *testing.T) {
 }
 
 // A rewritten packet the queue drops is not counted as rewritten: the
-// counters are of what the link carried, so that they can be set against
-// what the receivers saw.
+// counters are of what the link carried.
 func TestRewriteCountsOnlyCarriedPackets(t *testing.T) {
 	p := mustPipe(t, Config{RateBps: 1e6, QueueBytes: MinQueueBytes, TamperUDPPct: 100})
 	d := udp(t, false, 1000)
@@ -518,9 +515,8 @@ func TestRewriteCountsOnlyCarriedPackets(t *testing.T) {
 	}
 }
 
-// TamperUDPPct draws only for UDP datagrams, from its own generator: the
-// same seed tampers with the same datagrams, and the losses are those of
-// a pipe without tampering.
+// TamperUDPPct draws only for UDP datagrams, from its own generator, so
+// the losses are those of a pipe without tampering.
 func TestTamperUDPPctDraws(t *testing.T) {
 	run := func(cfg Config) (tampered []int, lost uint64) {
 		p := mustPipe(t, cfg)
@@ -550,8 +546,7 @@ func TestTamperUDPPctDraws(t *testing.T) {
 	}
 }
 
-// With the middlebox on, the pipe still allocates nothing per packet once
-// its pools are warm.
+// With the middlebox on, the warm pipe still allocates nothing per packet.
 func TestMiddleboxAllocatesNothing(t *testing.T) {
 	p := mustPipe(t, Config{Delay: time.Millisecond, RateBps: 1e9, ForgeSACK: &ForgedSACK{Offset: 1 << 16, Length: 1448},
 		WindowClamp: 16384, TamperUDPPct: 50, DupPct: 10, Seed: 1})
@@ -630,8 +625,7 @@ func TestMiddleboxConfigValidation(t *testing.T) {
 	}
 }
 
-// fuzzSeeds are the starting points of FuzzRewrite besides the corpus in
-// testdata/fuzz/FuzzRewrite.
+// fuzzSeeds are FuzzRewrite's seeds besides testdata/fuzz/FuzzRewrite.
 func fuzzSeeds(t testing.TB) [][]byte {
 	return [][]byte{
 		build(t, seg{ack: 1, opts: []layers.TCPOption{nop(), nop(), tsOpt()}}),
@@ -644,9 +638,8 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	}
 }
 
-// FuzzRewrite runs the three rewrites over arbitrary bytes: none may
-// panic or write past the packet; a rewritten packet keeps consistent IP
-// lengths, and its checksums are right whenever they were right before.
+// FuzzRewrite runs the three rewrites over arbitrary bytes: none may panic or
+// write past the packet, and a rewrite keeps IP lengths and right checksums.
 func FuzzRewrite(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s)

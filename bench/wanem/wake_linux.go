@@ -7,13 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// waker wakes a releaser that waits for its pipe's first packet: an
-// eventfd the releaser's locked thread blocks on and the reader writes,
-// one thread woken by the kernel. Through a channel the wake went through
-// Go's scheduler, which queues the releaser's goroutine where the reader
-// runs and wakes another thread to hand it to the releaser's own: two
-// wake-ups, each of a real-time thread in the lab (which takes whatever
-// CPU it lands on). Signals add up until the next wait takes them all.
+// waker wakes a releaser waiting for its pipe's first packet with an eventfd
+// its locked thread blocks on, one kernel wake-up where a channel costs two.
+// Signals add up until the next wait takes them all.
 type waker struct {
 	fd  int
 	buf [8]byte

@@ -55,11 +55,10 @@ func lastLineFields(t *testing.T, out string) map[string]string {
 // emulator must deliver the RTT and rate it was set to, within tolerance.
 //
 // The check measures the host as well as the emulator: under 'go test
-// ./...' another package's end-to-end tests share the two cores, and a
-// probe's receiver that wakes late adds to the median RTT (CI once saw
-// +0.99 ms against ±0.9 with the emulator's p99 release lateness at 4 ms).
-// So the test takes the best of three attempts: an emulator that is off
-// at every attempt still fails it.
+// ./...' another package's end-to-end tests share the cores, and a probe's
+// receiver that wakes late adds to the median RTT. So the test takes the
+// best of three attempts: an emulator that is off at every attempt still
+// fails it.
 func TestCheckEndToEnd(t *testing.T) {
 	bin := buildWanbench(t)
 	const attempts = 3

@@ -1,6 +1,6 @@
 // Command wanbench is wanopt's lab: a userspace WAN link emulator between
-// network namespaces, and the experiments that measure plain TCP (and, later,
-// wanopt) over it. Run 'wanbench help' for the commands.
+// network namespaces, and the experiments that measure plain TCP and
+// wanopt over it. Run 'wanbench help' for the commands.
 package main
 
 import (

@@ -12,8 +12,8 @@ import (
 	"github.com/wanopt/wanopt/bench/exp"
 )
 
-// runSack is 'wanbench sack': the bypass device of issue 15, plain TCP
-// against wanopt through it.
+// runSack is 'wanbench sack': a WAN device in bypass that clamps windows
+// and forges SACK blocks, plain TCP against wanopt through it.
 func runSack(ctx context.Context, log *slog.Logger, args []string) error {
 	fs := pflag.NewFlagSet("sack", pflag.ContinueOnError)
 	fs.Usage = func() {

@@ -24,7 +24,7 @@ func runSim(ctx context.Context, args []string) error {
 	wanRateHint := fs.Bool("wan-rate-hint", false, "tell the tunnel the link's rate (wanopt run --wan-rate): a cold tunnel starts at it")
 	seed := fs.Uint64("seed", 1, "simulation seed")
 	noTCP := fs.Bool("no-tcp", false, "skip the simulated plain-TCP comparison")
-	bars := fs.Bool("bars", false, "measure the transport's bars (issue 3) for --cc instead of one scenario")
+	bars := fs.Bool("bars", false, "measure every bar of the transport (a table of scenarios and targets) for --cc instead of one scenario")
 	shareTunnels := fs.Int("share-tunnels", 0, "instead of one scenario: this many tunnels share the bottleneck (the twin of 'wanbench hub'), each starting --stagger after the one before; prints each one's share of the fair share over 30 s after 20 s")
 	hubShare := fs.Bool("hub-share", false, "with --share-tunnels: cap the tunnels as a hub told the link's rate does (wanopt run --hub-rate)")
 	stagger := fs.Duration("stagger", 0, "with --share-tunnels: the delay between the tunnels' starts")

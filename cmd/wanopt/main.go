@@ -29,8 +29,7 @@ Run 'wanopt COMMAND --help' for a command's flags.
 // and the standard output and error streams.
 type command func(args []string, stdout, stderr io.Writer) error
 
-// commands maps names to subcommands; run, keygen, status and flows join
-// here as they are built.
+// commands maps names to subcommands.
 var commands = map[string]command{
 	"analyze": runAnalyze,
 	"keygen":  runKeygen,

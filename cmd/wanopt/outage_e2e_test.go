@@ -36,10 +36,9 @@ func handleSource(c *net.TCPConn) {
 // link's return the download's goodput (over 500 ms) was back at 80 % of
 // the reference: rateBps, or the best goodput over 500 ms before the
 // outage if that was lower. On a machine whose other work starves the
-// edges (CI runs other packages' end-to-end tests beside this one; once
-// the download took 25 s instead of 16) the link's rate is out of reach
-// before the outage as after it, and the test asks for the rate back,
-// not for a machine it does not have. It returns the reference too.
+// edges the link's rate is out of reach before the outage as after it,
+// and the test asks for the rate back, not for a machine it does not
+// have. It returns the reference too.
 func outageRun(t *testing.T, ctx context.Context, e *edgeLab, size, startAfter int64, outage time.Duration, rateBps float64, seed byte) (recovered time.Duration, refBps float64) {
 	t.Helper()
 	c, err := dialIn(ctx, e.l.Client.NS, sourcePort, 10*time.Second)

@@ -203,9 +203,10 @@ func tcpInfo(c *net.TCPConn) (*unix.TCPInfo, error) {
 
 // exchangeTCPView connects from namespace ns to 198.18.2.2:port with a
 // 200 KiB receive buffer (so the client's kernel offers a window scale of
-// 2 or 3, not its default 7 nor 0, which would look like no scaling), reads the server's view of the handshake, calls during (if
-// set) while the connection is open, and echoes viewEchoBytes, checking
-// their SHA-256.
+// 2 or 3, not its default 7 nor 0, which would look like no scaling),
+// reads the server's view of the handshake, calls during (if set) while
+// the connection is open, and echoes viewEchoBytes, checking their
+// SHA-256.
 func exchangeTCPView(ctx context.Context, ns string, port int, during func()) (tcpView, error) {
 	var v tcpView
 	var c net.Conn

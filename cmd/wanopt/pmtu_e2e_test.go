@@ -13,7 +13,7 @@ import (
 	"github.com/wanopt/wanopt/tunnel"
 )
 
-// TestEdgePathMTU (bar 3 of issue 14): the emulated link carries IP
+// TestEdgePathMTU: the emulated link carries IP
 // packets of at most 1280 bytes each way and drops larger ones silently
 // (a black hole, no ICMP). A 20 MB hash-checked TCP transfer through the
 // edges (echoed: 20 MB each way) completes; both edges' status shows the

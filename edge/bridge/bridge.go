@@ -72,7 +72,7 @@ func (d *Dialer) Tunnel() *driver.Tunnel { return d.cur.Load() }
 
 // Dial opens a stream for the flow src→dst and returns it once the far
 // edge has connected to dst. It returns when ctx ends (the half-open stream
-// is then reset by the driver). Errors wrap one of package stack's
+// is then reset by the driver). Errors wrap one of package flow's
 // sentinels (see the package doc) and the driver's error.
 func (d *Dialer) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, error) {
 	t := d.cur.Load()

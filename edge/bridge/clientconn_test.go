@@ -19,11 +19,9 @@ import (
 
 // clientConn is the benchmark client's end of a flow: the gVisor endpoint
 // itself, with one waiter entry, one writer for reads and one reader for
-// writes for its whole life. gonet allocates at every read that waits and
-// at every write, which made most of BenchmarkEdgePath's allocations per
-// MiB the client's; with this, what is left is the path's. One goroutine
-// uses a clientConn at a time. Every wait ends when ctx, given at dial, is
-// done.
+// writes for its whole life, so that BenchmarkEdgePath's allocations are
+// the path's, not gonet's. One goroutine uses a clientConn at a time.
+// Every wait ends when ctx, given at dial, is done.
 type clientConn struct {
 	ctx   context.Context
 	ep    tcpip.Endpoint

@@ -12,16 +12,12 @@ package bridge
 //
 // The socket pair stands in for the TUN: each end reads and writes one
 // packet per message with real system calls. Two links (linkKind):
-// "offload" puts the near stack on the endpoint New gives a TUN opened
-// with offload, the default (stack.NewOffloadEndpoint: a virtio-net header
-// before every packet, TCP segments of up to 64 KiB each way), and the
-// client on the same kind of endpoint, standing in for a kernel that
-// segments and aggregates; "plain" puts both on gVisor's fdbased endpoint
-// at MTU 1500, as for a TUN opened without offload. Two differences from a
-// TUN remain: fdbased writes a batch with one sendmmsg on a socket where it
-// writes each packet with its own writev on a TUN, and a full socket pair
-// makes the writer drop packets (EAGAIN) where a TUN hands them to the
-// kernel (see growSendBuffer).
+// "offload" puts both stacks on the endpoint New gives a TUN opened with
+// offload, the default (stack.NewOffloadEndpoint: a virtio-net header
+// before every packet, TCP segments of up to 64 KiB); "plain" puts both on
+// gVisor's fdbased endpoint at MTU 1500. Unlike a TUN, fdbased writes a
+// batch with one sendmmsg here, and a full socket pair drops packets
+// (EAGAIN) where a TUN hands them to the kernel (see growSendBuffer).
 
 import (
 	"context"
@@ -150,16 +146,12 @@ func testEdgePathIntegrity(t *testing.T, link linkKind) {
 // figure).
 //
 // cpu-s/GB is the process's user+system CPU time (getrusage) over the
-// timed transfer per 1e9 bytes moved. It covers the whole process: both
-// edges, and also the client's gVisor stack (roughly as costly as the near
-// edge's own) and the loopback server's kernel socket. It is therefore an
-// upper bound for the two edges together, meant to track changes from
-// commit to commit; it is not the per-edge figure of the lab (wanbench),
-// where each edge is its own process on a TUN with offload, and runs at
-// the link's rate, where cost follows wake-ups more than bytes, while here
-// everything runs flat out. Gbit/s is the goodput of all flows together;
-// every component shares the machine's cores, so it measures this process,
-// not any link. Both figures vary with whatever else runs on the machine.
+// timed transfer per 1e9 bytes moved: both edges, the client's gVisor
+// stack and the loopback server. It is an upper bound for the two edges
+// together, meant to track changes; it is not the per-edge figure of
+// wanbench, where each edge runs at the link's rate and cost follows
+// wake-ups more than bytes. Gbit/s is the goodput of all flows together
+// on this machine's shared cores, not any link's.
 func BenchmarkEdgePath(b *testing.B) {
 	for _, link := range []linkKind{offloadLink, plainLink} {
 		for _, bc := range []struct {
@@ -363,12 +355,9 @@ const linkSendBuffer = 4 << 20
 // A unix seqpacket socket charges queued messages to the sender's buffer
 // only, so this is the whole queue between the stacks, and a full one makes
 // the writer drop packets (EAGAIN) where a TUN would hand them to the
-// kernel. With 416 KiB a burst from the near edge's window overflowed it:
-// the near stack then lost its retransmissions too and waited out its RTO
-// (200 ms) several times in a row, and "down-1flow" swung from 0.02 to 0.3
-// Gbit/s between CI runs with the same CPU per GB. With 1 MiB one run in
-// four still stalled; with 2 MiB and more none did in a dozen (0.45-0.67
-// Gbit/s). The link-drops metric reports what the pair lost in any case.
+// kernel. At 416 KiB a burst of the near edge's window overflowed it and
+// the near stack waited out RTOs; from 2 MiB up it does not. The
+// link-drops metric reports what the pair lost in any case.
 func growSendBuffer(tb testing.TB, fd int) bool {
 	tb.Helper()
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, linkSendBuffer); err == nil {
@@ -627,9 +616,8 @@ func readAll(r io.Reader, h hash.Hash, buf []byte) (int64, error) {
 // TestEdgePathPausedFlows: clients that stop reading what they asked for
 // must not stall the other flows of the tunnel. Two flows ask for 1 GiB
 // each and read 1 MiB; once the bytes waiting for them have stopped
-// growing, a third flow downloads 16 MiB. Before the connection's credit
-// followed arrivals (stream.ConnFlow), the bytes waiting in the two
-// paused flows took all of it and the third received nothing.
+// growing, a third flow downloads 16 MiB: the paused flows' bytes must
+// not hold all of the connection's credit (stream.ConnFlow).
 func TestEdgePathPausedFlows(t *testing.T) {
 	leaktest.Check(t)
 	pattern := make([]byte, 1<<20)
@@ -685,11 +673,9 @@ func TestEdgePathPausedFlows(t *testing.T) {
 // on each of four flows to warm the buffers up, the next 16 MiB on each,
 // downloaded at once, may allocate at most maxAllocsPerMiB objects per MiB
 // in the whole process (both edges, the client and the server). A
-// megabyte is about 730 tunnel datagrams and 16 segments of 64 KiB on the
-// LAN, so an allocation per packet or per segment fails it; what a run
-// allocates besides is the buffer pools growing with the windows (about
-// one per 2 MiB). The race detector's sync.Pool drops items on purpose,
-// so the test skips under it.
+// megabyte is about 730 tunnel datagrams and 16 segments of 64 KiB, so an
+// allocation per packet or per segment fails it. The race detector's
+// sync.Pool drops items on purpose, so the test skips under it.
 func TestEdgePathAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items, so pooled buffers are allocated again; run without -race (make allocs)")

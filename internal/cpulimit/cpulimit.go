@@ -6,9 +6,8 @@
 // Go's own default follows the limit too, but never below 2 and only for
 // the cgroup the process started in. An edge held to a fraction of a core
 // does better on one thread: with two, the second spins looking for work
-// and the scheduler hands goroutines between threads, and in the lab
-// (wanbench cisco --edge-cpu 0.25 --edge-procs 1, 200 ms) the near edge
-// spent 7.3-8.0 CPU-seconds per GB instead of 9.1-9.6.
+// and the scheduler hands goroutines between threads (`wanbench cisco
+// --edge-cpu 0.25` against `--edge-procs 2`).
 package cpulimit
 
 import (
@@ -182,11 +181,9 @@ const (
 //
 // Why one thread when it suffices: an edge's goroutines hand work to each
 // other at every packet batch, and with two threads the idle one spins
-// looking for it and the scheduler moves goroutines between threads. In
-// the lab at 50 Mbit/s (wanbench cisco --rate 50mbit --rtt 100ms) the
-// edges took 18 and 16 % of a core on Go's default, 11 and 10 % on one
-// thread; at 250 Mbit/s and 0 ms, 11.5 and 6.4 CPU-seconds per GB, then
-// 7.8 and 5.2.
+// looking for it and the scheduler moves goroutines between threads, which
+// costs about a third more CPU per byte (`wanbench cisco --rate 50mbit
+// --rtt 100ms --edge-procs 2` against the default).
 func AdaptiveProcs(cpus float64, limited bool, usedCores float64, cur int) int {
 	if Procs(cpus, limited) == 1 {
 		return 1

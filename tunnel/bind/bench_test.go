@@ -9,20 +9,9 @@ import (
 // datagrams over loopback, one batch per iteration on one goroutine, so
 // the figures are the CPU cost of both ends per datagram. It reports
 // datagrams/s, Gbit/s of UDP payload and system calls per datagram (both
-// ends together).
-//
-// Last measured (a loaded 2-core VM): about 0.17 M datagrams/s with one
-// system call per datagram (plain/batch1), 0.23 M with batches of 64
-// (plain/batch64), and 3.2 M (38 Gbit/s) with batches of 64 and GSO and
-// GRO (gso-gro/batch64).
-//
-// gro/batch64 is the receive of the lab's edges and of a host whose NIC
-// does not coalesce UDP: GRO on, nothing coalesced. Receiving each message
-// into the caller's buffer rather than a ring slot saves the copy out of
-// the ring: 68.0–71.8 µs per batch against 70.8–76.7 before (1472-byte
-// datagrams, both ends, three interleaved runs each on a 2-core VM;
-// plain/batch64 67.8–68.8 µs beside them), while gso-gro/batch64 stays at
-// 13.0–13.4 µs (12.9–13.0 before).
+// ends together). gro/batch64 is the receive of a host whose NIC does
+// not coalesce UDP: GRO on, nothing coalesced, each datagram received
+// straight into the caller's buffer.
 func BenchmarkLoopback(b *testing.B) {
 	for _, bc := range []struct {
 		name string

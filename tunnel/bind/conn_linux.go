@@ -123,10 +123,9 @@ func (c *linuxConn) setup(fd int, o Options) error {
 
 	// Don't fragment, and don't cap by the route's learnt path MTU either
 	// (PMTUDISC_PROBE: DF set, only the device's MTU limits): the tunnel
-	// finds its packet size itself (tunnel's PLPMTUD), a fragment lost on
-	// the path would lose the whole datagram, and an ICMP "too big" that
-	// anyone could forge must not shrink what we send. A datagram larger
-	// than the device's MTU fails with EMSGSIZE (see send).
+	// finds its packet size itself, a lost fragment would lose the whole
+	// datagram, and a forged ICMP "too big" must not shrink what we send.
+	// A datagram larger than the device's MTU fails with EMSGSIZE.
 	if c.family == unix.AF_INET6 {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_PROBE); err != nil {
 			return fmt.Errorf("set IPV6_MTU_DISCOVER to probe (don't fragment): %w", err)

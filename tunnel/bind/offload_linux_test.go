@@ -17,9 +17,10 @@ import (
 )
 
 // TestGROSplitAcrossCalls sends one batch that GSO sends as two
-// super-datagrams (51 datagrams, the last shorter, then 13 more) and reads them through a caller batch of 7:
-// the datagrams that do not fit must wait in the ring for the next
-// ReadBatch, in order, without a system call per ReadBatch.
+// super-datagrams (51 datagrams, the last shorter, then 13 more) and
+// reads them through a caller batch of 7: the datagrams that do not fit
+// wait in the ring for the next ReadBatch, in order, without a system
+// call per ReadBatch.
 func TestGROSplitAcrossCalls(t *testing.T) {
 	leaktest.Check(t)
 	a := listen(t, "udp4", "127.0.0.1:0", Options{})

@@ -16,12 +16,11 @@ import (
 // own, armed for one event per wait (EPOLLONESHOT).
 //
 // Why not the socket's own place in Go's poller: the runtime registers a
-// socket edge-triggered for good, so every datagram that arrives wakes a
-// thread sleeping in the poller, also while the reader is holding its
-// next read on purpose (the driver's receive moderation) and wants none.
-// Measured on the near edge at a quarter core and 230 Mbit/s: a third of
-// the edge's 6,000 wake-ups a second came from single datagrams. Armed
-// once per wait, the socket wakes the edge only when a reader waits.
+// socket edge-triggered for good, so every datagram wakes a thread
+// sleeping in the poller, also while the reader holds its next read on
+// purpose (the driver's receive moderation). Armed once per wait, the
+// socket wakes the edge only when a reader waits
+// (TestOneshotQuietBetweenReads).
 type oneshot struct {
 	sock   int    // the socket (its owner closes it)
 	events uint32 // unix.EPOLLIN or unix.EPOLLOUT
@@ -88,11 +87,10 @@ func (o *oneshot) await() error {
 
 // wait is the epoll file's RawConn.Read callback: it arms the socket once,
 // then reports whether its event has come (false: park until the epoll
-// instance is readable). Right after arming it parks without asking: the
-// socket was found empty just before, and if it is readable by the time
-// it is armed, arming itself makes the instance readable, which wakes
-// Go's poller (whose readiness for the instance was reset before this
-// call). So a wait costs one epoll_pwait, not two.
+// instance is readable). Right after arming it parks without asking: if
+// the socket is readable by then, arming itself makes the instance
+// readable and wakes Go's poller. So a wait costs one epoll_pwait, not
+// two.
 func (o *oneshot) wait(epfd uintptr) bool {
 	if !o.armed {
 		op := unix.EPOLL_CTL_MOD

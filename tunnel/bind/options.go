@@ -17,9 +17,8 @@ const (
 	MaxBatchSize = 1024
 
 	// DefaultSocketBuffer is the SO_RCVBUF and SO_SNDBUF size asked for
-	// when Options leave it 0: 4 MiB absorbs 33 ms of a stalled reader
-	// at 1 Gbit/s, the bursts a paced sender still makes and a GC pause,
-	// without the kernel dropping datagrams.
+	// when Options leave it 0: 4 MiB absorbs 33 ms of a stalled reader at
+	// 1 Gbit/s, a paced sender's bursts and a GC pause.
 	DefaultSocketBuffer = 4 << 20
 )
 

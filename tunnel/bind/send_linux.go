@@ -57,12 +57,11 @@ func (s *sender) init(batch int) {
 // [start, vlen), retried on EINTR, reporting false on EAGAIN so the
 // goroutine waits until the socket is writable.
 //
-// The socket is non-blocking, so the call is CPU work that never waits,
-// and it is made without telling the scheduler (RawSyscall6). Through
-// Syscall6, a send that runs past the runtime monitor's 20 µs tick has
-// its P taken away when the edge runs on one thread (GOMAXPROCS 1, as
-// under a CPU limit of a core or less), and the monitor then keeps
-// waking every 20 µs: it took 7-19 % of a capped edge's CPU.
+// The socket is non-blocking, so the call never waits, and it is made
+// without telling the scheduler (RawSyscall6): through Syscall6, a send
+// that runs past the runtime monitor's 20 µs tick loses its P when the
+// edge runs on one thread (GOMAXPROCS 1, as under a CPU limit of a core
+// or less), and the monitor then keeps waking every 20 µs.
 func (s *sender) sendmmsg(fd uintptr) bool {
 	for {
 		s.calls++
@@ -115,11 +114,10 @@ func (c *linuxConn) WriteBatch(bufs [][]byte, ep Endpoint) error {
 // way that says the kernel or device cannot do GSO on this path, it turns
 // GSO off and sends the rest without it, once.
 //
-// A GSO message refused as too big (EMSGSIZE: its segments exceed the
-// device's MTU) is sent again, with the rest of the chunk, one datagram
-// per message, so that only the datagrams that are too big are dropped
-// (a path MTU probe must not take the data packets batched with it down
-// too); GSO stays on.
+// A GSO message refused as too big (EMSGSIZE) is sent again, with the
+// rest of the chunk, one datagram per message, so only the datagrams that
+// are too big are dropped (a path MTU probe must not take the data
+// packets batched with it down too); GSO stays on.
 func (c *linuxConn) sendChunk(chunk [][]byte) error {
 	gso := c.stats.gso.Load()
 	done, err := c.send(c.tx.build(chunk, gso))

@@ -28,12 +28,12 @@ import (
 // from anyone who does not know its public key. Under load a responder
 // also wants mac2: an initiation without a valid one gets a cookie reply
 // instead of an answer. The cookie is a MAC of the initiation's source
-// address and port under a secret that changes every two minutes, so only a
-// sender that receives datagrams at that address can use it: spoofed floods
-// cost a hash each and nothing else. The reply carries the cookie encrypted
-// (XChaCha20-Poly1305, key BLAKE2s-256("cookie--" || responder's public
-// key), the initiation's mac1 as additional data), so only the initiator
-// that sent that initiation can read it.
+// address and port under a secret that changes every two minutes, so
+// only a sender that receives datagrams at that address can use it. The
+// reply carries the cookie encrypted (XChaCha20-Poly1305, key
+// BLAKE2s-256("cookie--" || responder's public key), the initiation's
+// mac1 as additional data), so only the initiator of that initiation can
+// read it.
 //
 // A cookie reply, after its 5-byte header, is CookieReplySize bytes:
 //

@@ -7,26 +7,26 @@
 // # Handshake
 //
 // Peers authenticate with static X25519 keys using the Noise IK pattern,
-// Noise_IK_25519_ChaChaPoly_BLAKE2s, through github.com/flynn/noise. BLAKE2s
-// is the hash WireGuard pairs with the same DH and AEAD; handshake cost is
-// dominated by the X25519 operations, so the hash choice is not a speed
-// question. The prologue is "wanopt tunnel v3", so peers speaking another
-// protocol version fail authentication instead of misparsing each other.
+// Noise_IK_25519_ChaChaPoly_BLAKE2s, through github.com/flynn/noise.
+// BLAKE2s is WireGuard's hash for the same DH and AEAD; the X25519
+// operations dominate the cost. The prologue is "wanopt tunnel v3", so
+// peers speaking another protocol version fail authentication instead of
+// misparsing each other.
 //
-// The initiator knows the responder's static public key beforehand. Message 1
-// carries the initiator's ephemeral key, its static key (encrypted) and an
-// encrypted payload with a timestamp, the initiator's sender index, the
-// packet cipher suites it offers and flags (whether it still holds a session
-// with the responder: Session.Resume). The responder checks the initiator's key
-// against an injected allow-list and the timestamp against the last one it
-// accepted from that key, and only then answers with message 2, which names
-// the suite it chose: AES-256-GCM when both sides have AES instructions,
-// else ChaCha20-Poly1305, which every peer offers. Both sides end with a
-// Session. The offer and the choice are inside the Noise payloads, so they
-// are authenticated: nobody on the path can downgrade them.
+// The initiator knows the responder's static public key beforehand.
+// Message 1 carries the initiator's ephemeral key, its static key
+// (encrypted) and an encrypted payload: a timestamp, the initiator's
+// sender index, the packet cipher suites it offers and flags. The
+// responder checks the initiator's key against an injected allow-list and
+// the timestamp against the last one it accepted from that key, and only
+// then answers with message 2, which names the suite it chose: AES-256-GCM
+// when both sides have AES instructions, else ChaCha20-Poly1305, which
+// every peer offers. Both sides end with a Session. The offer and the
+// choice are inside the Noise payloads, so nobody on the path can
+// downgrade them.
 //
 // The functions here produce and consume the bytes that follow the packet
-// type byte; the caller (tunnel/wire) prepends the type. All integers are big
+// type byte; the caller (tunnel/wire) prepends the type. Integers are big
 // endian.
 //
 // Message 1, initiator to responder, Message1Size = 110 bytes:
@@ -54,31 +54,27 @@
 //	              payload[5]   flags: bit 0 rekeyed (the responder held
 //	                            the session a rekey asked for)
 //
-// Message 2 is never longer than message 1, and the responder answers only a
-// message 1 that authenticates, comes from an allowed key and carries a fresh
-// timestamp, so the handshake cannot be used to amplify traffic toward a
-// spoofed address. No padding is needed for that; a test asserts it.
+// Message 2 is never longer than message 1, and the responder answers only
+// a message 1 that authenticates, comes from an allowed key and carries a
+// fresh timestamp, so the handshake cannot amplify traffic toward a
+// spoofed address (a test asserts it). Initiations also carry mac1 and
+// mac2 against floods (cookie.go).
 //
 // # Packets
 //
 // After the handshake, Session.Seal and Session.Open protect packets with
-// the chosen suite. The nonce is 4 zero bytes followed by the 64-bit packet
-// number in little-endian order (the Noise ChaChaPoly nonce layout), for
-// either suite; both have 16-byte tags. The
-// cleartext packet header is the additional data: the caller passes every
-// cleartext byte that precedes the ciphertext (type byte, receiver index,
-// packet number encoding), so none of it can be altered. Each direction has
-// its own key from the Noise split, so a packet reflected back to its sender
-// does not authenticate.
+// the chosen suite. The nonce is 4 zero bytes followed by the 64-bit
+// packet number in little-endian order (Noise's ChaChaPoly layout), for
+// either suite; both have 16-byte tags. The additional data is every
+// cleartext byte before the ciphertext (type byte, receiver index, packet
+// number), so none of it can be altered. Each direction has its own key
+// from the Noise split, so a packet reflected to its sender does not
+// authenticate.
 //
-// Open checks the packet number against a sliding replay window (see
-// ReplayWindow) before decrypting and marks it seen only after the packet has
-// authenticated, so forged packets cannot move the window.
+// Open checks the packet number against a sliding replay window
+// (ReplayWindow) before decrypting, and marks it seen only after the
+// packet has authenticated, so forged packets cannot move the window.
 //
-// # Future work
-//
-// Rekeying (by packet count and session age; Session.Created gives the age)
-// is left to a new handshake for now. A cookie reply in WireGuard's style,
-// to shed handshake load under a flood of message 1, and a pre-shared key
-// mode (IKpsk2) are not implemented.
+// Rekeying is a new handshake with the rekey flag (Initiator.SetRekey).
+// A pre-shared key mode (IKpsk2) is not implemented.
 package crypt

@@ -156,8 +156,7 @@ func (i *Initiator) Consume(msg2 []byte, now monotime.Time) (*Session, error) {
 	if err != nil || cs1 == nil || len(payload) != msg2PayloadSize || !i.suites.has(Suite(payload[4])) {
 		// A suite we did not offer cannot come from the genuine
 		// responder, so it counts as a forgery too. flynn/noise does
-		// not roll back every failure path (a DH error leaves the
-		// transcript hash changed), so rebuild the state after
+		// not roll back every failure path, so rebuild the state after
 		// message 1 from scratch.
 		i.restore()
 		return nil, fmt.Errorf("handshake message 2 from %v: %w", i.remote, ErrAuth)

@@ -4,13 +4,11 @@ package crypt
 // technique of RFC 6479): advancing clears whole blocks, so one block is
 // kept spare and the guaranteed window is one block short of the ring.
 //
-// Why about 8000 packets: at 1 Gbit/s with 1350-byte packets a sender emits
-// about 92,600 packets per second, so 8128 packets cover 88 ms of
-// reordering (8.8 ms at 10 Gbit/s). Plain WAN reordering is a few ms; the
-// margin is for future multipath and duplication across paths of different
-// delay. A packet later than that has long been declared lost by the loss
-// detector (packet threshold 3, time threshold 9/8 RTT) and its frames
-// resent, so dropping it costs nothing. The ring is 1 KiB per session.
+// Why about 8000 packets: at 1 Gbit/s with 1350-byte packets, 8128
+// packets cover 88 ms of reordering, far beyond a WAN's few ms. A packet
+// later than that has long been declared lost by the loss detector and
+// its frames resent, so dropping it costs nothing. The ring is 1 KiB per
+// session.
 const (
 	replayBlockBits  = 64
 	replayRingBlocks = 128 // a power of two

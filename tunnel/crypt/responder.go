@@ -11,17 +11,16 @@ import (
 	"github.com/wanopt/wanopt/internal/monotime"
 )
 
-// Responder answers handshakes addressed to one local static key. It keeps,
-// for each allowed peer key that completed a handshake, the last message 1
-// timestamp it accepted, so a replayed message 1 gets no answer. The map
-// grows only with authenticated, allowed keys, so its size is bounded by the
-// allow-list.
+// Responder answers handshakes addressed to one local static key. It
+// keeps, for each allowed peer key that completed a handshake, the last
+// message 1 timestamp it accepted, so a replayed message 1 gets no answer.
+// The map grows only with authenticated, allowed keys.
 //
-// The map lives in memory: after a responder restart an old message 1 can be
-// answered once more. The session that creates is useless to an attacker
-// (it lacks the initiator's ephemeral secret), but the caller should keep
-// using a peer's previous session for sending until the new one has opened a
-// packet from the peer (key confirmation), as WireGuard does.
+// The map lives in memory: after a restart an old message 1 can be
+// answered once more. That session is useless to an attacker (it lacks
+// the initiator's ephemeral secret), but the caller should keep sending
+// on a peer's previous session until the new one has opened a packet from
+// the peer (key confirmation), as WireGuard does.
 //
 // Respond is safe for concurrent use if the allow function and the random
 // source are (crypto/rand.Reader is).
@@ -36,11 +35,10 @@ type Responder struct {
 }
 
 // Timestamps remembers, for each initiator key, the newest message 1
-// timestamp a responder accepted. A responder that keeps one for the life
-// of its process (and shares it between the connections it accepts one
-// after another: Responder.ShareTimestamps) answers no initiation it has
-// seen, whatever happened to the connections in between. Its size is
-// bounded by the allow-list. Safe for concurrent use.
+// timestamp a responder accepted. A responder that keeps one for its
+// process's life (shared between connections: Responder.ShareTimestamps)
+// answers no initiation twice. Its size is bounded by the allow-list.
+// Safe for concurrent use.
 type Timestamps struct {
 	mu   sync.Mutex
 	last map[PublicKey]Timestamp
@@ -192,10 +190,10 @@ func (r *Responder) RespondHeld(dst, msg1 []byte, index uint32, now monotime.Tim
 
 // InitiatorKey returns the static key of the initiator of msg1 (handshake
 // message 1, the bytes after the type byte) addressed to local, whose
-// public key is localPub, without checking its timestamp or answering it:
-// a server serving several peers on one socket asks it to find whose
-// tunnel handles msg1. It costs the two Diffie-Hellman operations of
-// reading message 1. Errors are ErrMalformed and ErrAuth, as Respond's.
+// public key is localPub, without checking its timestamp or answering:
+// a server serving several peers on one socket uses it to route msg1. It
+// costs the two Diffie-Hellman operations of reading message 1. Errors
+// are ErrMalformed and ErrAuth, as Respond's.
 func InitiatorKey(local PrivateKey, localPub PublicKey, msg1 []byte) (PublicKey, error) {
 	if len(msg1) != Message1Size {
 		return PublicKey{}, fmt.Errorf("handshake message 1: %d bytes, want %d: %w", len(msg1), Message1Size, ErrMalformed)

@@ -20,16 +20,12 @@ const (
 	// datagrams) the reader goroutine may fill ahead of the driver: 8 × 64
 	// × 1472 bytes = 750 KB, 6 ms at 1 Gbit/s.
 	DefaultRxBatches = 8
-	// DefaultRxHold: a path's packets arrive spaced by its bottleneck (at
-	// 50 Mbit/s one every 0.24 ms), so without a hold every datagram
-	// costs the reader and the driver a wake-up. 2 ms gathers about
-	// eight at that rate and 42 at 250 Mbit/s (one read and one ACK per
-	// 58 KB), adds at most 2 ms to a packet's trip (paths worth
-	// accelerating have tens of ms) and never applies to a lone packet or
-	// to ACKs. With 1 ms the edges spent a tenth (on a CPU of their own)
-	// to a quarter (beside the lab) more CPU per byte at 250 Mbit/s and
-	// 0 ms (docs/efficiency/rx-hold-2ms-ab.txt). On a longer path the hold
-	// grows with its RTT (see rxHoldCap).
+	// DefaultRxHold: without a hold every datagram of a bulk transfer costs
+	// the reader and the driver a wake-up. 2 ms gathers about 42 datagrams
+	// at 250 Mbit/s and adds at most 2 ms to a packet's trip; 1 ms costs
+	// the edges a tenth to a quarter more CPU per byte
+	// (`wanbench cisco --rtt 0ms --edge-cpu 0.25`). On a longer path the
+	// hold grows with its RTT (see rxHoldCap).
 	DefaultRxHold = 2 * time.Millisecond
 )
 
@@ -65,24 +61,21 @@ type Config struct {
 	// AcceptStream; beyond it they are refused with
 	// wire.OpenResourceLimit (DefaultAcceptBacklog if 0).
 	AcceptBacklog int
-	// RxBatches is how many receive batches the reader goroutine fills
-	// ahead of the driver; when all are full it drops what it reads, as a
-	// full socket buffer would (DefaultRxBatches if 0).
+	// RxBatches is how many receive batches the reader fills ahead of the
+	// driver; when all are full it drops what it reads (DefaultRxBatches if
+	// 0).
 	RxBatches int
 
 	// RxHold is how long the reader waits before its next read while
-	// datagrams keep arriving a few at a time (see readLoop): it trades
-	// up to that much delay for several datagrams per wake-up, as a
-	// NIC's interrupt moderation does (DefaultRxHold if 0; negative:
-	// read at once, always). On a path whose RTT is above 32 times
-	// RxHold the hold may grow to a 32nd of the RTT, at most 2 × RxHold,
-	// and it then aims at more datagrams per read.
+	// datagrams keep arriving a few at a time (see rxHolder), trading up to
+	// that much delay for several datagrams per wake-up (DefaultRxHold if 0;
+	// negative: never hold). On a long path it may grow to a 32nd of the
+	// RTT, at most 2 × RxHold.
 	RxHold time.Duration
 
-	// TimerOnly makes the driver wait for every deadline with its Go
-	// timer, also the sub-millisecond pacing waits that it otherwise
-	// hands to a sleeping thread on Linux (see the package doc). For
-	// comparison and for platforms where that thread is unwanted.
+	// TimerOnly makes the driver wait for every deadline with its Go timer,
+	// also the sub-millisecond pacing waits it otherwise hands to the
+	// sleeper on Linux (see the package doc).
 	TimerOnly bool
 
 	// OnDatagram, if set, receives every datagram the peer sent with

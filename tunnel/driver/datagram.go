@@ -11,30 +11,23 @@ import (
 
 // DefaultDatagramQueue is how many datagrams SendDatagram queues for the
 // driver goroutine before it refuses more (Config.DatagramQueue): as many
-// as the Conn's own queue (tunnel.DefaultMaxDatagramQueue), 200 ms of
-// 50 Mbit/s of 1,200-byte packets, to ride out a driver thread the host
-// kept off the CPU while the caller's ran (256 refused 8-41 of iperf3's
-// datagrams in 5 s at 50 Mbit/s beside CI's tests); a flood beyond it is
-// the application's to drop.
+// as the Conn's own queue, to ride out a driver thread the host kept off
+// the CPU; a flood beyond it is the application's to drop.
 const DefaultDatagramQueue = tunnel.DefaultMaxDatagramQueue
 
 // MaxDatagramBytes returns the largest datagram SendDatagram accepts now:
-// what one tunnel packet of the path MTU confirmed so far carries beside
-// its headers (tunnel.Conn.MaxDatagramBytes; about 1,190 bytes until the
-// path MTU search confirms more, about 1,430 at the default
-// MaxUDPPayloadBytes). It is safe to call from any goroutine.
+// what one packet of the path MTU confirmed so far carries beside its
+// headers (tunnel.Conn.MaxDatagramBytes). Safe from any goroutine.
 func (t *Tunnel) MaxDatagramBytes() int { return int(t.maxDatagram.Load()) }
 
 // SendDatagram sends p to the peer once, unreliably, ahead of stream data
-// (a DATAGRAM frame; the peer's Config.OnDatagram receives it). p is copied
-// and the call never blocks: it queues the copy for the driver goroutine
-// and returns. The errors mean the datagram was dropped (the caller counts
-// it): one wrapping tunnel.ErrDatagramTooLarge when p is longer than
+// (a DATAGRAM frame; the peer's Config.OnDatagram receives it). p is
+// copied and the call never blocks. An error means the datagram was
+// dropped: one wrapping tunnel.ErrDatagramTooLarge when p is longer than
 // MaxDatagramBytes, tunnel.ErrDatagramQueueFull when Config.DatagramQueue
-// datagrams are already waiting (the tunnel is slower than the datagrams
-// come), ErrTunnelClosed after the tunnel closed. A datagram queued may
-// still be dropped later, when the Conn's own queue is full (counted in
-// Stats.Tunnel.DatagramsDropped) or the tunnel closes first.
+// datagrams already wait, ErrTunnelClosed after the tunnel closed. A
+// queued datagram may still be dropped when the Conn's own queue is full
+// (Stats.Tunnel.DatagramsDropped) or the tunnel closes first.
 func (t *Tunnel) SendDatagram(p []byte) error {
 	if limit := t.MaxDatagramBytes(); len(p) > limit {
 		return fmt.Errorf("driver: datagram of %d bytes, at most %d (the path MTU now): %w", len(p), limit, tunnel.ErrDatagramTooLarge)

@@ -88,11 +88,10 @@ func TestDatagrams(t *testing.T) {
 }
 
 // TestDatagramsAfterStall: datagrams that arrive while the driver is busy
-// (here: stuck in OnDatagram, as a starved edge is off the CPU) wait in
-// the receive batches and are all delivered afterwards, even when they
-// far outnumber the Conn's queue of received datagrams: the driver hands
-// each one on as it decodes it instead of after the whole backlog (which
-// dropped 60-650 of iperf3's datagrams per 5 s run on a busy host).
+// (stuck in OnDatagram, as a starved edge is off the CPU) wait in the
+// receive batches and are all delivered afterwards, even when they far
+// outnumber the Conn's queue of received datagrams: the driver hands
+// each one on as it decodes it.
 func TestDatagramsAfterStall(t *testing.T) {
 	// n fits the client's initial window (10 packets): the server sends
 	// no acknowledgement while it is held.
@@ -109,7 +108,7 @@ func TestDatagramsAfterStall(t *testing.T) {
 	var release sync.Once
 	open := func() { release.Do(func() { close(gate) }) }
 	t.Cleanup(open) // before the tunnels close (cleanups run last first)
-	// 1,000 bytes: one datagram per packet, as iperf3's were.
+	// 1,000 bytes: one datagram per packet.
 	dg := make([]byte, 1000)
 	for i := range n {
 		dg[0] = byte(i)
@@ -195,12 +194,10 @@ func TestDatagramQueueFull(t *testing.T) {
 	}
 }
 
-// TestMaxDatagramFollowsPathMTU: the datagram limit callers see (the ICMP
-// "too big" answers and the passed-TCP MSS clamp of package dgram follow
-// it) is what one packet of the path MTU found carries: over a path that
-// drops client datagrams above 1,272 bytes it settles there and the
-// largest datagram it allows arrives, while the other direction, which
-// carries the ceiling, allows more.
+// TestMaxDatagramFollowsPathMTU: the datagram limit callers see is what
+// one packet of the path MTU found carries: over a path that drops
+// client datagrams above 1,272 bytes it settles there, while the other
+// direction, which carries the ceiling, allows more.
 func TestMaxDatagramFollowsPathMTU(t *testing.T) {
 	const pathMTU = 1300 - 28
 	got := make(chan []byte, 4)

@@ -157,7 +157,6 @@ var (
 	flowDst = netip.MustParseAddrPort("198.18.1.1:80")
 )
 
-// openAccepted opens a stream from cli and accepts it on srv.
 // listenUDP opens a UDP socket on ap (IPv4; port 0: any free one).
 func listenUDP(t testing.TB, ap netip.AddrPort) bind.Conn {
 	t.Helper()
@@ -168,6 +167,7 @@ func listenUDP(t testing.TB, ap netip.AddrPort) bind.Conn {
 	return b
 }
 
+// openAccepted opens a stream from cli and accepts it on srv.
 func openAccepted(t testing.TB, cli, srv *Tunnel) (c, s *Stream) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

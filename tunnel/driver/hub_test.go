@@ -73,11 +73,10 @@ func echoThrough(t *testing.T, ctx context.Context, cli *Tunnel, seed uint64) er
 }
 
 // TestHub: three peers' tunnels share one server socket through a Hub.
-// Each client reaches its own tunnel (streams echo intact), a key the hub
-// serves no Bind for gets nothing, and when one peer's server tunnel is
-// replaced (its process restarted), the hub answers that client's data
-// with a REJECT and the client handshakes with the new one while the
-// others go on.
+// Each client reaches its own tunnel, a key with no Bind gets nothing,
+// and when one peer's server tunnel is replaced, the hub answers that
+// client's data with a REJECT and the client handshakes with the new one
+// while the others go on.
 func TestHub(t *testing.T) {
 	leaktest.Check(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -170,8 +169,7 @@ func TestHub(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	// The first stream after the loss meets the REJECT and fails with the
-	// old session, as a flow interrupted by a far edge's restart does; the
-	// next ones go through the new tunnel.
+	// old session; the next ones go through the new tunnel.
 	start := time.Now()
 	for err := echoThrough(t, ctx, clients[0], 7); err != nil; err = echoThrough(t, ctx, clients[0], 7) {
 		if time.Since(start) > 5*time.Second {

@@ -153,13 +153,10 @@ func (d *driverState) service() bool {
 
 // arm schedules the next HandleTimeout for next (after now). Deadlines
 // further than sleepThreshold go to the Go timer. Nearer ones (pacing
-// waits: at 250 Mbit/s one packet every 48 µs) go to the sleeper
-// goroutine, which wakes the loop within about 60 µs, no sooner than
-// minSleep from now so that each wakeup sends a batch of packets rather
-// than one. A Go timer would fire after 1-2 ms, later than the 1 ms the
-// pacer's credit holds beyond its quantum, so a late wakeup would lose
-// sending time (measured when the credit held 1 ms in all: 84-89 % of a
-// fixed 250 Mbit/s with the timer alone).
+// waits) go to the sleeper goroutine, which wakes the loop within about
+// 60 µs, no sooner than minSleep from now so that each wakeup sends a
+// batch. A Go timer would fire 1-2 ms late, past the credit the pacer
+// holds, and lose sending time (TestLoopbackPacing).
 func (d *driverState) arm(now, next monotime.Time) {
 	if d.sleepReq != nil && next.Sub(now) < sleepThreshold {
 		if d.armed != 0 {

@@ -8,19 +8,14 @@ import (
 
 // Parked reads.
 //
-// A Read that finds nothing to read does not go back to its goroutine to
-// wait for EventStreamReadable and ask again: the driver keeps the
-// request, with its buffer, and fills the buffer itself as data arrives,
-// replying once the read is satisfied. A plain Read is satisfied by its
-// first bytes; ReadGather by min bytes, or by its wait having passed
-// since the first byte arrived, or by the stream falling quiet (no bytes
-// for gatherQuietFor: the burst ended), or at once by bytes that arrive
-// after it waited with nothing for longer than its wait (a pause, not a
-// stream). So a reader costs one hand-off per
-// delivery instead of three (ask, readable, ask again), and a proxy
-// gathering a bulk flow into large writes (package stack) wakes once per
-// gathered buffer, not once per arriving datagram, and needs no deadline
-// timer of its own.
+// A Read that finds nothing is kept by the driver with its buffer, which
+// the driver fills as data arrives, replying once the read is satisfied:
+// a plain Read by its first bytes; ReadGather by min bytes, its wait
+// having passed since the first byte, the stream falling quiet
+// (gatherQuietFor), or at once by bytes that arrive after it waited with
+// nothing for longer than its wait (a pause). A reader costs one
+// hand-off per delivery instead of three (ask, readable, ask again), and
+// a proxy gathering a bulk flow wakes once per gathered buffer.
 
 // parkedRead is a Read waiting in the driver, held in its Stream so that
 // parking allocates nothing. The buffer is the reader's, lent until the
@@ -50,9 +45,8 @@ func (p *parkedRead) due(now monotime.Time) bool {
 // deadline is when the driver must wake for an armed parked read: quiet
 // after its last bytes, or late after its wait's end if that is sooner.
 // Past its wait's end the read is answered whenever the driver wakes
-// (due): while its flow streams, that is the next read of the tunnel's
-// socket, within one of the reader's holds, so the end of a wait costs
-// no wake-up of its own.
+// (due), which while its flow streams is within one of the reader's
+// holds.
 func (p *parkedRead) deadline() monotime.Time {
 	if q := p.last.Add(p.quiet); q.Before(p.until.Add(p.late)) {
 		return q
@@ -87,11 +81,8 @@ func (d *driverState) armParked(s *Stream) {
 
 // gatherRTTShare and gatherGrowth stretch a ReadGather's wait on a long
 // path, as rxHoldCap does the reader's hold: to a 16th of the path's
-// minimum RTT, at most twice the wait asked for (the near edge's 8 ms:
-// 12.5 ms at 200 ms, 16 ms from 256 ms up). A streaming flow's bytes are
-// then held a few per cent of the RTT, and at 50 Mbit/s shared by four
-// flows each write to the client carries more. Below 128 ms nothing
-// changes.
+// minimum RTT, at most twice the wait asked for (an 8 ms wait grows
+// only beyond 128 ms).
 const (
 	gatherRTTShare = 16
 	gatherGrowth   = 2
@@ -99,10 +90,9 @@ const (
 
 // gatherQuietMin and gatherQuietHolds: a gathering read is also answered
 // once its stream brought nothing for twice the reader's longest hold,
-// at least 3 ms (gatherQuietFor). While a flow streams, its bytes come
-// with every held read of the tunnel's socket; when they stop, the burst
-// has ended (an answer on a keep-alive connection), and its tail goes out
-// that long after its last bytes instead of waiting out the whole wait.
+// at least 3 ms (gatherQuietFor). A streaming flow's bytes come with
+// every held read of the socket; when they stop the burst has ended, and
+// its tail goes out then instead of waiting out the whole wait.
 const (
 	gatherQuietMin   = 3 * time.Millisecond
 	gatherQuietHolds = 2
@@ -120,20 +110,14 @@ func gatherWaitFor(wait, minRTT time.Duration) time.Duration {
 	return growWithRTT(wait, minRTT, gatherRTTShare, gatherGrowth)
 }
 
-// gatherShareFlows and gatherShareGrowth stretch a ReadGather's wait while
-// many flows gather at once. A flow too slow to fill its buffer within
-// the wait is answered once per wait, one write to the client each, so
-// the writes a second grow with the flows sharing the link, not with the
-// bytes: at 32 flows sharing 250 Mbit/s each gathered about 11 KB in the
-// near edge's 8 ms, and the near edge spent about twice the CPU per GB
-// it spends at four flows. Beyond gatherShareFlows gathering at once (the
-// most armed at once over the last gatherPeakWindow: flows that gather
-// in step are all answered together and re-park one by one, so the count
-// at any one instant says little), the wait grows in proportion, to at
-// most gatherShareGrowth times the wait asked (the near edge's 8 ms:
-// 16 ms at eight flows, 32 ms from sixteen): a slow flow's bytes are held
-// longer only while the edge carries many. Bytes a flow sends after a
-// pause, and the tail of a burst (gatherQuietFor), are not held longer.
+// gatherShareFlows and gatherShareGrowth stretch a ReadGather's wait
+// while many flows gather at once. A flow too slow to fill its buffer is
+// answered once per wait, so the writes a second grow with the number of
+// flows, not with the bytes. Beyond gatherShareFlows gathering at once
+// (the most armed over the last gatherPeakWindow: flows gathering in
+// step re-park one by one, so one instant's count says little), the
+// wait grows in proportion, to at most gatherShareGrowth times the wait
+// asked. Bytes after a pause, and a burst's tail, are not held longer.
 const (
 	gatherShareFlows  = 4
 	gatherShareGrowth = 4
@@ -185,12 +169,9 @@ func (d *driverState) continueRead(s *Stream) {
 	case res.err != nil, res.fin, p.n >= p.min:
 		d.unpark(s, result{n: p.n, fin: res.fin, err: res.err})
 	case first && p.n > 0 && p.last.Sub(p.since) >= p.wait:
-		// The stream was idle for longer than the read would gather:
-		// these bytes start a new burst (a request, or the answer to
-		// one), not the next part of a stream, so they go at once.
-		// (The reader decides to gather when it issues the read, right
-		// after its previous one returned; gathering here held every
-		// answer of a keep-alive HTTP connection 2 ms at each edge.)
+		// The stream was idle for longer than the read would gather: these
+		// bytes start a new burst (a request, or its answer), so they go at
+		// once.
 		d.unpark(s, result{n: p.n})
 	case p.n > 0:
 		d.armParked(s)
@@ -242,14 +223,9 @@ func (d *driverState) unpark(s *Stream, res result) {
 // wait, or their stream falling quiet) has passed at now, and returns the
 // earliest deadline left (0: none waits). Once one has expired it also
 // answers those that have waited at least half their wait
-// (gatherJoinShare): the driver is awake for them anyway, and each would
-// otherwise wake it again within the next half wait. Flows that share a
-// link then gather in step: at 0 ms, four flows sharing 250 Mbit/s each
-// end their gathers by the wait, and the near edge woke for each flow's
-// wait apart, about 1,000 times a second. It scans every armed read: as
-// data arrives a read's quiet deadline moves later, so no order holds
-// (the armed reads are the flows streaming, and the driver calls this
-// once per batch it handles).
+// (gatherJoinShare): the driver is awake anyway, and flows that share a
+// link then gather in step instead of each waking the driver. It scans
+// every armed read, since a read's quiet deadline moves as data arrives.
 func (d *driverState) expireParked(now monotime.Time) monotime.Time {
 	expired := false
 	armed := 0

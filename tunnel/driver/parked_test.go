@@ -21,9 +21,8 @@ func TestReadGather(t *testing.T) {
 	c, s := openAccepted(t, cli, srv)
 	buf := make([]byte, 64<<10)
 
-	// Several writes gathered into one read of at least min bytes. (A
-	// gap of 3 ms between writes, on a loaded machine, would end the
-	// gather early: then the rest comes in the next reads, in order.)
+	// Several writes gathered into one read of at least min bytes (a 3 ms
+	// gap on a loaded machine ends the gather early: the rest comes next).
 	go func() {
 		for i := range 8 {
 			s.Write(bytes.Repeat([]byte{byte(i)}, 1000))
@@ -47,10 +46,8 @@ func TestReadGather(t *testing.T) {
 		}
 	}
 
-	// Fewer bytes than min, and the stream falls quiet: the read ends with
-	// what came once nothing came for gatherQuietFor (3 ms here), not
-	// after its wait. (The wait's own end, while bytes keep coming, is
-	// TestExpireParkedQuiet's.)
+	// Fewer bytes than min, and the stream falls quiet: the read ends once
+	// nothing came for gatherQuietFor (3 ms here), not after its wait.
 	s.Write([]byte("abc"))
 	start := time.Now()
 	n, err = c.ReadGather(buf, 8000, time.Hour)
@@ -58,9 +55,8 @@ func TestReadGather(t *testing.T) {
 		t.Fatalf("gather of a stream that fell quiet: %q, %v after %v; want it after about 3 ms", buf[:n], err, el)
 	}
 
-	// Bytes that come after the read waited with nothing for longer than
-	// its wait start a new burst: they are returned at once, not held
-	// for the wait (an answer on a keep-alive connection).
+	// Bytes after the read waited with nothing for longer than its wait
+	// start a new burst: they are returned at once.
 	wrote := make(chan time.Time, 1)
 	go func() {
 		time.Sleep(300 * time.Millisecond)
@@ -280,8 +276,7 @@ func TestExpireParkedLate(t *testing.T) {
 // reads were armed when it ran (those it answers included, an answered
 // one left in the queue not), and the most over the last
 // gatherPeakWindow stretches the waits of the reads parked after it
-// (gatherWaitShared): flows gathering in step are answered together and
-// re-park one by one, each before the others have armed again.
+// (gatherWaitShared).
 func TestExpireParkedCountsGathering(t *testing.T) {
 	const wait = 8 * time.Millisecond
 	d := &driverState{parked: make(map[*Stream]struct{})}

@@ -21,13 +21,10 @@ import (
 const rxStallLimit = 5 * time.Millisecond
 
 // rxHoldDatagrams is how many datagrams a held read aims to gather
-// (Config.RxHold): sixteen rather than eight halved the near edge's reads
-// at 250 Mbit/s (2,100 to 1,200 a second), and 24 let a read take what
-// the 1 ms hold brought then (about 21 datagrams, and one ACK after
-// them; docs/efficiency/rx-hold-24-ab.txt). With the 2 ms hold, 48 let
-// a read at 250 Mbit/s take what the whole hold brings (about 42). Below
-// about 380 Mbit/s the cap binds. minRxHold is the shortest hold worth
-// a sleep (a sleep costs about as much as the wake-up it saves).
+// (Config.RxHold): at 250 Mbit/s, 48 lets a read take what a whole 2 ms
+// hold brings; below about 380 Mbit/s the hold's length binds instead.
+// minRxHold is the shortest hold worth a sleep (a sleep costs about as
+// much as the wake-up it saves).
 const (
 	rxHoldDatagrams = 48
 	minRxHold       = 100 * time.Microsecond
@@ -36,15 +33,10 @@ const (
 
 // rxHoldRTTShare and rxHoldGrowth let the hold grow on a long path: to
 // a 32nd of its RTT (3 % added to a packet's trip), at most 2 × the
-// configured hold (4 ms), and the datagrams a hold aims at grow with it
-// up to three quarters of a batch (see rxHolder.target). At 50 Mbit/s
-// and 100 ms the reader then wakes about every 3 ms; at 250 Mbit/s and
-// 200 ms it gathers about 48 datagrams (2.2 ms). The ACK that follows
-// each read (at most one per MinAckInterval, due after AckEveryPackets)
-// goes as much less often: at 200 ms, four flows under a quarter core
-// each, the near edge sent 22-24 k packets per 1.68 GB instead of
-// 45-65 k, and both edges' CPU per GB fell by about a fifth
-// (docs/efficiency/rx-hold-48-ab.txt, with the 1 ms hold grown 4 ×).
+// configured hold, and the datagrams a hold aims at grow with it (see
+// rxHolder.target). Fewer reads mean fewer ACKs (at most one per read)
+// and less CPU per GB on both edges
+// (`wanbench cisco --rtt 200ms --edge-cpu 0.25`).
 const (
 	rxHoldRTTShare = 32
 	rxHoldGrowth   = 2
@@ -99,12 +91,10 @@ func newRxBatch(batch, bufLen int) *rxBatch {
 
 // readLoop is the reader goroutine: it fills pooled batches from the
 // socket and hands them to the driver. When every batch is in use it
-// waits up to rxStallLimit for one (a kernel socket buffer holds the
-// backlog meanwhile), then reads into a spare batch and drops it, as a
-// full socket buffer would. So it never waits on the driver for long, and
-// two drivers blocked in WriteBatch on each other's full in-memory queues
-// (bindtest) cannot deadlock. It stops when the socket is closed (the
-// driver closes it on exit) or the tunnel's context ends.
+// waits up to rxStallLimit for one, then reads into a spare batch and
+// drops it, as a full socket buffer would, so two drivers blocked in
+// WriteBatch on each other's in-memory queues (bindtest) cannot
+// deadlock. It stops when the socket is closed or the context ends.
 func (t *Tunnel) readLoop() {
 	defer close(t.readerDone)
 	spare := newRxBatch(t.bc.BatchSize(), rxBufLen(t.cfg))
@@ -124,8 +114,7 @@ func (t *Tunnel) readLoop() {
 	}
 	// waitFirst: the last read was not held, so the socket it may have
 	// emptied has had no time to fill; wait there first (bind.ReadWaiter)
-	// rather than read to be told EAGAIN. On the far edge, whose reads of
-	// ACKs are never held, every second recvmmsg was such a read.
+	// rather than read to be told EAGAIN.
 	rw, _ := t.bc.(bind.ReadWaiter)
 	waitFirst := false
 	for {
@@ -193,18 +182,13 @@ func (t *Tunnel) readLoop() {
 }
 
 // rxHolder decides how long the reader holds its next read
-// (Config.RxHold). While full-size datagrams (a bulk transfer's data)
-// keep coming, it lets some gather in the socket buffer rather than wake
-// the reader and the driver for each: the hold is what rxHoldDatagrams
-// take at the recent spacing (more where max has grown past the
-// configured hold on a long path), at most max. It holds after every read that
-// emptied the socket, also one that brought rxHoldDatagrams or more: the
-// alternative, waiting in the poller, wakes the edge for the next
-// datagram alone (measured at a quarter core, 230 Mbit/s: a third of the
-// near edge's wake-ups came from single datagrams). A full read (batch
-// datagrams) is not held, since more may wait; at high rates the hold is
-// too short to be worth a sleep; small datagrams (the ACKs a sender lives
-// on) and a datagram after a pause are never held.
+// (Config.RxHold). While full-size datagrams keep coming, it lets some
+// gather in the socket buffer rather than wake the reader and the driver
+// for each: the hold is what rxHoldDatagrams take at the recent spacing,
+// at most max. It holds after every read that emptied the socket, since
+// waiting in the poller instead wakes the edge for the next datagram
+// alone. A full read is not held, since more may wait; small datagrams
+// (the ACKs a sender lives on) and a datagram after a pause never are.
 type rxHolder struct {
 	max      time.Duration
 	base     time.Duration // the configured hold, which max grows from
@@ -233,8 +217,7 @@ func (h *rxHolder) after(now monotime.Time, sizes []int) time.Duration {
 // target is how many datagrams a hold aims to gather: rxHoldDatagrams,
 // grown in proportion to max over the configured hold, at most three
 // quarters of a batch so that a held read still empties the socket
-// despite some jitter (a full read is not held, and the read after it
-// would wake for little). The delay a datagram sees stays within max.
+// despite jitter. The delay a datagram sees stays within max.
 func (h *rxHolder) target() int {
 	n := rxHoldDatagrams
 	if h.base > 0 && h.max > h.base {
@@ -249,10 +232,9 @@ func (d *driverState) handleRx(b *rxBatch) {
 	d.ctr.rxBatches++
 	d.ctr.datagramsIn += uint64(b.n)
 	for i := range b.n {
-		// Hand on the application datagrams the last packet carried
-		// before decoding the next: after a stall the backlog of batches
-		// holds more of them than the Conn keeps (MaxDatagramQueue), and
-		// polling only after the whole backlog dropped the rest.
+		// Hand on the application datagrams the last packet carried before
+		// decoding the next: a backlog of batches after a stall holds more
+		// than the Conn keeps (MaxDatagramQueue).
 		if d.conn.DatagramsWaiting() > 0 {
 			d.pollEvents()
 		}
@@ -278,10 +260,8 @@ func (d *driverState) handleRx(b *rxBatch) {
 			}
 			continue
 		}
-		// From another address: adopt it only if the datagram
-		// authenticated (the peer roamed, or this is the server learning
-		// its client). A replay or forgery counts nothing and moves
-		// nothing.
+		// From another address: adopt it only if the datagram authenticated
+		// (the peer roamed, or the server is learning its client).
 		before := d.conn.Stats().PacketsReceived
 		d.conn.HandleDatagram(now, p)
 		if d.conn.Stats().PacketsReceived > before {

@@ -6,21 +6,17 @@ package driver
 
 import "github.com/wanopt/wanopt/internal/monotime"
 
-// A gathering read's deadline (its stream falling quiet, its wait's end)
-// moves later with every batch that brings its stream bytes. Armed on
-// the driver's Go timer, each move left the runtime a wake-up at the
-// earlier instant (a timer reset to later keeps its place in the
-// runtime's heap until then, and the thread sleeping in the poller wakes
-// for it): at 250 Mbit/s and 0 ms about 320 of the near edge's 857
-// wake-ups a second found nothing to do. While datagrams flow, the
-// reader hands the driver a batch at least once per hold (at most
-// rxHoldCap), and the driver checks the gathers after every batch
-// (expireParked), so a deadline is met within one hold without the
-// timer; the timer is needed only once the reader has found the socket
-// empty and waits. The bind tells the reader that (bind.WaitNotifier):
-// the reader sets rxWaiting before it waits and clears it when a read
-// returns, and signals rxWait when the driver has said, through
-// rxWantWait, that it left a deadline to the coming batches.
+// A gathering read's deadline moves later with every batch that brings
+// its stream bytes. Kept on the driver's Go timer, each move would leave
+// the runtime a wasted wake-up at the earlier instant (a timer reset to
+// later keeps its place in the runtime's heap). While datagrams flow,
+// the reader hands the driver a batch at least once per hold and the
+// driver checks the gathers after every batch (expireParked), so the
+// timer is needed only once the reader has found the socket empty and
+// waits. The bind tells the reader that (bind.WaitNotifier): the reader
+// sets rxWaiting before it waits and clears it when a read returns, and
+// signals rxWait when the driver has said, through rxWantWait, that it
+// left a deadline to the coming batches.
 //
 // Order: the driver stores rxWantWait before it loads rxWaiting, and the
 // reader stores rxWaiting before it loads rxWantWait, so at least one

@@ -54,11 +54,10 @@ func (r *replayer) answered(d time.Duration) bool {
 }
 
 // TestReplayAfterTeardown: a server process keeps its handshake memory
-// across the connections it accepts one after another (Config.Tunnel.
-// Timestamps, as the edge does), so an initiation captured from an earlier
-// connection, replayed after that connection ended, gets no answer and
-// moves nothing; the real client, whose every initiation carries a fresh
-// timestamp, connects at once.
+// across the connections it accepts (Config.Tunnel.Timestamps), so an
+// initiation captured from an earlier connection and replayed after it
+// ended gets no answer; the real client, whose initiations carry fresh
+// timestamps, connects at once.
 func TestReplayAfterTeardown(t *testing.T) {
 	leaktest.Check(t)
 	stamps := crypt.NewTimestamps()
@@ -124,11 +123,10 @@ func TestReplayAfterTeardown(t *testing.T) {
 }
 
 // TestFarRestartWithReplay: the server process restarts (its handshake
-// memory is gone) and an attacker replays a captured initiation before the
-// client notices. The restarted server answers the replay (it cannot know
-// it), but the session that makes is useless without the client's
-// ephemeral key, and the client's own handshake, with a newer timestamp,
-// replaces it: the client has a working tunnel within 2 s of the restart.
+// memory is gone) and an attacker replays a captured initiation. The
+// restarted server answers it, but that session is useless without the
+// client's ephemeral key, and the client's own newer handshake replaces
+// it within 2 s of the restart.
 func TestFarRestartWithReplay(t *testing.T) {
 	leaktest.Check(t)
 	cb := listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0"))

@@ -222,11 +222,10 @@ func (d *driverState) lend(s *Stream, r request) result {
 	return result{bufs: bufs}
 }
 
-// closeStream ends both halves of s.// closeStream ends both halves of s. The sending half gets a FIN after
+// closeStream ends both halves of s. The sending half gets a FIN after
 // the data written so far, or a reset when abort is set or unread data
-// is waiting (as TCP sends RST when closing with unread data); the
-// receiving half asks the peer to stop sending. code is the reset's and
-// STOP_SENDING's code.
+// is waiting (as TCP sends RST); the receiving half asks the peer to
+// stop sending. code is the reset's and STOP_SENDING's code.
 func (d *driverState) closeStream(s *Stream, abort bool, code wire.ErrorCode) {
 	defer d.continueRead(s) // a parked read ends: ErrStreamClosed
 	if s.d.closed || s.d.gone {

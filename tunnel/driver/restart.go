@@ -52,10 +52,10 @@ func (d *driverState) restartServer(now monotime.Time) bool {
 }
 
 // maybeReject (server) answers p, a datagram from ep, with a REJECT when
-// it was data for a session the Conn does not hold: a client of the
-// server's former life (before a restart) learns it must handshake again
-// now rather than after its idle timeout. At most one REJECT per
-// rejectInterval, each no larger than what it answers.
+// it was data for a session the Conn does not hold, so a client of the
+// server's life before a restart handshakes again now rather than after
+// its idle timeout. At most one REJECT per rejectInterval, each no
+// larger than what it answers.
 func (d *driverState) maybeReject(now monotime.Time, p []byte, ep netip.AddrPort) {
 	if d.lastReject != 0 && now.Sub(d.lastReject) < rejectInterval {
 		return
@@ -115,9 +115,8 @@ func (d *driverState) offerSuccessor(now monotime.Time, p []byte, ep netip.AddrP
 		return
 	}
 	if next.PeerResuming() {
-		// The client says it still holds this session: it handshakes
-		// because of a REJECT that we never sent. Declined unanswered;
-		// the session goes on.
+		// The client says it still holds this session: a REJECT we never
+		// sent. Declined unanswered; the session goes on.
 		d.ctr.resumesDeclined++
 		d.t.log.Info("the peer handshook again while its session here is alive (a forged REJECT?); declined, the session goes on", "from", ep)
 		return

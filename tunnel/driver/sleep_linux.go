@@ -16,22 +16,17 @@ const havePreciseSleep = true
 
 // sleeper waits until a monotonic instant with sub-millisecond precision,
 // where a Go timer shorter than a millisecond fires after 1-2 ms on an
-// idle runtime (its poller waits in whole milliseconds). It arms a timerfd
-// and waits for it to become readable, so the waiting goroutine is parked
-// in Go's poller and holds no P. A nanosleep(2) would hold the P in a
-// system call: on one thread (GOMAXPROCS 1) the runtime's monitor takes
-// the P away after 20 µs, every sleep, and then keeps waking every 20 µs
-// itself. Without a timerfd it falls back to nanosleep. One goroutine owns
-// a sleeper.
+// idle runtime. It arms a timerfd and waits for it in Go's poller, so
+// the waiting goroutine holds no P; a nanosleep(2) would hold the P in a
+// system call, and on one thread (GOMAXPROCS 1) the runtime's monitor
+// would take it away after 20 µs every sleep. Without a timerfd it falls
+// back to nanosleep. One goroutine owns a sleeper.
 //
-// Arming the timerfd is a raw system call (it never waits), because any
-// system call made through the scheduler wakes the runtime's monitor from
-// its idle sleep and sets it back to waking every 20 µs. The timerfd is
-// never read: its expiry count is left behind, and the next arming clears
-// it (timerfd_settime(2) resets the count), so a sleep costs one system
-// call, not two (a near edge at 250 Mbit/s sleeps about 450 times a
-// second, and a system call costs about a microsecond on a
-// paravirtualised guest).
+// Arming the timerfd is a raw system call (it never waits): a system
+// call made through the scheduler sets the runtime's monitor back to
+// waking every 20 µs. The timerfd is never read: the next arming resets
+// its expiry count (timerfd_settime(2)), so a sleep costs one system
+// call, not two.
 type sleeper struct {
 	f        *os.File // nil: nanosleep
 	rc       syscall.RawConn
@@ -65,12 +60,10 @@ func (s *sleeper) set(fd uintptr) {
 }
 
 // read is the RawConn.Read callback: false (wait in the poller) until the
-// clock has reached the armed instant. It reads nothing: the timer was
-// armed for a span measured from before the arming call, so it expires
-// at or after that instant on the same clock, and while the clock is short
-// of it the expiry, and with it the poller's wake-up, is still to come
-// (Go reset the fd's readiness before this call). A wake-up left from an
-// earlier arming only brings another call.
+// clock has reached the armed instant. It reads nothing: the timer
+// expires at or after that instant on the same clock, so while the clock
+// is short of it the poller's wake-up is still to come. A wake-up left
+// from an earlier arming only brings another call.
 func (s *sleeper) read(fd uintptr) bool {
 	s.calls++
 	return !monotime.Now().Before(s.armedFor)

@@ -44,10 +44,9 @@ type driverState struct {
 
 	// next is a new handshake beside conn, which goes on meanwhile; nil
 	// when none runs. A client starts one when the server rejected our
-	// session (it restarted?); a server when an established session's
-	// client sends a new initiation (it restarted: see
-	// tunnel.Conn.NewSuccessor), answered at nextPeer. nextTried is when
-	// the last one started.
+	// session; a server when an established session's client sends a new
+	// initiation (tunnel.Conn.NewSuccessor), answered at nextPeer.
+	// nextTried is when the last one started.
 	next      *tunnel.Conn
 	nextPeer  netip.AddrPort
 	nextTried monotime.Time

@@ -48,10 +48,9 @@ type Stream struct {
 	lending bool     // a Lend's room is outstanding; guarded by wmu
 	lendBuf [][]byte // the slices a Lend returns, reused
 
-	// peerReset is set, by the driver only (markPeerReset), once the peer
-	// reset the stream or its session ended; atomic so that WatchReset can
-	// read it. watch is WatchReset's f until the reset calls it or the
-	// watch stops.
+	// peerReset is set by the driver (markPeerReset) once the peer reset
+	// the stream or its session ended; atomic for WatchReset. watch is
+	// WatchReset's f until the reset calls it or the watch stops.
 	peerReset atomic.Bool
 	watch     atomic.Pointer[func()]
 
@@ -117,20 +116,13 @@ func (s *Stream) Read(p []byte) (int, error) { return s.ReadGather(p, 1, 0) }
 
 // ReadGather is Read for a proxy that forwards a bulk flow in large
 // writes: once the first bytes are there, it keeps filling p until it
-// holds atLeast bytes (at most len(p)), or wait has passed since those
-// first bytes (answered when the driver next wakes, at most one of the
-// socket reader's holds later; the driver stretches wait to a 16th of
-// a long path's RTT, up to twice, and while more than four streams
-// gather at once, in proportion to them, up to four times), or the
-// stream brought nothing for twice that hold, or the stream ends
-// (whatever came is returned; the end comes with the next call). A read
-// with at most half its wait left is also answered when another stream's
-// gathering read expires, so that streams gather in step and the driver
-// wakes once for them. A passed read deadline also returns the bytes
-// gathered so far. The first byte itself is not delayed, and bytes that
-// come after the read has waited with nothing for longer than wait (the
-// flow paused) are returned at once, without gathering. The driver fills
-// p as data arrives, so the caller wakes once per gathered buffer.
+// holds atLeast bytes (at most len(p)), wait has passed since those first
+// bytes, the stream fell quiet, or it ends (whatever came is returned;
+// the end comes with the next call). The first byte is not delayed, and
+// bytes after a pause longer than wait are returned at once. A passed
+// read deadline returns what was gathered. The driver may stretch wait
+// (parked.go) and fills p as data arrives, so the caller wakes once per
+// gathered buffer.
 func (s *Stream) ReadGather(p []byte, atLeast int, wait time.Duration) (int, error) {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
@@ -164,14 +156,13 @@ func (s *Stream) ReadGather(p []byte, atLeast int, wait time.Duration) (int, err
 	return r.n, nil
 }
 
-// Write writes all of p, blocking while the stream's send buffer is full
-// (backpressure: the buffer is bounded by the tunnel's stream.Config). It
-// returns early with the count written and the error on the write
+// Write writes all of p, blocking while the stream's send buffer is full.
+// It returns early with the count written and the error on the write
 // deadline (os.ErrDeadlineExceeded), after CloseWrite (ErrWriteClosed),
 // when the peer stopped reading (a *StreamError), on Close
 // (ErrStreamClosed) or the tunnel's end (ErrTunnelClosed). On a stream we
-// opened, bytes are held until the peer accepted it. p is only used during
-// the call.
+// opened, bytes are held until the peer accepted it. p is only used
+// during the call.
 func (s *Stream) Write(p []byte) (int, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -213,19 +204,17 @@ func (s *Stream) waitWritable() {
 }
 
 // Lend lends room in the stream's send buffer, so that a copy can read
-// straight into it instead of handing bytes to Write, which copies them:
-// it first commits the first filled bytes of the room the previous Lend
-// returned (0 when none was filled or there was none), then lends room for
-// up to want more bytes (none when want is 0) as one or more slices, which
-// are the caller's to fill until the next Lend. It blocks until there is
-// room for half of want (or the stream's floor, MinSendBufferBytes, if
-// less): a copy from a socket then reads large pieces, not one per
-// acknowledgment that frees a little room. It fails as Write does; a
-// failed Lend lends nothing, and the bytes it was to commit are lost (the
-// stream is closed or reset). Every Lend that returned room must be
-// followed by another (with want 0 at the end of the copy): until then
-// the room is held against the tunnel's memory budget. The commit alone
-// never blocks. Write fails while room is lent.
+// straight into it instead of handing bytes to Write, which copies them.
+// It first commits the first filled bytes of the room the previous Lend
+// returned (0 when none was filled or there was none), then lends room
+// for up to want more bytes (none when want is 0) as one or more slices,
+// the caller's to fill until the next Lend. It blocks until there is
+// room for half of want (or MinSendBufferBytes, if less), so a copy from
+// a socket reads large pieces. It fails as Write does; a failed Lend
+// lends nothing and the bytes it was to commit are lost. Every Lend that
+// returned room must be followed by another (want 0 at the end of the
+// copy): until then the room is held against the tunnel's memory
+// budget. The commit alone never blocks. Write fails while room is lent.
 func (s *Stream) Lend(filled, want int) ([][]byte, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -347,13 +336,12 @@ func (s *Stream) fireWatch() {
 	}
 }
 
-// Reset aborts both halves at once, as a TCP RST does: bytes written and
-// not yet delivered are dropped, the peer is sent RESET_STREAM with code
-// (its Read fails promptly with a *StreamError holding code, even if data
-// was waiting there unread) and STOP_SENDING with code (its Write fails
-// with a *StreamError whose StopSending is set). Blocked Reads and Writes
-// here return ErrStreamClosed, as after Close. Resetting after Close (or
-// twice), or after the tunnel closed, does nothing and returns nil.
+// Reset aborts both halves at once, as a TCP RST does: bytes not yet
+// delivered are dropped, and the peer gets RESET_STREAM and STOP_SENDING
+// with code (its Read fails at once with a *StreamError holding code, its
+// Write with one whose StopSending is set). Blocked Reads and Writes here
+// return ErrStreamClosed. After Close, a Reset, or the tunnel's end it
+// does nothing and returns nil.
 func (s *Stream) Reset(code wire.ErrorCode) error {
 	return s.shut(opAbort, code)
 }

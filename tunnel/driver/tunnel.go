@@ -57,11 +57,9 @@ type Tunnel struct {
 	// and the path's RTT), in ns: the driver goroutine updates it after a
 	// received batch that changed it.
 	rxHoldMax atomic.Int64
-	// The reader's waits (readwait.go): rxWaiting is set by the reader
-	// when ReadBatch is about to wait for the socket, cleared when it
-	// returns; rxWantWait is set by the driver while it leaves deadlines
-	// to the next batch, and then the reader signals rxWait (capacity 1)
-	// as it starts to wait.
+	// The reader's waits (readwait.go): the reader sets rxWaiting while
+	// ReadBatch waits for the socket; while the driver sets rxWantWait, the
+	// reader signals rxWait (capacity 1) as it starts to wait.
 	rxWaiting, rxWantWait atomic.Bool
 	rxWait                chan struct{}
 
@@ -92,13 +90,12 @@ func Dial(ctx context.Context, cfg Config) (*Tunnel, error) {
 // key that cfg.Tunnel.AllowPeer (or cfg.Tunnel.PeerPublicKey) allows, and
 // returns once that client has confirmed the session. The peer's address
 // is learned from its packets and follows it when it changes (NAT
-// rebinding), as in WireGuard. Until a client comes, the server state
-// restarts after every cfg.Tunnel.IdleTimeout; ctx bounds the wait, and
-// the socket is closed when Listen fails.
+// rebinding). Until a client comes, the server state restarts after
+// every cfg.Tunnel.IdleTimeout; ctx bounds the wait, and the socket is
+// closed when Listen fails.
 //
-// One Listen serves one peer and one connection: when that tunnel closes,
-// call Listen again (with the same LocalAddr) to serve the next. A
-// demultiplexer for many peers on one socket is not done yet.
+// One Listen serves one connection: when it closes, call Listen again to
+// serve the next. For many peers on one socket, see Hub.
 func Listen(ctx context.Context, cfg Config) (*Tunnel, error) {
 	return start(ctx, cfg, false)
 }
@@ -305,11 +302,9 @@ type Stats struct {
 	// TxErrors counts WriteBatch calls that failed (datagrams lost).
 	TxErrors uint64
 	// DatagramQueueDrops counts datagrams SendDatagram refused because
-	// Config.DatagramQueue were waiting; DatagramsNotSent those it queued
-	// that the Conn then refused (its own queue full, or not usable);
-	// DatagramsUnclaimed the peer's datagrams dropped for want of a
-	// Config.OnDatagram. (Stats.Tunnel counts the datagrams sent and
-	// received, and those the Conn dropped.)
+	// Config.DatagramQueue were waiting; DatagramsNotSent those the Conn
+	// then refused; DatagramsUnclaimed the peer's datagrams dropped for want
+	// of a Config.OnDatagram.
 	DatagramQueueDrops, DatagramsNotSent, DatagramsUnclaimed uint64
 	// AcceptOverflow counts peer streams refused because AcceptBacklog
 	// streams already waited.

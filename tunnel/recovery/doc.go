@@ -10,22 +10,21 @@
 //
 // # Packet numbers
 //
-// The connection has a single packet-number space. Packet numbers start at 0
-// and increase by exactly one per packet sent; none is ever reused, and
-// retransmitted data travels in new packets. The Sender needs to see every
-// packet number (OnPacketSent in order, including ACK-only packets), which
-// lets it keep its records in a ring indexed by packet number.
+// The connection has a single packet-number space. Packet numbers start
+// at 0 and increase by exactly one per packet sent; none is reused, and
+// retransmitted data travels in new packets. The Sender sees every packet
+// number (OnPacketSent in order, ACK-only packets included), so it keeps
+// its records in a ring indexed by packet number.
 //
 // # Tokens
 //
 // The Sender does not know frames. With every packet the connection passes
-// an opaque uint64 token (for example the index of the packet's first record
-// in its own ring of frame records). Every token is handed back exactly once:
-// to the ackedFn callback of OnAck when the packet is newly acknowledged, or
-// to the lostFn callback of OnAck or OnTimeout when it is declared lost. A
+// an opaque uint64 token. Every token is handed back exactly once: to the
+// ackedFn callback of OnAck when the packet is newly acknowledged, or to
+// the lostFn callback of OnAck or OnTimeout when it is declared lost. A
 // packet declared lost and acknowledged later (a spurious loss) is counted
-// in Stats but its token is not reported again: stream data is offset-based,
-// so a retransmission of data that did arrive is harmless.
+// in Stats, but its token is not reported again: stream data is
+// offset-based, so retransmitting data that did arrive is harmless.
 //
 // # Driving a Sender
 //
@@ -50,9 +49,8 @@
 // ACK frame and that frame's largest acknowledged packet number (it learns
 // the token back from the Sender's ackedFn).
 //
-// A connection that only ever sends ACK-only packets (a pure receiver) must
-// make one of them ack-eliciting (add a PING) now and then, as RFC 9000
-// §13.2.4 suggests, for example every 16 packets or once per round trip:
-// otherwise the peer never acknowledges them and their records accumulate in
-// the Sender (Stats.TrackedPackets shows how many are held).
+// A connection that only sends ACK-only packets (a pure receiver) must
+// make one of them ack-eliciting (add a PING) now and then (RFC 9000
+// §13.2.4), or the peer never acknowledges them and their records pile
+// up in the Sender (Stats.TrackedPackets).
 package recovery

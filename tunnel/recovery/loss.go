@@ -17,23 +17,21 @@ const maxAckDelayMicros = uint64(math.MaxInt64 / int64(time.Microsecond))
 
 // OnAck processes ACK frame f received at now (RFC 9002 §6, appendix A.7).
 //
-// It first validates f: malformed ranges return an error wrapping
-// ErrAckInvalid, an acknowledgment of a packet number never sent one
-// wrapping ErrAckUnsent; either way nothing changed except Stats.BadAcks,
-// and the connection should close with a protocol violation.
+// Malformed ranges return an error wrapping ErrAckInvalid, an
+// acknowledgment of a packet number never sent one wrapping ErrAckUnsent;
+// either way nothing changed except Stats.BadAcks, and the connection
+// should close with a protocol violation.
 //
 // Otherwise it calls ackedFn with the token of every newly acknowledged
 // packet, in ascending packet-number order; takes an RTT sample when the
-// largest acknowledged packet is newly acknowledged and an ack-eliciting
-// packet is among the newly acknowledged ones (the frame's AckDelay, in
-// µs, capped at the peer's max ack delay); declares lost, calling lostFn in
-// ascending order, the packets RFC 9002 §6.1's packet and time thresholds
-// condemn; and then calls the controller's OnAck once with the acked and
-// lost ack-eliciting packets, followed by OnPersistentCongestion if §7.6
-// establishes it. A frame that acknowledges nothing new (a duplicate or
-// reordered older frame) changes nothing but spurious-loss counts. ackedFn
-// and lostFn may be nil; they must not call back into the Sender. f is not
-// retained.
+// largest acknowledged packet is newly acknowledged along with an
+// ack-eliciting one (AckDelay in µs, capped at the peer's max ack delay);
+// declares lost, calling lostFn in ascending order, the packets the
+// packet and time thresholds condemn (§6.1); then calls the controller's
+// OnAck once, and OnPersistentCongestion if §7.6 establishes it. A frame
+// that acknowledges nothing new changes nothing but spurious-loss counts.
+// ackedFn and lostFn may be nil and must not call back into the Sender.
+// f is not retained.
 func (s *Sender) OnAck(now monotime.Time, f *wire.AckFrame, ackedFn, lostFn func(token uint64)) error {
 	if err := f.Validate(); err != nil {
 		s.stats.BadAcks++
@@ -148,12 +146,9 @@ const burstQuietRTTs = 8
 
 // pacerBurst is the pacer's burst time at now: cc.PacerBurstFor the path's
 // minimum RTT once no packet was declared lost for burstQuietRTTs smoothed
-// RTTs, else cc.DefaultPacerBurst. Grown bursts pay on a clean long path
-// (the far edge's pacing wake-ups halve at 50 Mbit/s and 100 ms), but on
-// a lossy one, where recovery takes the pacing rate low enough for them
-// to grow, they cost the simulated 250 Mbit/s, 100 ms path with 3 %
-// random loss a tenth of its goodput and with 2 % loss in bursts of three
-// a third (TestThroughputWarmBBRHighLoss).
+// RTTs, else cc.DefaultPacerBurst. Grown bursts save pacing wake-ups on a
+// clean long path, but on a lossy one they cost goodput
+// (TestThroughputWarmBBRHighLoss).
 func (s *Sender) pacerBurst(now monotime.Time) time.Duration {
 	quietFrom := max(s.lastLossAt, s.firstRTTSampleAt)
 	if quietFrom == 0 || now.Sub(quietFrom) < burstQuietRTTs*s.rtt.SmoothedRTT() {
@@ -229,15 +224,12 @@ func (s *Sender) detectLost(now monotime.Time, lostFn func(token uint64)) (persi
 
 // adaptPacketThreshold raises the packet threshold past reorder, the
 // distance by which later packets overtook a packet declared lost that was
-// then acknowledged (RFC 9002 §6.1.1 allows adapting it; RFC 8985's RACK
-// does the same with its reordering window). On a path that reorders
-// (multipath, link-layer retransmission, a load-balanced bundle) a fixed
-// threshold of 3 takes every reordered packet for lost: at 250 Mbit/s a
-// packet held back 2 ms is overtaken by about 40, and 1 % reordering then
-// retransmitted 1 % of the bytes and counted as loss. The time threshold
-// (9/8 of the RTT) still declares real losses within an eighth of an RTT
-// after their successors' ACKs. The threshold never goes down: a path
-// that reordered once is likely to again.
+// then acknowledged (RFC 9002 §6.1.1 allows it; RFC 8985's RACK does the
+// same). On a path that reorders, a fixed threshold of 3 takes every
+// reordered packet for lost (at 250 Mbit/s a packet held back 2 ms is
+// overtaken by about 40). The time threshold (9/8 RTT) still declares
+// real losses. The threshold never goes down: a path that reordered once
+// is likely to again.
 func (s *Sender) adaptPacketThreshold(reorder uint64) {
 	if reorder < s.packetThreshold {
 		return

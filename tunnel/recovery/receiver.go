@@ -10,27 +10,21 @@ import (
 // Defaults of ReceiverConfig.
 const (
 	// DefaultMaxAckDelay is how long a Receiver delays an ACK at most. It
-	// is 5 ms rather than RFC 9000's 25 ms: the delay only matters when
+	// is 5 ms rather than RFC 9000's 25 ms: the delay matters only when
 	// fewer than AckEveryPackets packets arrive (the tail of a burst, a
-	// slow flow, the last packet of a request), where it adds straight to
-	// the peer's RTT samples and its PTO (which includes the peer's view
-	// of this value); on a short LAN-like path 25 ms would dominate both.
-	// At full rate ACKs go every AckEveryPackets packets anyway, so the
-	// timer costs at most 200 extra ACKs a second on an otherwise idle
-	// link.
+	// slow flow), where it adds straight to the peer's RTT samples and its
+	// PTO; on a short path 25 ms would dominate both. It costs at most 200
+	// extra ACKs a second.
 	DefaultMaxAckDelay = 5 * time.Millisecond
 	// DefaultAckEveryPackets is the number of ack-eliciting packets that
 	// makes an ACK due (RFC 9000 §13.2.2) once DefaultMinAckInterval has
 	// passed since the previous ACK.
 	DefaultAckEveryPackets = 2
 	// DefaultMinAckInterval and DefaultMaxAckEveryPackets thin ACKs at
-	// high packet rates, as ACK decimation does (Chromium's QUIC, or a
-	// kernel acknowledging GRO aggregates): at most one ACK per
-	// interval unless that many packets wait. Below about 2 packets a
-	// millisecond (24 Mbit/s) nothing changes; at 250 Mbit/s an ACK goes
-	// every 10 packets instead of 2, a fifth of the ACKs (each one a
-	// sealed datagram, a system call's share and a wake-up at both
-	// ends). The peer's controller sees ACKs at most 1 ms apart, which
+	// high packet rates, as ACK decimation does: at most one ACK per
+	// interval unless that many packets wait. Below about 24 Mbit/s
+	// nothing changes; at 250 Mbit/s an ACK goes every 10 packets instead
+	// of 2. The peer's controller sees ACKs at most 1 ms apart, which
 	// BBR's ACK-aggregation allowance absorbs.
 	DefaultMinAckInterval     = time.Millisecond
 	DefaultMaxAckEveryPackets = 10

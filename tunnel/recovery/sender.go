@@ -39,9 +39,9 @@ const maxPTOPeriod = 10 * time.Minute
 type SenderConfig struct {
 	// PeerMaxAckDelay is the longest the peer delays an ACK (its
 	// ReceiverConfig.MaxAckDelay); DefaultPeerMaxAckDelay if <= 0. It is
-	// added to the PTO and caps the ack delay the peer reports. When both
-	// ends are wanopt the connection should pass the peer's actual value
-	// (DefaultMaxAckDelay, 5 ms), which keeps PTOs short on short paths.
+	// added to the PTO and caps the ack delay the peer reports. Between
+	// wanopt ends pass the peer's value (DefaultMaxAckDelay, 5 ms), which
+	// keeps PTOs short on short paths.
 	PeerMaxAckDelay time.Duration
 	// PacketThreshold is kPacketThreshold: a packet is lost when a packet
 	// sent this many packet numbers later is acknowledged.
@@ -69,11 +69,10 @@ type SenderConfig struct {
 	LostHistory int
 	// MaxProbeInterval caps the exponential backoff of the probe timeout:
 	// a backed-off PTO never exceeds max(MaxProbeInterval, twice the PTO
-	// without backoff). RFC 9002 backs off without bound, so after a 60 s outage
-	// the next probe could come half a minute after the path returned; a
-	// tunnel that must outlive outages as TCP does probes at least this
-	// often instead, which costs one or two packets per interval.
-	// DefaultMaxProbeInterval if <= 0.
+	// without backoff). RFC 9002 backs off without bound, so after a long
+	// outage the next probe could come long after the path returned; a
+	// tunnel that must outlive outages probes at least this often, for one
+	// or two packets per interval. DefaultMaxProbeInterval if <= 0.
 	MaxProbeInterval time.Duration
 }
 
@@ -263,12 +262,10 @@ func (s *Sender) capBinds() bool {
 }
 
 // SetRateCap holds the pace to at most capBps (0 lifts the cap) from now
-// on. A hub that divides a link of known rate among its tunnels sets it.
-// While the cap is below the controller's own pacing rate, sent packets
-// are marked application-limited for the controller: the cap, not the
-// path, limits them, so their delivery rate must not pull the
-// controller's bandwidth estimate down to the cap, and a lifted cap finds
-// the path's estimate intact.
+// on. While the cap is below the controller's own pacing rate, sent
+// packets are marked application-limited for the controller, so their
+// delivery rate does not pull its bandwidth estimate down to the cap and
+// a lifted cap finds the path's estimate intact.
 func (s *Sender) SetRateCap(now monotime.Time, capBps uint64) {
 	s.rateCapBps = capBps
 	if s.pacerStarted {

@@ -234,11 +234,10 @@ func TestSimulatedTransfer(t *testing.T) {
 				if st.SpuriousLosses != 0 || b.snd.Stats().SpuriousLosses != 0 {
 					t.Errorf("seed %d: spurious losses %d/%d without reordering", seed, st.SpuriousLosses, b.snd.Stats().SpuriousLosses)
 				}
-				// With 2-10 % random loss BBR (which takes the path's
-				// random loss for noise) keeps a full window, with more
-				// gaps than the receiver tracks; dropping the oldest range
-				// is harmless only if ACKs already reported it, which the
-				// spurious-loss check above proves.
+				// With random loss BBR keeps a full window, with more gaps than
+				// the receiver tracks; dropping the oldest range is harmless only
+				// if ACKs already reported it, which the spurious-loss check
+				// above proves.
 				if d := b.rcv.Stats().RangesDropped; d != 0 && lossP == 0 {
 					t.Errorf("seed %d: receiver dropped %d ranges on a lossless link", seed, d)
 				} else if d != 0 {

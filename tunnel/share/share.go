@@ -2,20 +2,17 @@
 // it, max-min fairly, as a hub does with its data centre's link among its
 // branches.
 //
-// Why the hub divides the link itself: tunnels whose BBR controllers start
-// a few round trips apart behind one drop-tail queue keep the shares they
+// Why the hub divides the link itself: BBR tunnels that start a few
+// round trips apart behind one drop-tail queue keep the shares they
 // started with. Each one's loss bound (inflight_hi) is frozen at what it
-// held when Startup overflowed the queue; together they keep the queue
-// full, so every later bandwidth probe meets loss, or ends at once because
-// the standing queue already makes inflight exceed 1.25 × the estimated
-// BDP. In the simulator, three tunnels started 300 ms apart on 250 Mbit/s
-// and 100 ms took 2.04, 0.32 and 0.64 of the fair share for as long as
-// they ran. A hub told its link's rate knows better: it caps each tunnel's
-// pace at its max-min fair share of the link, recomputed every interval
-// from what each tunnel sent. The caps sum to a little under the link, so
-// no queue stands, and each tunnel's own controller still finds what the
-// rest of its path allows below its cap (a branch with a slower line
-// takes less and leaves the rest to the others).
+// held when Startup overflowed the queue, and together they keep the
+// queue full, so every later bandwidth probe meets loss
+// (`wanbench sim --share-tunnels 3 --stagger 300ms`, and with
+// --hub-share). A hub told its link's rate caps each tunnel's pace at its
+// max-min fair share, recomputed every interval from what each sent. The
+// caps sum to a little under the link, so no queue stands, and each
+// tunnel's controller still finds what the rest of its path allows below
+// its cap.
 //
 // Allocate is sans-IO; the hub's driver calls it on a timer.
 package share
@@ -55,7 +52,7 @@ const (
 // LinkFraction of the link's rate is what Budget gives the tunnels' caps:
 // the IP and UDP headers take 1.9 % beyond the datagram payload the caps
 // count (28 bytes of 1500), and 2 % more keeps a queue from standing at
-// the link. (0.95 left 1 % of the link unused in the simulator.)
+// the link.
 const LinkFraction = 0.96
 
 // Budget is the total of the caps for a link of linkBps (its rate on the
@@ -129,13 +126,11 @@ const MaxScale = 1.1
 
 // Link divides one link among tunnels interval after interval. Beside
 // Allocate, it learns how much of their caps the tunnels manage to send
-// when every one of them is held by its cap: a sender that wakes late
-// loses the pacing credit it could not spend (its burst is a millisecond
-// at its rate), so on a loaded host caps summing to the budget move less
-// than the budget (0.93 of it in a lab run with other work beside it).
-// Link then raises the caps, up to MaxScale times the budget, until what
-// the tunnels send adds up to the budget; a host that paces precisely
-// keeps them at the budget. The zero Link is ready to use.
+// when every one is held by its cap: a sender that wakes late loses the
+// pacing credit it could not spend, so on a loaded host caps summing to
+// the budget move less than the budget. Link then raises the caps, up to
+// MaxScale times the budget, until what the tunnels send adds up to the
+// budget. The zero Link is ready to use.
 type Link struct {
 	scale   float64 // 0 until the first interval: 1
 	linkBps uint64

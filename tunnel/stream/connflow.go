@@ -127,13 +127,12 @@ func (c *ConnFlow) OnMaxData(maxBytes uint64) bool {
 // SetSendCap bounds the bytes the send streams hold together (written,
 // not yet acknowledged) to about n: a stream may hold an equal share of n
 // among the streams holding bytes that the peer's credit lets them send
-// (SendStream.syncSharing), and always Config.MinSendBufferBytes; and
-// under a cap no stream holds more than that floor beyond its peer's
-// credit. 0 lifts the bound (the default: only Config.SendBufferBytes and
-// the Budget apply). The connection sets it from its congestion window,
-// so that a sender faster than the path queues a few windows, not the
-// whole budget, and the budget stays for the receive windows of the other
-// direction. A lower bound takes effect as acknowledgments free bytes.
+// (SendStream.syncSharing), and always Config.MinSendBufferBytes; under a
+// cap no stream holds more than that floor beyond its peer's credit. 0
+// lifts the bound (the default). The connection sets it from its
+// congestion window, so a sender faster than the path queues a few
+// windows, not the whole budget. A lower bound takes effect as
+// acknowledgments free bytes.
 func (c *ConnFlow) SetSendCap(n uint64) { c.sendCap = n }
 
 // sendShare is what one stream may hold under the send cap (0: no cap);
@@ -193,16 +192,12 @@ func (c *ConnFlow) onConsumed(n uint64) {
 
 // release hands back the connection credit of the bytes that have
 // arrived, read or not, so that the connection window bounds the bytes in
-// flight rather than those waiting to be read. Bytes that wait in a
-// stream whose reader stopped (a client that does not read what it asked
-// for) then keep only their stream's credit, not the other streams':
-// counted against the connection until read, two such streams at their
-// largest windows took all of its credit, and with less than a quarter of
-// the window left no MAX_DATA was ever due, so every other stream of the
-// tunnel stalled for good. What waits unread is bounded per stream by its
-// window, together by the Budget (beyond the streams' floors), and for
-// the connection by unreadCap: credit is handed back only while the
-// unread bytes and a window in flight stay within it.
+// flight rather than those waiting to be read: bytes waiting in a stream
+// whose reader stopped keep only their stream's credit, not the other
+// streams'. What waits unread is bounded per stream by its window,
+// together by the Budget (beyond the floors), and for the connection by
+// unreadCap: credit is handed back only while the unread bytes and a
+// window in flight stay within it.
 func (c *ConnFlow) release() {
 	ceiling := c.read + c.unreadCap() - c.recv.windowBytes
 	c.recv.consumed = max(c.recv.consumed, min(c.received, ceiling))
@@ -218,13 +213,12 @@ func (c *ConnFlow) unreadCap() uint64 { return c.cfg.BudgetBytes + c.cfg.MaxConn
 // last advertised (MAX_DATA).
 func (c *ConnFlow) RecvWindow() (windowBytes, limit uint64) { return c.recv.windowBytes, c.recv.limit }
 
-// ShouldSendMaxData reports whether the connection should send MAX_DATA, and
-// with which value: when the credit of more than a quarter of the window
-// was handed back since the last update (see release: as bytes arrive,
-// within the unread cap). It auto-tunes the window first (rtt is
-// the smoothed RTT; zero means unknown). When ok, the new limit is in force
-// as if sent: the connection must send it (and resend the latest value if
-// the frame is lost).
+// ShouldSendMaxData reports whether the connection should send MAX_DATA,
+// and with which value: when the credit of more than a quarter of the
+// window was handed back since the last update (see release). It
+// auto-tunes the window first (rtt is the smoothed RTT; zero means
+// unknown). When ok, the new limit is in force as if sent: the connection
+// must send it (and resend the latest value if lost).
 func (c *ConnFlow) ShouldSendMaxData(now monotime.Time, rtt time.Duration) (maxBytes uint64, ok bool) {
 	if !c.recv.wantsUpdate() {
 		return 0, false

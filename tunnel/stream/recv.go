@@ -14,17 +14,13 @@ import (
 // rules. Offsets are stream offsets; lengths are bytes.
 //
 // Calling contract (the connection serialises all calls, see ConnFlow):
-//
-//   - The connection calls HandleFrame for each STREAM frame and
-//     OnResetStream for RESET_STREAM; an error is fatal to the connection
-//     (close it with CloseCode(err)); the stream is then unchanged.
-//   - The driver calls Read for the application, after Readable > 0 or a
-//     FIN, and StopSending when the application abandons reading. A
-//     reader that waits may lend its buffer with ReadInto, which
-//     HandleFrame then fills with data that arrives in order.
-//   - After reads, the connection calls ShouldSendMaxStreamData (and
-//     ConnFlow.ShouldSendMaxData) and sends the frame it asks for.
-//   - The stream is finished when Done.
+// the connection calls HandleFrame for each STREAM frame and
+// OnResetStream for RESET_STREAM; an error is fatal to the connection
+// (close it with CloseCode(err)) and leaves the stream unchanged. The
+// driver calls Read after Readable > 0 or a FIN, StopSending when the
+// application abandons reading, and ReadInto to lend a waiting reader's
+// buffer. After reads the connection asks ShouldSendMaxStreamData (and
+// ConnFlow.ShouldSendMaxData). The stream is finished when Done.
 type RecvStream struct {
 	id uint64
 	cf *ConnFlow
@@ -198,11 +194,10 @@ func (s *RecvStream) consume(n uint64) {
 
 // ReadInto lends p to the stream for a reader that waits for data (a
 // parked read in package driver): while p has room, data that arrives in
-// order with nothing before it waiting to be read is copied straight into
-// p, as if read, instead of into the stream's buffer and out again on the
-// next Read. It returns the bytes the previous lend took (see Taken),
-// which the caller counts as read; ReadInto(nil) ends the lend. The caller
-// must not use p until the lend ends.
+// order with nothing before it waiting is copied straight into p, as if
+// read. It returns the bytes the previous lend took (see Taken), which
+// the caller counts as read; ReadInto(nil) ends the lend. The caller must
+// not use p until the lend ends.
 func (s *RecvStream) ReadInto(p []byte) (taken int) {
 	taken = s.taken
 	s.into, s.taken = p, 0
@@ -217,16 +212,15 @@ func (s *RecvStream) Taken() int { return s.taken }
 func (s *RecvStream) RecvWindow() (windowBytes, limit uint64) { return s.win.windowBytes, s.win.limit }
 
 // ShouldSendMaxStreamData reports whether the connection should send
-// MAX_STREAM_DATA, and with which value: when the application has read more
-// than a quarter of the window since the last update. It first auto-tunes
-// the window (rtt is the smoothed RTT; zero means unknown), raising the
-// connection window to 1.5 times the stream's if it grew. The new credit is
-// reserved from the Budget: beyond the initial window, only what the budget
-// has available is granted, so ok may be false (or the increase small) under
-// memory pressure; call again after memory is freed. When ok, the new limit
-// is in force as if sent: the connection must deliver it (resending the
-// latest value if the frame is lost). It never asks once the final size is
-// known or the stream is discarding.
+// MAX_STREAM_DATA, and with which value: when the application has read
+// more than a quarter of the window since the last update. It first
+// auto-tunes the window (rtt is the smoothed RTT; zero means unknown),
+// raising the connection window to 1.5 times the stream's if it grew.
+// Credit beyond the initial window is granted only as far as the Budget
+// allows, so ok may be false under memory pressure; call again after
+// memory is freed. When ok, the new limit is in force as if sent: the
+// connection must deliver it (resending the latest value if lost). It
+// never asks once the final size is known or the stream is discarding.
 func (s *RecvStream) ShouldSendMaxStreamData(now monotime.Time, rtt time.Duration) (maxBytes uint64, ok bool) {
 	if s.discarding || s.finalKnown || !s.win.wantsUpdate() {
 		return 0, false
@@ -251,19 +245,14 @@ func (s *RecvStream) ShouldSendMaxStreamData(now monotime.Time, rtt time.Duratio
 
 // GrowWindow raises the stream's receive window to windowBytes (bounded by
 // Config.MaxStreamWindow) and grants the new credit at once, without
-// waiting for reads: the connection calls it when a stream opens on a
-// connection that already knows its path's bandwidth-delay product, so the
-// new flow is not held to the initial window while auto-tuning catches up.
-// At most maxReserve bytes beyond the current credit are granted, and only
-// what the Budget has available (no floor): the caller shares the budget
-// among streams opened together. The window becomes the credit actually
-// granted, so auto-tuning and later updates start from it; the
-// connection's receive window is raised to 1.5 times it, as auto-tuning
-// does (ConnFlow.ShouldSendMaxData then announces it). When ok, the new
-// limit is in force as if sent: the connection must deliver it in
-// MAX_STREAM_DATA. It does nothing (ok false) when the credit outstanding
-// is already windowBytes or more, once the final size is known, or while
-// discarding.
+// waiting for reads: for a stream opened on a connection that already
+// knows its bandwidth-delay product. At most maxReserve bytes beyond the
+// current credit are granted, and only what the Budget has available (no
+// floor). The window becomes the credit granted, and the connection's
+// receive window is raised to 1.5 times it. When ok, the new limit is in
+// force as if sent: the connection must deliver it in MAX_STREAM_DATA.
+// It does nothing (ok false) when the credit outstanding is already
+// windowBytes or more, once the final size is known, or while discarding.
 func (s *RecvStream) GrowWindow(windowBytes, maxReserve uint64) (maxBytes uint64, ok bool) {
 	if s.discarding || s.finalKnown {
 		return 0, false

@@ -8,20 +8,15 @@ import "github.com/wanopt/wanopt/tunnel/wire"
 // ones. Offsets are stream offsets; lengths are bytes.
 //
 // Calling contract (the connection serialises all calls, see ConnFlow):
-//
-//   - The driver calls Write and CloseWrite for the application.
-//   - To fill a packet the connection calls PopFrame while HasData, copies
-//     the returned data into the packet at once, and remembers (offset,
-//     length, fin) per frame in the packet's record.
-//   - When the packet is acknowledged or declared lost, the connection calls
-//     OnAcked or OnLost with each frame's (offset, length, fin), in any
-//     order and any number of times.
-//   - Peer frames: OnMaxStreamData (MAX_STREAM_DATA), OnStopSending
-//     (STOP_SENDING); the connection sends STREAM_DATA_BLOCKED when Blocked
-//     says so.
-//   - Reset abandons the stream; the connection sends RESET_STREAM with the
-//     returned final size until it is acknowledged, then calls OnResetAcked.
-//   - The stream is finished when Done.
+// the driver calls Write and CloseWrite for the application; to fill a
+// packet the connection calls PopFrame while HasData, copies the data at
+// once and records (offset, length, fin) per frame; on the packet's
+// acknowledgment or loss it calls OnAcked or OnLost with them, in any
+// order and any number of times. Peer frames go to OnMaxStreamData and
+// OnStopSending; Blocked says when to send STREAM_DATA_BLOCKED. After
+// Reset the connection sends RESET_STREAM with the final size until
+// acknowledged, then calls OnResetAcked. The stream is finished when
+// Done.
 type SendStream struct {
 	id uint64
 	cf *ConnFlow
@@ -131,13 +126,10 @@ func (s *SendStream) reserve(want int) int {
 
 // syncSharing keeps the stream's place among the streams the send cap is
 // shared by (ConnFlow.holding): those holding bytes, unless the peer's
-// stream credit blocks them (new bytes waiting and no credit to send
-// them). A stream its peer does not read (a client that stopped reading
-// what it asked for) holds bytes the path cannot take; counted, each took
-// an equal share of the cap from the streams that can send, and a
-// download beside sixteen of them moved at a seventeenth of the cap per
-// round trip. Call it after reserved, writeEnd, sentEnd or maxStreamData
-// change.
+// stream credit blocks them. A stream its peer does not read holds bytes
+// the path cannot take, and counted it would take a share of the cap
+// from the streams that can send. Call it after reserved, writeEnd,
+// sentEnd or maxStreamData change.
 func (s *SendStream) syncSharing() {
 	sharing := s.reserved > 0 && !(s.writeEnd > s.sentEnd && s.sentEnd >= s.maxStreamData)
 	if sharing == s.sharing {
@@ -163,16 +155,15 @@ func (s *SendStream) unreserve(n uint64) {
 
 // Lend lends the caller the room at the end of the stream's buffer, up to
 // want bytes and what Writable allows, as consecutive slices of the
-// buffer's chunks appended to dst[:0] (at most want/ChunkBytes+2 of them),
-// so that the application's bytes can be read straight into the buffer
-// instead of copied in by Write. The room counts as written (against
-// Writable and the budget) until Commit says how much of it was filled;
-// every Lend must be followed by one Commit, and Write and Lend wait for it.
-// It returns no slices when there is no room, as Write takes nothing.
+// buffer's chunks appended to dst[:0] (at most want/ChunkBytes+2), so the
+// application's bytes can be read straight into the buffer. The room
+// counts as written (against Writable and the budget) until Commit says
+// how much was filled; every Lend must be followed by one Commit, and
+// Write and Lend wait for it. No room: no slices.
 //
 // The slices are the caller's to fill, on any goroutine, until Commit:
-// nothing else reads or writes those bytes, and a Reset meanwhile leaves
-// their chunks to the caller instead of recycling them.
+// nothing else touches those bytes, and a Reset meanwhile leaves their
+// chunks to the caller instead of recycling them.
 func (s *SendStream) Lend(dst [][]byte, want int) [][]byte {
 	dst = dst[:0]
 	if s.lent > 0 {
@@ -276,18 +267,15 @@ func (s *SendStream) HasData() bool {
 }
 
 // PopFrame returns the next STREAM frame to send, with at most maxPayload
-// data bytes: first lost ranges (lowest offset first), then a lost FIN, then
-// new data limited by the peer's stream credit and the connection credit
+// data bytes: first lost ranges (lowest offset first), then a lost FIN,
+// then new data within the peer's stream credit and the connection credit
 // (which it consumes), then a FIN. A frame never spans two buffer chunks,
-// so data may be shorter than maxPayload while more remains: call again to
-// fill the rest of the packet. fin says the frame ends the stream; a
-// FIN-only frame has no data. ok is false when there is nothing to send
-// (then nothing changed). With maxPayload 0 only a FIN-only frame is
-// returned.
+// so data may be shorter than maxPayload while more remains: call again.
+// A FIN-only frame has no data; with maxPayload 0 only one is returned.
+// ok is false when there is nothing to send (then nothing changed).
 //
-// data aliases the stream's buffer. It stays valid until the next call to
-// OnAcked, OnLost, Reset or OnStopSending on this stream; the connection
-// copies it into the packet immediately.
+// data aliases the stream's buffer and stays valid until the next OnAcked,
+// OnLost, Reset or OnStopSending on this stream: copy it at once.
 func (s *SendStream) PopFrame(maxPayload int) (offset uint64, data []byte, fin bool, ok bool) {
 	if s.reset || maxPayload < 0 {
 		return 0, nil, false, false

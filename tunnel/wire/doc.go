@@ -8,36 +8,35 @@
 // A tunnel packet is one UDP datagram. Its first byte is the packet type.
 // All multi-byte fixed-size integers are big endian.
 //
-//	handshake initiation  0x01 | sender index (4) | Noise message
+//	handshake initiation  0x01 | sender index (4) | Noise message | mac1 | mac2
 //	handshake response    0x02 | sender index (4) | receiver index (4) | Noise message
 //	reject                0x03 | sender index (4)
+//	cookie reply          0x04 | receiver index (4) | sealed cookie
 //	data                  0x10|(L-1) | receiver index (4) | packet number (L = 1..4) | sealed frames
 //
 // Session indexes are chosen by each peer for itself, as in WireGuard: the
-// initiator sends its index, the responder answers with its own and echoes
-// the initiator's, and from then on each side addresses data packets to the
-// other's index. The index, not the UDP address, finds the session, so a
-// peer may roam between addresses.
+// initiator sends its index, the responder answers with its own and
+// echoes the initiator's, and from then on each side addresses data
+// packets to the other's index. The index, not the UDP address, finds the
+// session, so a peer may roam between addresses.
 //
-// A data packet's header (1+4+L bytes, 6 to 9) is the AEAD's additional data
-// and the sealed payload starts right after it (ParseHeader returns that
-// offset). The sealed payload ends with the AEAD tag.
+// A data packet's header (1+4+L bytes, 6 to 9) is the AEAD's additional
+// data and the sealed payload, ending with the AEAD tag, starts right
+// after it (ParseHeader returns that offset).
 //
-// Packet numbers start at 0, increase by one per packet and are never reused;
-// a retransmission is a new packet. The full 64-bit number (at most
-// MaxVarint) is the AEAD nonce. Only its L low bytes are sent: the sender
-// picks L with PacketNumberLen so that it covers more than twice the packets
-// not yet acknowledged, and the receiver recovers the full number with
-// DecodePacketNumber relative to the largest number it has authenticated
-// (RFC 9000 §17.1 and appendix A). This saves 4 to 7 bytes per packet over
-// a full 8-byte number (0.3 to 0.5 % of a 1350-byte packet, against a
-// goodput bar of 92 % of the link) at no cost in safety: a wrongly decoded
-// number yields the wrong nonce, so the packet fails authentication and is
-// dropped, never misaccepted. The number is not encrypted (no QUIC-style
-// header protection), as in WireGuard.
+// Packet numbers start at 0, increase by one per packet and are never
+// reused; a retransmission is a new packet. The full 64-bit number (at
+// most MaxVarint) is the AEAD nonce. Only its L low bytes are sent: the
+// sender picks L with PacketNumberLen to cover more than twice the
+// packets not yet acknowledged, and the receiver recovers the full number
+// with DecodePacketNumber relative to the largest it has authenticated
+// (RFC 9000 §17.1 and appendix A). A wrongly decoded number yields the
+// wrong nonce, so the packet fails authentication and is dropped, never
+// misaccepted. The number is not encrypted (no QUIC-style header
+// protection), as in WireGuard.
 //
-// A reject is unauthenticated: it is a hint that the sender has no session
-// for the index, and must never end a session by itself.
+// A reject is unauthenticated: a hint that the sender has no session for
+// the index, which must never end a session by itself.
 //
 // # Frames
 //
@@ -64,27 +63,24 @@
 //	0x21       OPEN_RESULT          stream v, code v
 //	0x30/0x31  DATAGRAM             [length v if 0x31], data; without length it fills the packet
 //
-// Numbers match QUIC's frames where QUIC has one. A STREAM frame that fills
-// its packet costs as little as 2 bytes (type and a stream ID below 64; no
-// offset at offset 0, no length); a nonzero offset adds 1 to 8 bytes (at most
-// 4 below 1 GiB). A full-sized bulk-data packet thus carries 7 (header with a
-// 2-byte packet number) + 6 (STREAM) + 16 (AEAD tag) = 29 bytes of tunnel
-// overhead.
+// Numbers match QUIC's frames where QUIC has one. A STREAM frame that
+// fills its packet costs as little as 2 bytes (type and a stream ID below
+// 64, no offset at offset 0, no length); a nonzero offset adds 1 to 8
+// bytes. A full bulk-data packet carries 7 (header, 2-byte packet number)
+// + 6 (STREAM) + 16 (AEAD tag) = 29 bytes of tunnel overhead.
 //
 // # Buffers and errors
 //
-// Encoders are Append functions and methods, in the style of strconv and
-// encoding/binary: they append to the caller's slice and allocate only when
-// it lacks capacity, so a sender that appends into a packet buffer of
-// sufficient capacity never allocates. EncodedLen, MaxStreamDataLen and
-// MaxDatagramDataLen let a sender fill a packet exactly. Encoders panic on
-// values no parser could produce (a varint above 2^62-1, invalid ACK ranges):
-// those are bugs in the caller.
+// Encoders are Append functions and methods, in the style of strconv: they
+// append to the caller's slice and allocate only when it lacks capacity.
+// EncodedLen, MaxStreamDataLen and MaxDatagramDataLen let a sender fill a
+// packet exactly. Encoders panic on values no parser could produce (a
+// varint above 2^62-1, invalid ACK ranges): those are bugs in the caller.
 //
-// Decoding (ParseHeader, Parser) does not allocate either, except to build an
-// error. Decoded frames alias their input: STREAM and DATAGRAM data and CLOSE
-// reasons point into the payload, ACK ranges into the Parser. Bytes from the
-// network never cause a panic or an allocation proportional to a length
-// field: malformed input returns an error wrapping one of the package's
-// sentinel errors (ErrTruncated, ErrUnknownFrame, ...).
+// Decoding (ParseHeader, Parser) does not allocate either, except to build
+// an error. Decoded frames alias their input: STREAM and DATAGRAM data and
+// CLOSE reasons point into the payload, ACK ranges into the Parser. Bytes
+// from the network never cause a panic or an allocation proportional to a
+// length field: malformed input returns an error wrapping one of the
+// package's sentinel errors (ErrTruncated, ErrUnknownFrame, ...).
 package wire

@@ -20,11 +20,11 @@ const (
 	// the responder's own index (SenderIndex) and the initiator's index
 	// (ReceiverIndex).
 	PacketHandshakeResp PacketType = 0x02
-	// PacketReject is a stateless, unauthenticated hint: "I hold no session
-	// for index SenderIndex". It is sent in answer to a data packet whose
-	// receiver index is unknown. Anyone on the path can forge it, so a
-	// receiver may start a new handshake on it but must never tear a session
-	// down because of it. Bytes after its header are reserved and ignored.
+	// PacketReject is a stateless, unauthenticated hint, "I hold no session
+	// for index SenderIndex", sent in answer to a data packet whose receiver
+	// index is unknown. Anyone on the path can forge it: a receiver may
+	// start a new handshake on it but must never tear a session down
+	// because of it. Bytes after its header are reserved and ignored.
 	PacketReject PacketType = 0x03
 	// PacketCookie answers a handshake initiation that a responder under
 	// load will not process yet: it carries, for the initiation's sender
@@ -198,12 +198,11 @@ func ParseHeader(b []byte) (h Header, payloadOffset int, err error) {
 }
 
 // PacketNumberLen returns how many bytes (1 to 4) a sender should use to
-// encode packet number pn when largestAcked is the largest packet number the
-// peer has acknowledged (NoPacketNumber if none): enough to represent more
-// than twice the number of unacknowledged packets, as RFC 9000 §17.1 and
-// appendix A.2 ask. If more than 2^31 packets are unacknowledged it still
-// returns 4; a packet whose number the receiver then decodes wrongly fails
-// AEAD authentication and is dropped, never misaccepted.
+// encode packet number pn when largestAcked is the largest packet number
+// the peer has acknowledged (NoPacketNumber if none): enough to represent
+// more than twice the unacknowledged packets (RFC 9000 §17.1, appendix
+// A.2). Beyond 2^31 unacknowledged it still returns 4; a wrongly decoded
+// number fails authentication.
 func PacketNumberLen(pn, largestAcked uint64) int {
 	unacked := pn - largestAcked // wraps to pn+1 when largestAcked is NoPacketNumber
 	n := (bits.Len64(unacked) + 1 + 7) / 8

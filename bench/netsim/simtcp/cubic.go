@@ -27,11 +27,10 @@ const (
 	hsDone           = 2
 )
 
-// Cubic is the CUBIC window controller of RFC 9438: the cubic window
-// function W_cubic(t) = C(t-K)^3 + W_max, multiplicative decrease by beta =
-// 0.7, fast convergence, and the Reno-friendly estimate W_est. Slow start
-// uses HyStart++ (RFC 9406) when HyStart is set, as Linux's CUBIC uses
-// HyStart. Windows are kept in bytes as float64.
+// Cubic is the CUBIC window controller of RFC 9438: W_cubic(t) = C(t-K)^3 +
+// W_max, decrease by beta = 0.7, fast convergence and the Reno-friendly
+// W_est; with HyStart set, slow start uses HyStart++ (RFC 9406), as Linux
+// does. Windows are in bytes as float64.
 type Cubic struct {
 	// HyStart enables HyStart++ in the first slow start; NewCubic sets it.
 	HyStart bool
@@ -61,8 +60,7 @@ type hyStart struct {
 
 var _ WindowController = (*Cubic)(nil)
 
-// NewCubic returns a CUBIC controller, with HyStart++, for segments of mss
-// payload bytes.
+// NewCubic returns a CUBIC controller with HyStart++ for segments of mss bytes.
 func NewCubic(mss int) *Cubic {
 	m := float64(mss)
 	return &Cubic{

@@ -13,9 +13,8 @@ type path struct {
 	fwd, rev netsim.LinkConfig
 }
 
-// symmetric returns a path of rateBps each way with rtt split evenly, a
-// forward queue of queueBDP times the bandwidth-delay product and a
-// forward random loss of lossPct.
+// symmetric returns a path of rateBps each way, rtt split evenly, with a
+// forward queue of queueBDP BDPs and forward random loss of lossPct.
 func symmetric(rateBps int64, rtt time.Duration, queueBDP, lossPct float64) path {
 	bdp := float64(rateBps) / 8 * rtt.Seconds()
 	fwd := netsim.LinkConfig{RateBps: rateBps, Delay: rtt / 2, QueueBytes: max(int(queueBDP*bdp), 3000), LossPercent: lossPct}
@@ -29,9 +28,8 @@ type flowRun struct {
 	id  netsim.FlowID
 }
 
-// newSim builds a dumbbell over p carrying one flow per config, all started
-// at once, and returns the simulator, its forward and reverse links and the
-// flows.
+// newSim builds a dumbbell over p with one flow per config, all started at
+// once, and returns the simulator, its links and the flows.
 func newSim(seed uint64, p path, cfgs ...simtcp.Config) (*netsim.Sim, [2]*netsim.Link, []flowRun) {
 	sim := netsim.New(seed)
 	fwd, rev := sim.NewLink(p.fwd), sim.NewLink(p.rev)

@@ -58,9 +58,8 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	}
 }
 
-// BenchmarkCubic250Mbit simulates 10 s of a CUBIC flow filling a 250
-// Mbit/s, 100 ms path per op (about 208,000 segments and as many ACKs),
-// after a warm-up that gets it past slow start.
+// BenchmarkCubic250Mbit simulates 10 s of a CUBIC flow filling a 250 Mbit/s,
+// 100 ms path per op (about 208,000 segments), after a warm-up.
 func BenchmarkCubic250Mbit(b *testing.B) {
 	sim := saturatedTCP()
 	if err := sim.RunFor(10 * time.Second); err != nil {

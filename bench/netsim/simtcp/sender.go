@@ -134,8 +134,7 @@ func (s *Sender) inFlight(f uint8) bool {
 }
 
 // PollTransmit implements netsim.Endpoint: a retransmission if one is due,
-// else new data, as the window, the receiver's window and the send buffer
-// allow.
+// else new data, as the windows and the send buffer allow.
 func (s *Sender) PollTransmit(now monotime.Time, buf []byte) int {
 	if s.stats.Start.IsZero() {
 		s.stats.Start = now
@@ -296,9 +295,8 @@ func (s *Sender) HandleDatagram(now monotime.Time, b []byte) {
 	}
 }
 
-// prrUpdate computes how many segments may be sent in fast recovery after
-// an ACK that delivered deliveredSegs (RFC 6937, with slow-start
-// reduction bound).
+// prrUpdate computes how many segments may be sent in fast recovery after an
+// ACK that delivered deliveredSegs (RFC 6937, slow-start reduction bound).
 func (s *Sender) prrUpdate(deliveredSegs int) {
 	s.prrDelivered += deliveredSegs
 	var quota int

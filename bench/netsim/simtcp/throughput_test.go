@@ -15,8 +15,7 @@ const (
 	wireSize = 1500
 )
 
-// payloadShare is the fraction of a link's rate that is payload for
-// full-size segments.
+// payloadShare is the payload fraction of a link's rate for full-size segments.
 const payloadShare = float64(mss) / wireSize
 
 func TestThroughputIsMinOfLinkAndWindow(t *testing.T) {
@@ -56,9 +55,8 @@ func TestThroughputIsMinOfLinkAndWindow(t *testing.T) {
 	}
 }
 
-// TestLossCripplesStandardTCP checks that 1 % random loss at 100 ms limits
-// Reno and CUBIC to roughly the Mathis et al. rate, 1.22·MSS/(RTT·√p),
-// far below the link, as on real paths.
+// TestLossCripplesStandardTCP checks that 1 % loss at 100 ms limits Reno and
+// CUBIC to roughly the Mathis et al. rate, 1.22·MSS/(RTT·√p).
 func TestLossCripplesStandardTCP(t *testing.T) {
 	const rate, rtt, loss = 250e6, 100 * time.Millisecond, 1.0
 	mathis := 1.22 * mss * 8 / (rtt.Seconds() * math.Sqrt(loss/100))
@@ -120,8 +118,7 @@ func TestTwoCubicFlowsShareFairly(t *testing.T) {
 }
 
 // TestHyStartTamesSlowStart checks that HyStart++ leaves slow start before
-// the overshoot that, without it, costs thousands of retransmissions and
-// timeouts on a 250 Mbit/s, 100 ms path with one BDP of queue.
+// an overshoot on a 250 Mbit/s, 100 ms path with one BDP of queue.
 func TestHyStartTamesSlowStart(t *testing.T) {
 	const seed = 3
 	run := func(hystart bool) simtcp.SenderStats {

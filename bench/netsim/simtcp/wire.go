@@ -62,9 +62,8 @@ type ackSeg struct {
 	blocks [maxSACKBlocks]span
 }
 
-// putAck writes a and returns the datagram length: headerBytes plus the
-// SACK option as TCP would carry it (two NOPs, kind, length, 8 bytes per
-// block).
+// putAck writes a and returns the datagram length: headerBytes plus the SACK
+// option as TCP carries it (two NOPs, kind, length, 8 bytes per block).
 func putAck(buf []byte, a *ackSeg, headerBytes int) int {
 	buf[0] = kindAck
 	binary.BigEndian.PutUint64(buf[1:], uint64(a.ack))

@@ -11,16 +11,14 @@ import (
 	"github.com/wanopt/wanopt/internal/monotime"
 )
 
-// Packet is a packet a Device was asked to write, with the time of the
-// Write on the monotime clock.
+// Packet is a packet written to a Device, with the Write's monotime.
 type Packet struct {
 	Data []byte
 	At   monotime.Time
 }
 
-// Device is an in-memory packet device. Packets given to Inject are
-// returned by Read, one per call; packets passed to Write appear on
-// Written. It supports read and write deadlines like an *os.File in Go's
+// Device is an in-memory packet device: Inject feeds Read, one packet per
+// call, and Write feeds Written. It has deadlines like an *os.File in Go's
 // poller, and Close. All methods are safe for concurrent use.
 type Device struct {
 	rx      chan []byte
@@ -35,8 +33,7 @@ type Device struct {
 	deadline  *time.Timer
 }
 
-// NewDevice returns an open Device that holds up to capacity packets in
-// each direction.
+// NewDevice returns an open Device of capacity packets in each direction.
 func NewDevice(capacity int) *Device {
 	return &Device{
 		rx:      make(chan []byte, capacity),
@@ -65,8 +62,7 @@ func (d *Device) Inject(pkt []byte) bool {
 // Written delivers the packets written to the device, in order.
 func (d *Device) Written() <-chan Packet { return d.tx }
 
-// Dropped returns the number of written packets dropped because Written
-// was full (the way a NIC drops when its ring is full).
+// Dropped returns how many written packets were dropped as Written was full.
 func (d *Device) Dropped() uint64 { return d.dropped.Load() }
 
 // Read blocks until an injected packet is available and copies it into
@@ -93,9 +89,8 @@ func (d *Device) Read(pkt []byte) (int, error) {
 	}
 }
 
-// Write copies pkt to Written, stamped with monotime.Now. It never blocks:
-// when Written is full the packet is dropped and counted. It returns
-// os.ErrClosed after Close.
+// Write copies pkt to Written, stamped with monotime.Now. It never blocks (a
+// full Written drops and counts the packet); after Close, os.ErrClosed.
 func (d *Device) Write(pkt []byte) (int, error) {
 	select {
 	case <-d.closed:
@@ -147,12 +142,10 @@ func (d *Device) expireLocked(ch chan struct{}) {
 	}
 }
 
-// SetWriteDeadline exists for symmetry with *os.File; Write never blocks,
-// so it has no effect.
+// SetWriteDeadline has no effect: Write never blocks.
 func (d *Device) SetWriteDeadline(time.Time) error { return nil }
 
-// Close makes Read and Write fail with os.ErrClosed. Closing twice is
-// harmless.
+// Close makes Read and Write fail with os.ErrClosed; closing twice is harmless.
 func (d *Device) Close() error {
 	d.once.Do(func() { close(d.closed) })
 	return nil
