@@ -4,7 +4,7 @@ BIN     := bin
 PKGS    := ./...
 OUT     ?= out
 
-.PHONY: help build install uninstall test vet fmt-check unit allocs flood bench-path lab-deps check baseline baseline-quick demo clean
+.PHONY: help build install uninstall test vet fmt-check docs-check unit allocs flood bench-path lab-deps check baseline baseline-quick demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -21,11 +21,12 @@ SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
 DOCDIR         ?= $(PREFIX)/share/doc/wanopt
 UNITS          := wanopt@.service wanopt-tun@.service system-wanopt.slice
 EXAMPLES       := near.conf far.conf wanopt@near.service.d/tun.conf wanopt-tun@wo0.service.d/routes.conf
-DOCS           := wo0.netdev wo0.network DEPLOY.md
+GUIDES         := $(notdir $(wildcard docs/guide/*))
+DOCS           := wo0.netdev wo0.network $(GUIDES)
 
 # The units name the binary and the guide where they are installed: sed
 # fills in @BINDIR@ and @DOCDIR@. /etc/wanopt is left to the administrator.
-install: build ## install wanopt, its systemd units, sysusers.d file and examples (PREFIX=/usr/local, DESTDIR=)
+install: build ## install wanopt, its systemd units, sysusers.d file, examples and guides (PREFIX=/usr/local, DESTDIR=)
 	install -D -m 0755 $(BIN)/wanopt $(DESTDIR)$(BINDIR)/wanopt
 	@mkdir -p $(BIN)/systemd
 	for u in $(UNITS); do \
@@ -34,7 +35,7 @@ install: build ## install wanopt, its systemd units, sysusers.d file and example
 	done
 	install -D -m 0644 dist/sysusers.d/wanopt.conf $(DESTDIR)$(SYSUSERSDIR)/wanopt.conf
 	for f in $(EXAMPLES); do install -D -m 0644 dist/examples/$$f $(DESTDIR)$(DOCDIR)/examples/$$f || exit 1; done
-	install -D -m 0644 -t $(DESTDIR)$(DOCDIR) dist/systemd-networkd/wo0.netdev dist/systemd-networkd/wo0.network docs/DEPLOY.md
+	install -D -m 0644 -t $(DESTDIR)$(DOCDIR) dist/systemd-networkd/wo0.netdev dist/systemd-networkd/wo0.network $(addprefix docs/guide/,$(GUIDES))
 
 # File by file, so that a DOCDIR shared with other files loses only ours.
 uninstall: ## remove what 'make install' installed (same PREFIX and DESTDIR)
@@ -50,6 +51,9 @@ fmt-check: ## fail if any file is not gofmt-clean
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+docs-check: ## check the docs: every 'wanopt run' flag in docs/guide/configuration.md, every relative link resolving
+	$(GO) test -count=1 -run 'TestConfigurationReference|TestDocLinks' ./cmd/wanopt/
+
 unit: ## race-enabled tests (end-to-end tests skip unless root)
 	$(GO) test -race -count=1 -timeout 40m $(PKGS)
 
@@ -62,7 +66,7 @@ bench-path: ## the data path's cost, in process and without root: Gbit/s, cpu-s/
 flood: ## the handshake flood test at full rate (20,000 initiations/s for 10 s; the race detector's run goes at a tenth)
 	bash -o pipefail -c "$(GO) test -count=1 -v -run 'TestHandshakeFlood' ./tunnel/driver/ | grep -E '^(---|ok|FAIL)|initiations in'"
 
-test: vet fmt-check unit allocs flood bench-path ## the project's test command (what .ci/run runs); its log ends with the data path's cost
+test: vet fmt-check docs-check unit allocs flood bench-path ## the project's test command (what .ci/run runs); its log ends with the data path's cost
 
 # The lab needs root: sudo when not already root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

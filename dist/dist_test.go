@@ -14,14 +14,14 @@ import (
 )
 
 // installed is every file 'make install PREFIX=/usr' puts under DESTDIR,
-// with its mode. Anything else there, /etc included, is a failure.
+// with its mode, beside the guides of docs/guide. Anything else there,
+// /etc included, is a failure.
 var installed = map[string]fs.FileMode{
 	"usr/bin/wanopt":                                                     0o755,
 	"usr/lib/systemd/system/wanopt@.service":                             0o644,
 	"usr/lib/systemd/system/wanopt-tun@.service":                         0o644,
 	"usr/lib/systemd/system/system-wanopt.slice":                         0o644,
 	"usr/lib/sysusers.d/wanopt.conf":                                     0o644,
-	"usr/share/doc/wanopt/DEPLOY.md":                                     0o644,
 	"usr/share/doc/wanopt/wo0.netdev":                                    0o644,
 	"usr/share/doc/wanopt/wo0.network":                                   0o644,
 	"usr/share/doc/wanopt/examples/near.conf":                            0o644,
@@ -33,7 +33,9 @@ var installed = map[string]fs.FileMode{
 const (
 	unitDir = "usr/lib/systemd/system"
 	docDir  = "usr/share/doc/wanopt"
-	binary  = "/usr/bin/wanopt"
+	// guide is the page the units' Documentation= names.
+	guide  = "deploy.md"
+	binary = "/usr/bin/wanopt"
 )
 
 // TestInstall runs 'make install' into a temporary DESTDIR and checks the
@@ -91,14 +93,28 @@ func goCommand(t *testing.T) string {
 // checkTree checks that the expected files, and only they, are installed
 // with their modes: no /etc/wanopt, which is the administrator's.
 func checkTree(t *testing.T, dest string) {
+	want := map[string]fs.FileMode{}
+	for rel, mode := range installed {
+		want[rel] = mode
+	}
+	guides, err := filepath.Glob("../docs/guide/*")
+	if err != nil || len(guides) == 0 {
+		t.Fatalf("the guides in docs/guide: %v (found %d)", err, len(guides))
+	}
+	for _, g := range guides {
+		want[docDir+"/"+filepath.Base(g)] = 0o644
+	}
+	if _, ok := want[docDir+"/"+guide]; !ok {
+		t.Errorf("docs/guide has no %s, which the units name", guide)
+	}
 	seen := map[string]bool{}
-	err := filepath.WalkDir(dest, func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(dest, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		rel := strings.TrimPrefix(path, dest+"/")
 		seen[rel] = true
-		want, ok := installed[rel]
+		mode, ok := want[rel]
 		if !ok {
 			t.Errorf("unexpected file installed: /%s", rel)
 			return nil
@@ -109,15 +125,15 @@ func checkTree(t *testing.T, dest string) {
 		}
 		if !info.Mode().IsRegular() {
 			t.Errorf("/%s: %v, want a regular file", rel, info.Mode())
-		} else if got := info.Mode().Perm(); got != want {
-			t.Errorf("/%s: mode %04o, want %04o", rel, got, want)
+		} else if got := info.Mode().Perm(); got != mode {
+			t.Errorf("/%s: mode %04o, want %04o", rel, got, mode)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatalf("walk the install tree: %v", err)
 	}
-	for rel := range installed {
+	for rel := range want {
 		if !seen[rel] {
 			t.Errorf("not installed: /%s", rel)
 		}
@@ -136,8 +152,8 @@ func checkUnits(t *testing.T, dest string) {
 			t.Errorf("%s: a placeholder was not substituted:\n%s", name, text)
 		}
 		doc := unitValues(text, "Documentation")
-		if len(doc) != 1 || doc[0] != "file:/usr/share/doc/wanopt/DEPLOY.md" {
-			t.Errorf("%s: Documentation=%q, want file:/usr/share/doc/wanopt/DEPLOY.md", name, doc)
+		if len(doc) != 1 || doc[0] != "file:/"+docDir+"/"+guide {
+			t.Errorf("%s: Documentation=%q, want file:/%s/%s", name, doc, docDir, guide)
 		}
 	}
 	// Instances of wanopt@ run in system-wanopt.slice: its weight is the
