@@ -38,6 +38,10 @@ type Config struct {
 	// public key (--peer-key).
 	PrivateKey crypt.PrivateKey
 	PeerKey    crypt.PublicKey
+	// PeerName names the one peer in metrics and logs (--peer-name;
+	// DefaultPeerName if empty). A hub's branches and a near edge's
+	// upstreams are named by their own names.
+	PeerName string
 	// Exactly one of Listen (--listen: the responder, usually the far
 	// edge) and Peer (--peer: the initiator) is set.
 	Listen, Peer netip.AddrPort
@@ -131,6 +135,17 @@ const (
 	MinPeerTimeout = 5 * time.Second
 )
 
+// DefaultPeerName is the one peer's name when Config.PeerName is empty.
+const DefaultPeerName = "peer"
+
+// peerName is the one peer's name (Config.PeerName or DefaultPeerName).
+func (c Config) peerName() string {
+	if c.PeerName == "" {
+		return DefaultPeerName
+	}
+	return c.PeerName
+}
+
 // ErrConfig marks a configuration Validate refused.
 var ErrConfig = errors.New("bad edge configuration")
 
@@ -188,6 +203,10 @@ func (c Config) Validate() error {
 		return bad("--egress transparent connects servers through the TUN device's stack: it needs --tun NAME, with the clients' networks routed into the device (--route CIDR)")
 	case c.TUN == "" && len(c.Policy.Rules) == 0 && len(c.Branches) == 0:
 		return bad("this edge would do nothing: give --tun NAME to intercept flows (near edge) and/or --allow CIDR[:PORTS] to connect them (far edge)")
+	case c.PeerName != "" && !branchName.MatchString(c.PeerName):
+		return bad("--peer-name %q: a name is 1 to 32 letters, digits, '.', '_' or '-', starting with a letter or digit", c.PeerName)
+	case c.PeerName != "" && (len(c.Branches) > 0 || len(c.Upstreams) > 0):
+		return bad("--peer-name names the one peer: a hub's branches and the upstreams are named by --branch NAME:KEY and --upstream NAME:KEY@ADDR:PORT")
 	case len(c.TUN) > 15:
 		return bad("--tun %q: interface names have at most 15 bytes", c.TUN)
 	case (len(c.TUNAddrs) > 0 || len(c.TUNRoutes) > 0) && !c.TUNSetup:

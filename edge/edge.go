@@ -54,6 +54,12 @@ type Edge struct {
 	// router, with several upstreams (Config.Upstreams), picks the bridge
 	// of each intercepted flow; nil: every flow goes through br.
 	router *router
+	// link is the one peer's tunnel's life (unused with upstreams or
+	// branches, which keep their own).
+	link *link
+	// refusals counts and logs the initiations a responder (far edge,
+	// hub) refused, over the process's life (nil for an initiator).
+	refusals *driver.Refusals
 
 	// stops are the control socket's and metrics server's (Run's
 	// goroutine only).
@@ -64,9 +70,17 @@ type Edge struct {
 	// cfg's Policy, which Reload changes.
 	mu      sync.Mutex
 	started time.Time
-	dev     *tun.Device
-	st      *stack.Stack
-	eg      *egress.Egress
+	// running: Run has started and not returned; stopping: its context
+	// ended; ingressOpen: the TUN's stack is open and not yet closed.
+	running, stopping, ingressOpen bool
+	// serving: Run has set up what comes before the tunnels (Serving).
+	serving bool
+	// metricsAddr is where the metrics server listens (Config.Metrics
+	// with its port chosen).
+	metricsAddr string
+	dev         *tun.Device
+	st          *stack.Stack
+	eg          *egress.Egress
 	// hub and branches, for a hub (Config.Branches), instead of eg.
 	hub      *driver.Hub
 	run      *hubRun
@@ -92,11 +106,20 @@ func New(cfg Config) (*Edge, error) {
 	bp := cfg.buffers()
 	e := &Edge{cfg: cfg, log: cfg.Logger, br: bridge.New(nil, cfg.Logger.With("sub", "bridge")), stamps: crypt.NewTimestamps(),
 		budget: flow.NewBudget(bp.FlowLimit, bp.FlowFloorBytes, bp.GrantBytes)}
+	now := time.Now()
+	if cfg.Peer.IsValid() {
+		e.link = newLink(true, cfg.Peer.String(), now)
+	} else {
+		e.link = newLink(false, "", now)
+	}
+	if cfg.Listen.IsValid() {
+		e.refusals = driver.NewRefusals(cfg.Logger.With("sub", "handshake"))
+	}
 	if len(cfg.Upstreams) > 0 {
 		e.router = &router{}
 		var ups []*upstream
 		for _, u := range cfg.Upstreams {
-			ups = append(ups, &upstream{Upstream: u, br: bridge.New(nil, cfg.Logger.With("sub", "bridge", "upstream", u.Name))})
+			ups = append(ups, newUpstream(u, cfg.Logger, now))
 		}
 		e.router.ups.Store(&ups)
 	}
@@ -114,7 +137,20 @@ func (e *Edge) Run(ctx context.Context) error {
 	cfg := e.config()
 	e.mu.Lock()
 	e.started = time.Now()
+	e.running = true
 	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.running = false
+		e.mu.Unlock()
+	}()
+	stopHook := context.AfterFunc(ctx, func() {
+		e.mu.Lock()
+		e.stopping = true
+		e.mu.Unlock()
+	})
+	defer stopHook()
+	e.link.wentDownAt(time.Now(), nil) // the wait starts now, not at New
 	if cfg.TUN != "" {
 		if err := e.openIngress(ctx); err != nil {
 			return err
@@ -148,6 +184,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	}
 	defer e.stopControl()
 	e.log.Info("edge starting", "config", cfg.Summary())
+	e.setServing()
 	if e.near != nil && cfg.NearRules.HasTCPPass() {
 		e.log.Warn(PassTCPWarning)
 	}
@@ -156,7 +193,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	} else {
 		e.tunnelLoop(ctx, eg)
 	}
-	e.log.Info("edge stopped", "egress", fmt.Sprintf("%+v", eg.Stats()), "bridge", fmt.Sprintf("%+v", e.br.Stats()))
+	e.logStopped(eg.Stats())
 	return nil
 }
 
@@ -169,8 +206,13 @@ func (e *Edge) serveHub(ctx context.Context, cfg Config, dialer flow.Dialer) err
 	}
 	defer e.stopControl()
 	e.log.Info("edge starting", "config", cfg.Summary())
+	e.setServing()
 	err := e.runHub(ctx, cfg, dialer)
-	e.log.Info("edge stopped")
+	var g egress.Stats
+	for _, p := range e.peerStatus() {
+		g = g.Add(p.Egress)
+	}
+	e.logStopped(g)
 	return err
 }
 
@@ -185,12 +227,15 @@ func (e *Edge) serveControl(ctx context.Context, cfg Config) error {
 		e.stops = append(e.stops, stop)
 	}
 	if cfg.Metrics != "" {
-		reg := metrics.Registry(e.Status, cfg.PeerKey.Base64())
-		_, stop, err := metrics.Serve(ctx, cfg.Metrics, reg, e.log.With("sub", "metrics"))
+		reg := metrics.Registry(e.Status)
+		bound, stop, err := metrics.Serve(ctx, cfg.Metrics, reg, e.Ready, e.log.With("sub", "metrics"))
 		if err != nil {
 			e.stopControl()
 			return err
 		}
+		e.mu.Lock()
+		e.metricsAddr = bound
+		e.mu.Unlock()
 		e.stops = append(e.stops, stop)
 	}
 	return nil
@@ -300,6 +345,7 @@ func (e *Edge) openIngress(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	e.dev, e.st, e.capture = dev, st, capt
+	e.ingressOpen = true
 	e.mu.Unlock()
 	e.log.Info("intercepting TCP", "tun", cfg.TUN, "mtu", dev.MTU(), "offload", dev.Offload())
 	return nil
@@ -309,6 +355,7 @@ func (e *Edge) openIngress(ctx context.Context) error {
 func (e *Edge) closeIngress() {
 	e.mu.Lock()
 	dev, st, capt := e.dev, e.st, e.capture
+	e.ingressOpen = false
 	e.mu.Unlock()
 	if err := st.Close(); err != nil {
 		e.log.Warn("closing the TCP stack failed", "err", err)
@@ -326,15 +373,20 @@ func (e *Edge) closeIngress() {
 // tunnelLoop keeps a tunnel to the peer up until ctx ends: it dials (or
 // listens), serves it, and starts over when it closes.
 func (e *Edge) tunnelLoop(ctx context.Context, eg *egress.Egress) {
-	e.keepUp(ctx, e.log, e.connect, func(ctx context.Context, t *driver.Tunnel) { e.serve(ctx, t, eg) })
+	e.keepUp(ctx, e.log, e.link, e.connect, func(ctx context.Context, t *driver.Tunnel) { e.serve(ctx, t, eg) })
 }
 
 // keepUp opens a tunnel with open and runs serve on it, again each time
-// it closes, until ctx ends. A failed open is retried after a pause that
-// doubles up to 10 s, unless the attempt itself waited longer (a
-// handshake unanswered for --peer-timeout: the path may be back any
-// moment, so it tries again at once).
-func (e *Edge) keepUp(ctx context.Context, log *slog.Logger, open func(context.Context) (*driver.Tunnel, error), serve func(context.Context, *driver.Tunnel)) {
+// it closes, until ctx ends, keeping l up to date. A failed open is
+// retried after a pause that doubles up to 10 s, unless the attempt
+// itself waited longer (a handshake unanswered for --peer-timeout: the
+// path may be back any moment, so it tries again at once). While an
+// initiator's tunnel is down, it warns what to check (watchDown).
+func (e *Edge) keepUp(ctx context.Context, log *slog.Logger, l *link, open func(context.Context) (*driver.Tunnel, error), serve func(context.Context, *driver.Tunnel)) {
+	if l.initiator {
+		stop := e.watchDown(ctx, log, l)
+		defer stop()
+	}
 	backoff := time.Second
 	for ctx.Err() == nil {
 		start := time.Now()
@@ -343,6 +395,7 @@ func (e *Edge) keepUp(ctx context.Context, log *slog.Logger, open func(context.C
 			if ctx.Err() != nil {
 				return
 			}
+			l.dialFailed(err)
 			if time.Since(start) > backoff {
 				backoff = time.Second
 			}
@@ -356,9 +409,74 @@ func (e *Edge) keepUp(ctx context.Context, log *slog.Logger, open func(context.C
 			continue
 		}
 		backoff = time.Second
-		log.Info("tunnel up", "peer", t.Stats().PeerAddr, "local", t.LocalAddr())
+		ts := t.Stats()
+		l.cameUp(time.Now(), ts.PeerAddr.String(), ts.KeysAge)
+		log.Info("tunnel up", "peer", ts.PeerAddr, "local", t.LocalAddr())
 		serve(ctx, t)
+		if ctx.Err() == nil {
+			l.wentDownAt(time.Now(), t.Err())
+			logDown(log, t.Err())
+		}
 	}
+}
+
+// logDown says that the tunnel closed and why: at INFO when the peer
+// closed it (it stopped or restarted on purpose), else at WARN.
+func logDown(log *slog.Logger, err error) {
+	if errors.Is(err, tunnel.ErrPeerClosed) {
+		log.Info("the peer closed the tunnel; reconnecting", "reason", err)
+		return
+	}
+	log.Warn("tunnel down; reconnecting", "err", err)
+}
+
+// watchDown warns, while l's tunnel is down, that the far edge does not
+// answer and what to check: after firstDownWarning, then at intervals
+// doubling up to maxDownWarning. It runs until the returned stop is
+// called (which waits for it).
+func (e *Edge) watchDown(ctx context.Context, log *slog.Logger, l *link) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	key := e.config().PrivateKey.PublicKey().Base64()
+	go func() {
+		defer close(done)
+		tk := time.NewTicker(time.Second)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-tk.C:
+				due, attempts, down := l.warnDue(now)
+				if !due {
+					continue
+				}
+				s := l.snapshot(now, 0)
+				attrs := []any{"peer", s.Peer, "attempts", attempts, "down_for", down.Round(time.Second),
+					"check", "that the far edge has this edge's public key " + key + " (its --peer-key or --branch), that UDP reaches " + s.Peer + " (no firewall drops it), and that the far edge runs"}
+				if s.LastError != "" {
+					attrs = append(attrs, "last_error", s.LastError)
+				}
+				log.Warn("no answer from the far edge", attrs...)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// logStopped logs the edge's end with its egress and bridge counts.
+func (e *Edge) logStopped(g egress.Stats) {
+	b := e.br.Stats()
+	if e.router != nil {
+		for _, u := range e.router.list() {
+			b = b.Add(u.br.Stats())
+		}
+	}
+	e.log.Info("edge stopped",
+		slog.Group("egress", "connected", g.Connected, "not_allowed", g.NotAllowed, "denied", g.Denied, "refused", g.Refused,
+			"unreachable", g.Unreachable, "timed_out", g.TimedOut, "failed", g.Failed, "bytes_up", g.BytesUp, "bytes_down", g.BytesDown),
+		slog.Group("bridge", "opened", b.Opened, "refused", b.Refused, "not_allowed", b.NotAllowed,
+			"unreachable", b.Unreachable, "timed_out", b.TimedOut, "failed", b.Failed))
 }
 
 // tunnelConfig is the tunnel.Config of a tunnel to peer, whose streams
@@ -383,7 +501,6 @@ func (e *Edge) serve(ctx context.Context, t *driver.Tunnel, eg *egress.Egress) {
 	e.setDatagramTunnel(t)
 	select {
 	case <-t.Done():
-		e.log.Warn("tunnel down; reconnecting", "err", t.Err())
 	case <-ctx.Done():
 		e.log.Info("stopping: closing flows and the tunnel")
 	}
@@ -409,6 +526,7 @@ func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 		Tunnel:     e.tunnelConfig(cfg, cfg.PeerKey, cfg.buffers().TunnelBytes, e.log),
 		Logger:     e.log.With("sub", "driver"),
 		OnDatagram: e.onDatagram,
+		Refusals:   e.refusals,
 	}
 	if cfg.Bind != nil {
 		b, err := cfg.Bind()
@@ -419,6 +537,7 @@ func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 	}
 	if cfg.Peer.IsValid() {
 		dc.RemoteAddr = cfg.Peer
+		dc.OnHandshakeSent = e.link.handshakesSent
 		dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesForMTU(cfg.Peer.Addr(), cfg.withDefaults().TunnelMTU) // IPv6's headers are larger
 		if cfg.Peer.Addr().Is4() {
 			dc.Network = "udp4"

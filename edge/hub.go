@@ -86,6 +86,7 @@ type branch struct {
 	done   chan struct{}      // closed when its loop has returned
 	mu     sync.Mutex
 	t      *driver.Tunnel // nil while down
+	link   *link          // its tunnel's life
 
 	// The share loop's own (shareLoop): the tunnel it last saw, its
 	// payload bytes sent then, and the cap it set.
@@ -116,7 +117,7 @@ func (e *Edge) runHub(ctx context.Context, cfg Config, dialer flow.Dialer) error
 	if err != nil {
 		return fmt.Errorf("open the hub's socket on %v: %w", cfg.Listen, err)
 	}
-	hub := driver.NewHub(bc, cfg.PrivateKey, e.log.With("sub", "hub"))
+	hub := driver.NewHub(bc, cfg.PrivateKey, driver.HubOptions{Logger: e.log.With("sub", "hub"), Refusals: e.refusals})
 	defer hub.Close()
 	h := &hubRun{ctx: ctx, hub: hub, dialer: dialer}
 	e.mu.Lock()
@@ -213,7 +214,7 @@ func (e *Edge) startBranch(cfg Config, b Branch) {
 	defer e.mu.Unlock()
 	h := e.run
 	ctx, cancel := context.WithCancel(h.ctx)
-	br := &branch{Branch: b, cancel: cancel, done: make(chan struct{}),
+	br := &branch{Branch: b, cancel: cancel, done: make(chan struct{}), link: newLink(false, "", time.Now()),
 		eg: egress.New(cfg.branchPolicy(b), h.dialer, egress.Options{
 			DialTimeout: cfg.DialTimeout, MaxFlows: cfg.MaxFlows, IdleTimeout: max(0, cfg.FlowIdleTimeout),
 			Budget: e.budget, Logger: e.log.With("sub", "egress", "branch", b.Name)})}
@@ -270,9 +271,10 @@ func (e *Edge) branchLoop(ctx context.Context, cfg Config, hub *driver.Hub, b *b
 		tc.MaxUDPPayloadBytes = min(tunnel.MaxUDPPayloadBytesForMTU(cfg.Listen.Addr(), cfg.withDefaults().TunnelMTU), driver.HubMaxDatagramBytes) // IPv6's headers are larger; the hub's buffers hold the IPv4 size
 		t, err := driver.Listen(ctx, driver.Config{Bind: bc, NoGate: true, Logger: log.With("sub", "driver"),
 			Tunnel:     tc,
-			OnDatagram: func(p []byte) { dgram.Demux(p, nil, b.far) }})
+			OnDatagram: func(p []byte) { dgram.Demux(p, nil, b.far) }, Refusals: e.refusals})
 		if err != nil {
 			if ctx.Err() == nil {
+				b.link.dialFailed(err)
 				log.Warn("waiting for the branch failed; retrying", "err", err)
 				select {
 				case <-time.After(time.Second):
@@ -281,7 +283,9 @@ func (e *Edge) branchLoop(ctx context.Context, cfg Config, hub *driver.Hub, b *b
 			}
 			continue
 		}
-		log.Info("branch tunnel up", "peer", t.Stats().PeerAddr)
+		ts := t.Stats()
+		b.link.cameUp(time.Now(), ts.PeerAddr.String(), ts.KeysAge)
+		log.Info("branch tunnel up", "peer", ts.PeerAddr)
 		b.mu.Lock()
 		b.t = t
 		b.mu.Unlock()
@@ -295,7 +299,12 @@ func (e *Edge) branchLoop(ctx context.Context, cfg Config, hub *driver.Hub, b *b
 			log.Warn("egress stopped", "err", err)
 		}
 		if ctx.Err() == nil {
-			log.Warn("branch tunnel down; waiting for it again", "err", t.Err())
+			b.link.wentDownAt(time.Now(), t.Err())
+			if errors.Is(t.Err(), tunnel.ErrPeerClosed) {
+				log.Info("the branch closed its tunnel; waiting for it again", "reason", t.Err())
+			} else {
+				log.Warn("branch tunnel down; waiting for it again", "err", t.Err())
+			}
 		}
 		t.Close()
 	}
@@ -314,9 +323,13 @@ func (e *Edge) peerStatus() []control.Peer {
 	for _, b := range e.hubBranches() {
 		ds := b.far.Stats()
 		p := control.Peer{Name: b.Name, Key: b.Key.Base64(), Policy: b.eg.Policy().String(), Egress: b.eg.Stats(), Datagrams: &ds}
+		var keysAge time.Duration
 		if t := b.tunnel(); t != nil {
 			p.Tunnel = tunnelStatus(t)
+			keysAge = p.Tunnel.HandshakeAge
 		}
+		ts := b.link.snapshot(time.Now(), keysAge)
+		p.TunnelState = &ts
 		out = append(out, p)
 	}
 	return out

@@ -133,6 +133,23 @@ func TestEdgeHub(t *testing.T) {
 	if len(st.Peers) != len(names) || st.Hub == nil || st.Hub.UnknownKey == 0 {
 		t.Fatalf("hub status: %d peers, hub %+v; want 3 and the stranger counted", len(st.Peers), st.Hub)
 	}
+	// The hub's refusals name the stranger's key, and its branches'
+	// tunnels their state.
+	stranger := near[len(names)].cfg.PrivateKey.PublicKey().Base64()
+	if r := st.Refused; r == nil || r.UnknownKey == 0 || r.Last == nil || r.Last.Reason != "unknown_key" || r.Last.Key != stranger {
+		t.Errorf("hub's refusals %+v; want the stranger's key %s", r, stranger)
+	}
+	for _, p := range st.Peers {
+		if p.TunnelState == nil || p.TunnelState.State != "up" || p.TunnelState.LastHandshake.IsZero() {
+			t.Errorf("branch %s: tunnel state %+v; want up", p.Name, p.TunnelState)
+		}
+	}
+	if ok, why := hub.Ready(); !ok {
+		t.Errorf("hub with its branches up: not ready: %s", why)
+	}
+	if ok, why := near[len(names)].Ready(); ok || !strings.Contains(why, "no answer to") {
+		t.Errorf("the stranger: Ready() = %v, %q; want its unanswered handshakes", ok, why)
+	}
 	for i, p := range st.Peers {
 		if p.Name != names[i] || p.Tunnel == nil || p.Egress.Connected == 0 {
 			t.Errorf("peer %d: %s, tunnel %v, connected %d", i, p.Name, p.Tunnel != nil, p.Egress.Connected)

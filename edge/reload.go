@@ -14,7 +14,7 @@ var restartFlags = map[string]string{
 	"Listen": "--listen", "Peer": "--peer", "CC": "--cc", "PeerTimeout": "--peer-timeout",
 	"WANRateBps": "--wan-rate", "TunnelMTU": "--tunnel-mtu", "Transparent": "--egress", "DialTimeout": "--dial-timeout",
 	"MaxFlows": "--max-flows", "FlowIdleTimeout": "--flow-idle-timeout", "MemoryMiB": "--memory-mib",
-	"Control": "--control", "Metrics": "--metrics", "Branches": "--branch",
+	"Control": "--control", "Metrics": "--metrics", "Branches": "--branch", "PeerName": "--peer-name",
 }
 
 // reloadable are the Config fields a reload applies, and those it

@@ -28,8 +28,19 @@ func (e *Edge) Status() control.Status {
 	if eg := e.egress(); eg != nil {
 		r.Egress = eg.Stats()
 	}
-	if t := e.br.Tunnel(); t != nil {
-		r.Tunnel = tunnelStatus(t)
+	now := time.Now()
+	if len(cfg.Branches) == 0 && len(cfg.Upstreams) == 0 {
+		r.PeerName, r.PeerKey = cfg.peerName(), cfg.PeerKey.Base64()
+		var keysAge time.Duration
+		if t := e.br.Tunnel(); t != nil {
+			r.Tunnel = tunnelStatus(t)
+			keysAge = r.Tunnel.HandshakeAge
+		}
+		ts := e.link.snapshot(now, keysAge)
+		r.TunnelState = &ts
+	}
+	if e.refusals != nil {
+		r.Refused = refusedStatus(e.refusals.Stats())
 	}
 	if ups := e.upstreamStatus(); ups != nil {
 		r.Peers = ups
@@ -126,6 +137,20 @@ func (e *Edge) Flows() []control.Flow {
 		egressFlows(b.eg, b.Name, srtt)
 	}
 	return out
+}
+
+// refusedStatus is the status of the initiations a responder refused.
+func refusedStatus(s driver.RefusalStats) *control.Refused {
+	n := s.ByReason
+	r := &control.Refused{BadMAC: n[driver.RefusedBadMAC], Unauthenticated: n[driver.RefusedUnauthenticated],
+		UnknownKey: n[driver.RefusedUnknownKey], Replays: n[driver.RefusedReplay], RateLimited: n[driver.RefusedRateLimited]}
+	if l := s.Last; !l.At.IsZero() {
+		r.Last = &control.Refusal{At: l.At, From: l.From.String(), Reason: l.Reason.String()}
+		if !l.Key.IsZero() {
+			r.Last.Key = l.Key.Base64()
+		}
+	}
+	return r
 }
 
 // tunnelStatus is the status of one tunnel.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/wanopt/wanopt/edge/bridge"
 	"github.com/wanopt/wanopt/edge/control"
@@ -76,8 +78,14 @@ func (c Config) validateUpstreams() error {
 type upstream struct {
 	Upstream
 	br     *bridge.Dialer
+	link   *link // its tunnel's life
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// newUpstream returns u, not yet running, at now.
+func newUpstream(u Upstream, log *slog.Logger, now time.Time) *upstream {
+	return &upstream{Upstream: u, br: bridge.New(nil, log.With("sub", "bridge", "upstream", u.Name)), link: newLink(true, u.Addr.String(), now)}
 }
 
 // router is the near edge's flow.Dialer with several upstreams: it hands
@@ -130,21 +138,20 @@ func (e *Edge) upstreamLoop(ctx context.Context, cfg Config, u *upstream, serveE
 		// The upstreams share the stream memory evenly.
 		dc := driver.Config{RemoteAddr: u.Addr, Logger: log.With("sub", "driver"),
 			Tunnel:     e.tunnelConfig(cfg, u.Key, cfg.buffers().TunnelBytes/uint64(len(cfg.Upstreams)), log),
-			OnDatagram: e.onUpstreamDatagram}
+			OnDatagram: e.onUpstreamDatagram, OnHandshakeSent: u.link.handshakesSent}
 		dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesForMTU(u.Addr.Addr(), cfg.withDefaults().TunnelMTU) // IPv6's headers are larger
 		if u.Addr.Addr().Is4() {
 			dc.Network = "udp4"
 		}
 		return driver.Dial(ctx, dc)
 	}
-	e.keepUp(ctx, log, open, func(ctx context.Context, t *driver.Tunnel) {
+	e.keepUp(ctx, log, u.link, open, func(ctx context.Context, t *driver.Tunnel) {
 		u.br.SetTunnel(t)
 		sctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); serveEgress(sctx, t) }()
 		select {
 		case <-t.Done():
-			log.Warn("upstream tunnel down; reconnecting", "err", t.Err())
 		case <-ctx.Done():
 		}
 		u.br.SetTunnel(nil)
@@ -167,9 +174,13 @@ func (e *Edge) upstreamStatus() []control.Peer {
 		}
 		slices.Sort(routes)
 		p := control.Peer{Name: u.Name, Key: u.Key.Base64(), Routes: routes}
+		var keysAge time.Duration
 		if t := u.br.Tunnel(); t != nil {
 			p.Tunnel = tunnelStatus(t)
+			keysAge = p.Tunnel.HandshakeAge
 		}
+		ts := u.link.snapshot(time.Now(), keysAge)
+		p.TunnelState = &ts
 		out = append(out, p)
 	}
 	return out
@@ -236,11 +247,11 @@ func (e *Edge) reloadUpstreams(next Config) (changed []string) {
 				changed = append(changed, fmt.Sprintf("upstream %s routes: %v", nu.Name, nu.Routes))
 			}
 			// A copy with the new routes, sharing the running loop.
-			list = append(list, &upstream{Upstream: nu, br: u.br, cancel: u.cancel, done: u.done})
+			list = append(list, &upstream{Upstream: nu, br: u.br, link: u.link, cancel: u.cancel, done: u.done})
 			kept[nu.Name] = true
 			continue
 		}
-		list = append(list, &upstream{Upstream: nu, br: bridge.New(nil, e.log.With("sub", "bridge", "upstream", nu.Name))})
+		list = append(list, newUpstream(nu, e.log, time.Now()))
 	}
 	e.router.ups.Store(&list)
 	for name, u := range have {

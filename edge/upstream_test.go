@@ -91,6 +91,14 @@ func TestEdgeUpstreams(t *testing.T) {
 			t.Fatalf("near edge: %d of 2 upstream tunnels up within 10 s", up)
 		}
 	}
+	if ok, why := near.Ready(); !ok {
+		t.Errorf("near edge with both upstreams up: not ready: %s", why)
+	}
+	for _, p := range near.Status().Peers {
+		if p.TunnelState == nil || p.TunnelState.State != "up" || p.TunnelState.Peer == "" {
+			t.Errorf("upstream %s: tunnel state %+v", p.Name, p.TunnelState)
+		}
+	}
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer dcancel()
 	src := netip.MustParseAddrPort("198.18.1.2:40000")

@@ -445,6 +445,11 @@ func (c *Conn) handleInit(now monotime.Time, msg []byte) {
 		default:
 			c.stats.DroppedUnauthenticated++
 		}
+		ev := Event{Kind: EventHandshakeRefused, Err: err}
+		if pe, ok := errors.AsType[*crypt.PeerError](err); ok {
+			ev.PeerKey = pe.Key
+		}
+		c.events.push(ev)
 		return
 	}
 	// Fill in the cleartext receiver index of the header from the session.

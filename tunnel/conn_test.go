@@ -73,6 +73,21 @@ func TestHandshakeUnknownKeyGetsNothing(t *testing.T) {
 	if n.server.c.Established() {
 		t.Error("server established with a client it does not allow")
 	}
+	// Each refusal is an event naming the initiator's key, so the edge
+	// can tell the operator which edge knocks.
+	var refused uint64
+	for _, ev := range n.server.events {
+		if ev.Kind != EventHandshakeRefused {
+			continue
+		}
+		refused++
+		if !errors.Is(ev.Err, crypt.ErrUnknownPeer) || ev.PeerKey != n.cliCfg.PrivateKey.PublicKey() {
+			t.Errorf("refusal event: err %v, key %v; want ErrUnknownPeer and the client's key", ev.Err, ev.PeerKey)
+		}
+	}
+	if refused != fs.ForwardPackets {
+		t.Errorf("%d refusal events for %d initiations", refused, fs.ForwardPackets)
+	}
 }
 
 // garbage is an endpoint that sends junk datagrams and counts replies.

@@ -59,6 +59,9 @@
 // restarted client is served by NewSuccessor; a restarted server answers
 // unknown sessions with AppendReject, and a client reports a REJECT as
 // EventRejected without acting on it (package driver handshakes again). A
+// server reports each initiation it refuses (one that does not decrypt,
+// an unknown key, a replay) as EventHandshakeRefused, with the key where
+// message 1 revealed it, so the operator learns which edge knocks. A
 // Hub in package driver serves many peers on one socket. DATA_BLOCKED,
 // STREAM_DATA_BLOCKED and ECN are not sent.
 package tunnel

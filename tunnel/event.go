@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
 
@@ -51,6 +52,12 @@ const (
 	// the session stays; the application may handshake in a new Conn and
 	// switch to it once that authenticates.
 	EventRejected
+	// EventHandshakeRefused (server): a handshake initiation that passed
+	// the gate was refused unanswered. Err wraps crypt.ErrAuth (message 1
+	// did not decrypt), crypt.ErrUnknownPeer (a key not allowed) or
+	// crypt.ErrReplay; PeerKey is the initiator's key for the last two.
+	// The application counts it; the Conn goes on as if it had not come.
+	EventHandshakeRefused
 )
 
 // String returns the kind's name.
@@ -78,6 +85,8 @@ func (k EventKind) String() string {
 		return "datagram"
 	case EventRejected:
 		return "rejected"
+	case EventHandshakeRefused:
+		return "handshake refused"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -98,8 +107,11 @@ type Event struct {
 	// Data is the payload of EventDatagram. It belongs to the Conn and is
 	// valid until the next call to PollEvent.
 	Data []byte
-	// Err is the reason of EventClosed.
+	// Err is the reason of EventClosed and EventHandshakeRefused.
 	Err error
+	// PeerKey is the initiator's static key of EventHandshakeRefused when
+	// message 1 decrypted (zero otherwise).
+	PeerKey crypt.PublicKey
 }
 
 // eventQueue is a FIFO of events reusing its storage.

@@ -470,7 +470,7 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 func (o CiscoOptions) edgeOptions(l *lab.Lab) EdgeOptions {
 	eo := EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent, EdgeCPU: o.EdgeCPU, EdgeWeight: o.EdgeWeight, CPUs: o.edgeCPUs}
 	if o.WANRateHint {
-		eo.Args = append(eo.Args, "--wan-rate", fmt.Sprint(o.RateBps))
+		eo.Args = append(eo.Args, "--wan-rate", fmt.Sprintf("%dbit", o.RateBps))
 	}
 	if o.EdgeProcs > 0 {
 		eo.Args = append(eo.Args, "--procs", fmt.Sprint(o.EdgeProcs))

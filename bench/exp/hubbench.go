@@ -109,7 +109,7 @@ func HubBench(ctx context.Context, o HubBenchOptions) (HubBenchResult, error) {
 	lines := []string{fmt.Sprintf("allow = 198.18.2.2/32:%d", hubBenchPort)}
 	if !o.NoHubRate {
 		// The operator's setting: the data centre's link rate.
-		lines = append(lines, fmt.Sprintf("hub-rate = %d", o.RateBps))
+		lines = append(lines, fmt.Sprintf("hub-rate = %dbit", o.RateBps))
 		res.HubRateMbps = res.RateMbps
 	}
 	h, err := StartHub(ctx, l, HubOptions{Wanopt: o.Wanopt, Branches: o.Branches, Lines: lines})

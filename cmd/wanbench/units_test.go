@@ -12,8 +12,9 @@ func TestParseRate(t *testing.T) {
 		ok   bool
 	}{
 		{"250mbit", 250e6, true}, {"1gbit", 1e9, true}, {"1.5Gbit", 1.5e9, true},
-		{"800kbit", 800e3, true}, {"1000", 1000, true}, {"50M", 50e6, true},
-		{"fast", 0, false}, {"-3mbit", 0, false}, {"", 0, false},
+		{"800kbit", 800e3, true}, {"1000bit", 1000, true}, {"50M", 50e6, true}, {"50Mbps", 50e6, true},
+		{"0", 0, true}, // link's default: no limit
+		{"1000", 0, false}, {"fast", 0, false}, {"-3mbit", 0, false}, {"", 0, false}, {"50MB/s", 0, false},
 	} {
 		got, err := parseRate(c.in)
 		if (err == nil) != c.ok || got != c.want {

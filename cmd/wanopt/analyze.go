@@ -12,52 +12,55 @@ import (
 	"github.com/wanopt/wanopt/analyze/plot"
 )
 
-const analyzeUsage = `usage: wanopt analyze FILE [--flow FILTER] [--json] [--plot DIR [--plot-format png|svg]]
+const analyzeSummary = `Read a pcap or pcapng capture FILE (gzipped or not; raw IP or TUN,
+Ethernet, Linux cooked v1 or v2) and report for each TCP flow its handshake
+options, RTT, window, bytes in flight, retransmissions, zero windows and SACK
+anomalies, and a verdict: opportunity-limited, zero-window, window-limited,
+loss-limited, sender-limited, path-limited, send-buffer-limited,
+transport-limited or unclear. FILTER is a comma-separated list whose terms
+must all match: a flow number (7), an address (198.18.0.2), ADDR:PORT,
+[V6ADDR]:PORT or :PORT.`
 
-Reads a pcap or pcapng capture (optionally gzipped; raw IP/TUN, Ethernet,
-Linux cooked v1/v2) and reports per TCP flow: handshake options, RTT,
-window, in-flight bytes, retransmissions, zero windows, SACK anomalies and a
-verdict: opportunity-limited, zero-window, window-limited, loss-limited,
-sender-limited, path-limited, send-buffer-limited, transport-limited or
-unclear.
+// analyzeOptions are the flags of 'wanopt analyze'.
+type analyzeOptions struct {
+	flow, plotDir, plotFormat string
+	asJSON, series            bool
+	maxFlows                  int
+}
 
-FILTER is a comma-separated list, every term must match: a flow number (7),
-an address (198.18.0.2), ADDR:PORT, [V6ADDR]:PORT, or :PORT.
-
-Flags:
-`
+func analyzeFlags(o *analyzeOptions) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("analyze", pflag.ContinueOnError)
+	fs.StringVar(&o.flow, "flow", "", "analyse only the flows matching `FILTER`")
+	fs.BoolVar(&o.asJSON, "json", false, "print the report as JSON instead of text")
+	fs.StringVar(&o.plotDir, "plot", "", "write a chart per flow (window, in flight, throughput) into `DIR`")
+	fs.StringVar(&o.plotFormat, "plot-format", "png", "the charts' `FORMAT`: png or svg")
+	fs.IntVar(&o.maxFlows, "max-flows", 0, "report only the `N` largest flows (0: all)")
+	fs.BoolVar(&o.series, "series", false, "with --json: include each flow's time series")
+	fs.SetAnnotation("plot-format", valuesAnnotation, []string{"png", "svg"})
+	return fs
+}
 
 func runAnalyze(args []string, stdout, stderr io.Writer) error {
-	fs := pflag.NewFlagSet("analyze", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	flow := fs.String("flow", "", "analyse only the flows matching `FILTER`")
-	asJSON := fs.Bool("json", false, "print the report as JSON instead of text")
-	plotDir := fs.String("plot", "", "write a chart per flow (window, in-flight, throughput) into `DIR`")
-	plotFormat := fs.String("plot-format", "png", "chart format: png or svg")
-	maxFlows := fs.Int("max-flows", 0, "report only the N largest flows (0: all)")
-	series := fs.Bool("series", false, "include the per-flow time series in --json output")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, analyzeUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	var o analyzeOptions
+	fs := analyzeFlags(&o)
+	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprint(stdout, helpText("wanopt analyze [flags] FILE", analyzeSummary, fs, nil))
 			return nil
 		}
-		return fmt.Errorf("%w: %v (see wanopt analyze --help)", errUsage, err)
+		return err
 	}
 	if fs.NArg() != 1 {
-		fs.Usage()
-		return fmt.Errorf("%w: need exactly one capture FILE, got %d arguments", errUsage, fs.NArg())
+		return usagef("need exactly one capture FILE, got %d arguments", fs.NArg())
 	}
-	if *plotFormat != "png" && *plotFormat != "svg" {
-		return fmt.Errorf("%w: --plot-format %q: use png or svg", errUsage, *plotFormat)
+	if o.plotFormat != "png" && o.plotFormat != "svg" {
+		return usagef("--plot-format %s: want png or svg", o.plotFormat)
 	}
-	opts := analyze.Options{MaxFlows: *maxFlows}
-	if *flow != "" {
-		f, err := analyze.ParseFilter(*flow)
+	opts := analyze.Options{MaxFlows: o.maxFlows}
+	if o.flow != "" {
+		f, err := analyze.ParseFilter(o.flow)
 		if err != nil {
-			return fmt.Errorf("%w: --flow: %v", errUsage, err)
+			return usagef("--flow %s: %v", o.flow, err)
 		}
 		opts.Filter = f
 	}
@@ -65,21 +68,21 @@ func runAnalyze(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *plotDir != "" {
+	if o.plotDir != "" {
 		for i := range rep.Flows {
 			f := &rep.Flows[i]
 			if f.Verdict.Name == analyze.VerdictNone {
 				continue
 			}
-			path, err := plot.FlowFile(*plotDir, *plotFormat, f)
+			path, err := plot.FlowFile(o.plotDir, o.plotFormat, f)
 			if err != nil {
 				return fmt.Errorf("plot flow %d: %w", f.ID, err)
 			}
 			fmt.Fprintf(stderr, "wrote %s\n", path)
 		}
 	}
-	if *asJSON {
-		if !*series {
+	if o.asJSON {
+		if !o.series {
 			for i := range rep.Flows {
 				rep.Flows[i].Dirs[0].Series, rep.Flows[i].Dirs[1].Series = nil, nil
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,111 +38,152 @@ type runConfig struct {
 	Check bool
 }
 
-const runUsage = `Usage: wanopt run [flags]
+// runSummary is the paragraph of 'wanopt run --help'.
+const runSummary = `Run an edge. A near edge intercepts the TCP routed into a TUN device and
+carries it to its peer (--tun, --peer); a far edge accepts the tunnel and
+connects the flows its policy allows (--listen, --allow); one edge may do
+both. Flags may come from a file (--config FILE, one 'name = value' line
+each; the command line wins). Every flag is described in wanopt(8) and
+docs/guide/configuration.md.`
 
-Run an edge. The near edge intercepts TCP on a TUN device and dials its peer
-(--tun, --peer); the far edge listens for it and connects the flows to the
-servers its policy allows (--listen, --allow). One edge may do both.
-
-Examples:
-  far edge:  wanopt run --key b.key --peer-key A_PUB --listen 198.18.0.2:4500 --allow 198.18.2.0/24:80,443
-  near edge: wanopt run --key a.key --peer-key B_PUB --peer 198.18.0.2:4500 --tun wo0
-  validate:  wanopt run --config /etc/wanopt/edge.conf --check
-
-A config file holds one flag per line, 'name = value' with the long flag name
-('#' starts a comment; repeat a line for repeatable flags). Flags given on the
-command line replace the file's value of the same name.
-
-Flags:
-`
+// runExamples follow the paragraph of 'wanopt run --help'.
+const runExamples = `Examples:
+  far edge:  wanopt run --key far.key --peer-key NEAR_PUB --listen :4500 --allow 198.18.2.0/24:443
+  near edge: wanopt run --key near.key --peer-key FAR_PUB --peer 192.0.2.2:4500 --tun wo0
+  check:     wanopt run --config /etc/wanopt/near.conf --check`
 
 // runFlags holds the raw flag values.
 type runFlags struct {
-	config, tun, key, peerKey, listen, peer, cc, logLevel, logFormat, control, capture, egress, wanRate, hubRate, metrics string
-	tunSetup, check                                                                                                       bool
-	tunAddrs, routes, allow, deny, branches, branchAllow, upstreams, upstreamRoutes, nearRules                            []string
-	mtu, tunnelMTU, maxFlows, memoryMiB, procs                                                                            int
-	dialTimeout, peerTimeout, flowIdle                                                                                    time.Duration
+	config, tun, key, peerKey, listen, peer, peerName, cc, logLevel, logFormat, control, capture, egress, wanRate, hubRate, metrics string
+	tunSetup, check                                                                                                                 bool
+	tunAddrs, routes, allow, deny, branches, branchAllow, upstreams, upstreamRoutes, nearRules                                      []string
+	mtu, tunnelMTU, maxFlows, memoryMiB, procs                                                                                      int
+	dialTimeout, peerTimeout, flowIdle                                                                                              time.Duration
+	// src holds, for each flag the config file set, where each of its
+	// values came from ("FILE:LINE"); flags set on the command line or
+	// left at their default are absent.
+	src map[string][]string
 }
 
-func newRunFlagSet(f *runFlags, stderr io.Writer) *pflag.FlagSet {
+// runFlagGroups orders the flags of 'wanopt run' for its help and its
+// manual page. Every flag is in one group (TestRunFlagGroups).
+var runFlagGroups = []flagGroup{
+	{title: "Configuration", names: []string{"config", "check"}},
+	{title: "Keys and peers", names: []string{"key", "peer-key", "listen", "peer", "peer-name"}},
+	{title: "Ingress (near edge)", names: []string{"tun", "tun-setup", "tun-addr", "route", "mtu", "near-rule"},
+		note: "RULE is ACTION:PROTO:CIDR[:PORTS], e.g. pass:tcp:198.18.2.2/32:22 (first match wins)"},
+	{title: "Egress policy (far edge)", names: []string{"allow", "deny", "egress", "dial-timeout"},
+		note: "CIDR[:PORTS] is e.g. 198.18.2.0/24:80,443,8000-8100 or [2001:db8::/32]:443"},
+	{title: "Hub and upstreams", names: []string{"branch", "branch-allow", "hub-rate", "upstream", "upstream-route"},
+		note: "ADDR of --peer and --upstream may be a host name, resolved once at start"},
+	{title: "Tunnel", names: []string{"cc", "wan-rate", "tunnel-mtu", "peer-timeout"},
+		note: "RATE is bits per second with a unit: 50mbit, 50Mbps, 50M, 1gbit, 1Gbps"},
+	{title: "Limits", names: []string{"memory-mib", "max-flows", "flow-idle-timeout", "procs"}},
+	{title: "Operations", names: []string{"control", "metrics", "log-level", "log-format", "capture"},
+		note: "without --control: " + controlSocketDefault + ", if /run/wanopt can be made"},
+}
+
+// controlSocketDefault is where 'wanopt run' answers, and status, flows and
+// reload ask, when --control is not given.
+const controlSocketDefault = "/run/wanopt/wanopt.sock"
+
+// newRunFlagSet defines the flags of 'wanopt run': the one definition the
+// help, the config file, the manual page, the completions and the
+// configuration reference's test read. Each usage is one short line; the
+// detail is in docs/guide/configuration.md. pflag's own messages go to
+// out (the commands discard them and word their own errors).
+func newRunFlagSet(f *runFlags, out io.Writer) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, runUsage)
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(out)
+	fs.Usage = func() {}
 	fs.StringVar(&f.config, "config", "", "read flags from `FILE` ('name = value' lines)")
-	fs.BoolVar(&f.check, "check", false, "validate the configuration (and read the key) and exit")
-	fs.StringVar(&f.tun, "tun", "", "intercept TCP on the TUN device `NAME` (the near edge)")
-	fs.BoolVar(&f.tunSetup, "tun-setup", false, "create the TUN device if missing and set its address, MTU and routes (needs CAP_NET_ADMIN)")
-	fs.StringArrayVar(&f.tunAddrs, "tun-addr", nil, "with --tun-setup: address of the TUN device, `CIDR` (repeatable)")
-	fs.StringArrayVar(&f.routes, "route", nil, "with --tun-setup: route `CIDR` into the TUN device (repeatable)")
-	fs.IntVar(&f.mtu, "mtu", 0, "MTU of the TUN device (default: keep the device's; 1500 with --tun-setup)")
-	fs.StringVar(&f.key, "key", "", "this edge's private key `FILE` (from 'wanopt keygen --out FILE'; mode 0600 or stricter)")
-	fs.StringVar(&f.peerKey, "peer-key", "", "the peer edge's public key, `BASE64`")
-	fs.StringVar(&f.listen, "listen", "", "accept the peer's tunnel on UDP `ADDR:PORT` (responder; ':PORT' for every address)")
-	fs.StringVar(&f.peer, "peer", "", "open the tunnel to the peer at UDP `ADDR:PORT` (initiator)")
-	fs.StringArrayVar(&f.allow, "allow", nil, "egress: connect flows to `CIDR[:PORTS]`, e.g. 198.18.2.0/24:80,443,8000-8100 (repeatable; none: no egress, every flow refused)")
-	fs.StringArrayVar(&f.branches, "branch", nil, "make this edge a hub serving the near edge NAME, whose public key is KEY, on --listen: `NAME:KEY` (repeatable; instead of --peer-key). Each branch gets its own tunnel, flows and status")
-	fs.StringArrayVar(&f.upstreams, "upstream", nil, "dial the far edge NAME, whose public key is KEY, at ADDR:PORT: `NAME:KEY@ADDR:PORT` (repeatable; instead of --peer and --peer-key). Each intercepted flow goes to the upstream whose --upstream-route holds its destination, the most specific winning")
-	fs.StringArrayVar(&f.upstreamRoutes, "upstream-route", nil, "send flows to CIDR through upstream NAME: `NAME:CIDR` (repeatable; a prefix belongs to one upstream)")
-	fs.StringArrayVar(&f.branchAllow, "branch-allow", nil, "egress: let branch NAME's flows also reach CIDR[:PORTS], beside what --allow gives every branch: `NAME:CIDR[:PORTS]` (repeatable)")
-	fs.StringArrayVar(&f.deny, "deny", nil, "egress: never connect `CIDR[:PORTS]`, whatever --allow says (repeatable). Loopback, unspecified, link-local (169.254.0.0/16, fe80::/10), multicast, broadcast, IPv4-mapped IPv6 and this host's own addresses are refused without it, unless an --allow rule names them explicitly (e.g. --allow 127.0.0.1/32:8080)")
-	fs.StringArrayVar(&f.nearRules, "near-rule", nil, "near edge: what to do with the flows the TUN brings, decided on a flow's first packet by the first rule that matches it: `ACTION:PROTO:CIDR[:PORTS]` (repeatable, in order). ACTION is optimise (terminate TCP and carry it as a tunnel stream), pass (carry the IP packets unterminated as tunnel datagrams, so TCP keeps its end-to-end handshake and options) or drop; PROTO is tcp, udp, icmp or any; CIDR[:PORTS] is the destination as --allow spells it. E.g. pass:tcp:198.18.2.2/32:22, drop:udp:0.0.0.0/0:137-139. Without a match TCP is optimised and the rest passed. Passing TCP needs the far edge to run --egress transparent; reloadable")
-	fs.StringVar(&f.egress, "egress", "kernel", "egress: how to connect servers: kernel (a socket from this host's address; no privileges) or transparent (from the client's own address through the TUN's stack, so servers see the real client, for TCP, UDP and ping alike; needs --tun and the clients' networks, IPv4 and IPv6, routed into the TUN)")
-	fs.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "egress: give up connecting to a server after this long")
-	fs.DurationVar(&f.peerTimeout, "peer-timeout", tunnel.DefaultIdleTimeout, "end the tunnel and reset its flows after this long without a word from the peer; the default outlasts Linux TCP's own retransmission budget (about 15 minutes), so flows outlive any outage TCP would have survived")
-	fs.DurationVar(&f.flowIdle, "flow-idle-timeout", edge.DefaultFlowIdleTimeout, "reset a flow that moved no byte either way for this long (a flow waiting on a slow receiver or a WAN outage is not idle); 0: never")
-	fs.IntVar(&f.maxFlows, "max-flows", egress.DefaultMaxFlows, "flows open at once, intercepted and connected; more are refused (the memory budget, --memory-mib, may allow fewer)")
-	fs.IntVar(&f.memoryMiB, "memory-mib", edge.DefaultMemoryMiB, "memory budget for flows, `MiB`: a quarter for the tunnel's stream buffers and windows, a quarter for the larger buffers of streaming flows, and half for the floors of the flows admitted (about 150 KiB each; more flows are refused); the process needs about 40 MiB beside it")
-	fs.IntVar(&f.procs, "procs", 0, "run the edge's goroutines on at most `N` threads at once (GOMAXPROCS); 0: chosen every 2 s, one thread while the edge's cgroup holds it to one CPU or less or while it uses well under a core (less than 0.35 of one, until it uses more than 0.7), else Go's default, every CPU (or the cgroup's CPU limit)")
-	fs.StringVar(&f.cc, "cc", "bbr", "tunnel congestion control: bbr or cubic")
-	fs.StringVar(&f.hubRate, "hub-rate", "", "at a hub: the rate of the link its branches share, e.g. 250mbit; the hub divides it fairly among the branches that use it (each tunnel is capped at its share, recomputed every 100 ms). Without it, tunnels that start apart keep unequal shares behind a full queue. Empty: no caps")
-	fs.IntVar(&f.tunnelMTU, "tunnel-mtu", 1500, "the largest IP packet the tunnel sends, `BYTES`: its path MTU discovery probes up to it and settles on what the path carries (a PPPoE or IPsec underlay carries less than 1500); 'wanopt status' shows the size found. A hub's branches stay within 1500")
-	fs.StringVar(&f.wanRate, "wan-rate", "", "the WAN link's rate toward the peer if known, e.g. 50mbit or 1gbit: a new tunnel starts sending at it instead of probing up from ten packets (on a 600 ms path that takes about 5 s); measurements then take over. Empty: probe")
-	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text (key=value) or json (one object per line)")
-	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on http://`ADDR`/metrics, e.g. 127.0.0.1:9550 (off by default; the metrics show what 'wanopt status' shows, so keep ADDR private)")
-	fs.StringVar(&f.control, "control", "", "answer 'wanopt status' and 'wanopt flows' on the unix socket `PATH`")
-	fs.StringVar(&f.capture, "capture", "", "write the headers (128 bytes) of every packet crossing the TUN device to pcap files in `DIR` (lan.pcap, rotated at 64 MiB, 4 kept), for 'wanopt analyze'")
+	fs.BoolVar(&f.check, "check", false, "check the configuration and the key, then exit")
+
+	fs.StringVar(&f.key, "key", "", "read this edge's private key from `FILE`")
+	fs.StringVar(&f.peerKey, "peer-key", "", "the peer edge's public key, `BASE64` ('wanopt pubkey')")
+	fs.StringVar(&f.listen, "listen", "", "accept the tunnel on UDP `ADDR:PORT` (:PORT: every address)")
+	fs.StringVar(&f.peer, "peer", "", "open the tunnel to UDP `ADDR:PORT` (or HOST:PORT)")
+	fs.StringVar(&f.peerName, "peer-name", "", "the one peer's `NAME` in metrics and logs (default: peer)")
+
+	fs.StringVar(&f.tun, "tun", "", "intercept the TCP routed into the TUN device `NAME`")
+	fs.BoolVar(&f.tunSetup, "tun-setup", false, "create the device, set its addresses, MTU and routes")
+	fs.StringArrayVar(&f.tunAddrs, "tun-addr", nil, "with --tun-setup: the device's address `CIDR`")
+	fs.StringArrayVar(&f.routes, "route", nil, "with --tun-setup: route `CIDR` into the device")
+	fs.IntVar(&f.mtu, "mtu", 0, "the device's MTU, `BYTES` (default: keep it, or 1500)")
+	fs.StringArrayVar(&f.nearRules, "near-rule", nil, "optimise, pass or drop the flows `RULE` matches")
+
+	fs.StringArrayVar(&f.allow, "allow", nil, "connect only flows to `CIDR[:PORTS]`")
+	fs.StringArrayVar(&f.deny, "deny", nil, "never connect `CIDR[:PORTS]`, despite --allow")
+	fs.StringVar(&f.egress, "egress", "kernel", "connect as `MODE`: kernel or transparent")
+	fs.DurationVar(&f.dialTimeout, "dial-timeout", egress.DefaultDialTimeout, "give up connecting a server after `DURATION`")
+
+	fs.StringArrayVar(&f.branches, "branch", nil, "be a hub for the near edge `NAME:KEY`")
+	fs.StringArrayVar(&f.branchAllow, "branch-allow", nil, "let a branch reach more: `NAME:CIDR[:PORTS]`")
+	fs.StringVar(&f.hubRate, "hub-rate", "", "at a hub: share the link's `RATE` fairly among branches")
+	fs.StringArrayVar(&f.upstreams, "upstream", nil, "dial the far edge `NAME:KEY@ADDR:PORT`")
+	fs.StringArrayVar(&f.upstreamRoutes, "upstream-route", nil, "route flows to CIDR via an upstream: `NAME:CIDR`")
+
+	fs.StringVar(&f.cc, "cc", "bbr", "congestion control `NAME`: bbr or cubic")
+	fs.StringVar(&f.wanRate, "wan-rate", "", "start the tunnel at the WAN's `RATE`, if known")
+	fs.IntVar(&f.tunnelMTU, "tunnel-mtu", 1500, "the tunnel's largest IP packet, `BYTES`")
+	fs.DurationVar(&f.peerTimeout, "peer-timeout", tunnel.DefaultIdleTimeout, "end the tunnel after `DURATION` of silence")
+
+	fs.IntVar(&f.memoryMiB, "memory-mib", edge.DefaultMemoryMiB, "memory budget for flows, `MiB`")
+	fs.IntVar(&f.maxFlows, "max-flows", egress.DefaultMaxFlows, "refuse flows beyond `N` open at once")
+	fs.DurationVar(&f.flowIdle, "flow-idle-timeout", edge.DefaultFlowIdleTimeout, "reset flows idle for `DURATION` (0: never)")
+	fs.IntVar(&f.procs, "procs", 0, "run on at most `N` threads (0: as the load needs)")
+
+	fs.StringVar(&f.control, "control", "", "answer status, flows and reload on the socket `PATH`")
+	fs.StringVar(&f.metrics, "metrics", "", "serve /metrics, /healthz and /readyz on HTTP `ADDR:PORT`")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log as `FORMAT`: text (key=value) or json")
+	fs.StringVar(&f.capture, "capture", "", "write the TUN's packet headers to pcap files in `DIR`")
+
+	for name, values := range map[string][]string{
+		"cc": {"bbr", "cubic"}, "egress": {"kernel", "transparent"},
+		"log-level": {"debug", "info", "warn", "error"}, "log-format": {"text", "json"},
+	} {
+		fs.SetAnnotation(name, valuesAnnotation, values)
+	}
 	return fs
 }
 
 // parseRunConfig parses args (and the config file they name) and validates
-// the result. Errors wrap errUsage for a bad command line or configuration.
-func parseRunConfig(args []string, stderr io.Writer) (*runConfig, error) {
+// the result. Errors are usage errors (errUsage) worded for the operator;
+// --help gives pflag.ErrHelp. Notes that are not errors (a host name with
+// several addresses) go to warn.
+func parseRunConfig(args []string, warn io.Writer) (*runConfig, error) {
 	var f runFlags
-	fs := newRunFlagSet(&f, stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	fs := newRunFlagSet(&f, io.Discard)
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%w: unexpected arguments %q: run takes only flags", errUsage, fs.Args())
+		return nil, usagef("unexpected arguments %q: run takes only flags", fs.Args())
 	}
 	if f.config != "" {
-		if err := applyConfigFile(fs, f.config); err != nil {
+		if err := f.applyConfigFile(fs, f.config); err != nil {
 			return nil, err
 		}
 	}
-	return f.validate()
+	return f.validate(warn)
 }
 
 // applyConfigFile sets every flag the file names that the command line did
-// not set.
-func applyConfigFile(fs *pflag.FlagSet, path string) error {
+// not set, and records where each value came from.
+func (f *runFlags) applyConfigFile(fs *pflag.FlagSet, path string) error {
 	file, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("%w: config file: %v", errUsage, err)
+		return usagef("config file %s: %s", path, fileProblem(err))
 	}
 	defer file.Close()
 	onCmdline := map[string]bool{}
 	fs.Visit(func(fl *pflag.Flag) { onCmdline[fl.Name] = true })
+	first := map[string]int{} // line of a non-repeatable setting
+	f.src = map[string][]string{}
 	sc := bufio.NewScanner(file)
 	for n := 1; sc.Scan(); n++ {
+		at := fmt.Sprintf("%s:%d", path, n)
 		line := sc.Text()
 		if i := strings.IndexByte(line, '#'); i >= 0 {
 			line = line[:i]
@@ -148,110 +192,174 @@ func applyConfigFile(fs *pflag.FlagSet, path string) error {
 		if line == "" {
 			continue
 		}
-		name, val, ok := strings.Cut(line, "=")
+		name, val, hasVal := strings.Cut(line, "=")
 		name, val = strings.TrimSpace(name), strings.TrimSpace(val)
-		if !ok {
-			name, val = line, "true" // a bare boolean flag
-		}
 		fl := fs.Lookup(name)
 		switch {
+		case fl == nil && strings.HasPrefix(name, "-") && fs.Lookup(strings.TrimLeft(name, "-")) != nil:
+			return usagef("%s: write the setting %q without dashes: %s = …", at, name, strings.TrimLeft(name, "-"))
 		case fl == nil:
-			return fmt.Errorf("%w: %s:%d: unknown setting %q (settings are run's long flag names; see 'wanopt run --help')", errUsage, path, n, name)
+			return usagef("%s: unknown setting %q (settings are run's long flag names; see 'wanopt help run')", at, name)
 		case name == "config" || name == "check":
-			return fmt.Errorf("%w: %s:%d: %q cannot be set in a config file", errUsage, path, n, name)
-		case onCmdline[name]:
+			return usagef("%s: %q cannot be set in a config file, only on the command line", at, name)
+		case !hasVal && fl.Value.Type() != "bool":
+			return usagef("%s: %s needs a value: %s = %s", at, name, name, placeholder(fl))
+		case hasVal && val == "":
+			return usagef("%s: %s has no value (remove the line to leave it unset)", at, name)
+		}
+		if !hasVal {
+			val = "true" // a bare boolean flag
+		}
+		if _, repeatable := fl.Value.(pflag.SliceValue); !repeatable {
+			if l, dup := first[name]; dup {
+				return usagef("%s: %s is given twice, here and on line %d (only repeatable settings such as allow take several lines)", at, name, l)
+			}
+			first[name] = n
+		}
+		if onCmdline[name] {
 			continue
 		}
 		if err := fs.Set(name, val); err != nil {
-			return fmt.Errorf("%w: %s:%d: %s: %v", errUsage, path, n, name, err)
+			return usagef("%s: %s %s", at, name, valueProblem(err))
 		}
+		f.src[name] = append(f.src[name], at)
 	}
 	if err := sc.Err(); err != nil {
-		return fmt.Errorf("%w: config file %s: %v", errUsage, path, err)
+		return usagef("config file %s: %s", path, fileProblem(err))
 	}
 	return nil
 }
 
-// validate checks the flags and converts them; the key file is read here so
-// that --check catches a missing or malformed key.
-func (f *runFlags) validate() (*runConfig, error) {
-	bad := func(format string, a ...any) (*runConfig, error) {
-		return nil, fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
+// label names the i-th value of the flag name for an error: "--allow" on
+// the command line, "FILE:LINE: allow" from the config file.
+func (f *runFlags) label(name string, i int) string {
+	if at := f.src[name]; i < len(at) {
+		return at[i] + ": " + name
 	}
+	return "--" + name
+}
+
+// mentioned matches the flags an error names.
+var mentioned = regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
+
+// annotate adds to msg where the config file set the flags it names, so
+// that an error about a combination of settings still leads to the lines.
+func (f *runFlags) annotate(msg string) string {
+	var at []string
+	seen := map[string]bool{}
+	for _, m := range mentioned.FindAllStringSubmatch(msg, -1) {
+		name := m[1]
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		for _, a := range f.src[name] {
+			at = append(at, a+" "+name)
+		}
+	}
+	if len(at) == 0 {
+		return msg
+	}
+	return msg + " (" + strings.Join(at, ", ") + ")"
+}
+
+// validate checks the flags and converts them; the key file is read here so
+// that --check catches a missing or malformed key, and host names are
+// resolved here, once.
+func (f *runFlags) validate(warn io.Writer) (*runConfig, error) {
 	flowIdle := f.flowIdle
 	if flowIdle == 0 {
 		flowIdle = -1 // never, in edge.Config's terms
 	}
 	c := &runConfig{Config: edge.Config{TUN: f.tun, TUNSetup: f.tunSetup, MTU: f.mtu, DialTimeout: f.dialTimeout, PeerTimeout: f.peerTimeout, FlowIdleTimeout: flowIdle,
-		MaxFlows: f.maxFlows, MemoryMiB: f.memoryMiB, Control: f.control, CaptureDir: f.capture}, Check: f.check}
+		MaxFlows: f.maxFlows, MemoryMiB: f.memoryMiB, Control: f.control, CaptureDir: f.capture, PeerName: f.peerName}, Check: f.check}
 	var err error
 	if f.listen != "" {
-		listen := f.listen
-		if strings.HasPrefix(listen, ":") {
-			listen = "[::]" + listen // every address, IPv4 and IPv6
-		}
-		if c.Listen, err = netip.ParseAddrPort(listen); err != nil {
-			return bad("--listen %q: %v (want ADDR:PORT, e.g. 198.18.0.2:4500 or [::]:4500)", f.listen, err)
+		if c.Listen, err = parseListen(f.listen); err != nil {
+			return nil, usagef("%s %s: %v", f.label("listen", 0), f.listen, err)
 		}
 	}
 	if f.peer != "" {
-		if c.Peer, err = netip.ParseAddrPort(f.peer); err != nil {
-			return bad("--peer %q: want the far edge's ADDR:PORT, e.g. 198.18.0.2:4500", f.peer)
+		if c.Peer, err = resolveAddrPort(f.peer, warn, f.label("peer", 0)); err != nil {
+			return nil, usagef("%s %s: %v", f.label("peer", 0), f.peer, err)
 		}
 	}
 	if f.key != "" {
 		if c.PrivateKey, err = readKeyFile(f.key); err != nil {
-			return bad("%v", err)
+			return nil, usagef("%s", f.annotate(err.Error()))
 		}
 	}
 	if f.peerKey != "" {
 		if c.PeerKey, err = crypt.ParsePublicKey(strings.TrimSpace(f.peerKey)); err != nil {
-			return bad("--peer-key: %v", err)
+			return nil, usagef("%s: %v", f.label("peer-key", 0), err)
 		}
 	}
-	if c.Policy, err = egress.ParsePolicy(f.allow, f.deny...); err != nil {
-		return bad("--allow/--deny: %v", err)
+	for i, s := range f.allow {
+		r, err := egress.ParseRule(s)
+		if err != nil {
+			return nil, usagef("%s %s: %s", f.label("allow", i), s, ruleProblem(s))
+		}
+		c.Policy.Rules = append(c.Policy.Rules, r)
 	}
-	if c.Branches, err = parseBranches(f.branches, f.branchAllow); err != nil {
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	for i, s := range f.deny {
+		r, err := egress.ParseRule(s)
+		if err != nil {
+			return nil, usagef("%s %s: %s", f.label("deny", i), s, ruleProblem(s))
+		}
+		c.Policy.Deny = append(c.Policy.Deny, r)
 	}
-	if c.NearRules, err = dgram.ParseNearRules(f.nearRules); err != nil {
-		return bad("--near-rule: %v", err)
+	if c.Branches, err = f.parseBranches(); err != nil {
+		return nil, err
 	}
-	if c.Upstreams, err = parseUpstreams(f.upstreams, f.upstreamRoutes); err != nil {
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	for i, s := range f.nearRules {
+		r, err := dgram.ParseNearRule(s)
+		if err != nil {
+			return nil, usagef("%s %s: %s", f.label("near-rule", i), s, nearRuleProblem(s))
+		}
+		c.NearRules = append(c.NearRules, r)
+	}
+	if c.Upstreams, err = f.parseUpstreams(warn); err != nil {
+		return nil, err
 	}
 	switch strings.ToLower(f.egress) {
 	case "kernel":
 	case "transparent":
 		c.Transparent = true
 	default:
-		return bad("--egress %q: want kernel or transparent", f.egress)
+		return nil, usagef("%s %s: want kernel or transparent", f.label("egress", 0), f.egress)
 	}
-	for _, s := range f.tunAddrs {
+	for i, s := range f.tunAddrs {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return bad("--tun-addr %q: %v (want CIDR, e.g. 198.18.3.1/30)", s, err)
+			return nil, usagef("%s %s: %s (want CIDR, e.g. 198.18.3.1/30)", f.label("tun-addr", i), s, prefixProblem(s))
 		}
 		c.TUNAddrs = append(c.TUNAddrs, p)
 	}
-	for _, s := range f.routes {
+	for i, s := range f.routes {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return bad("--route %q: %v (want CIDR, e.g. 198.18.2.0/24)", s, err)
+			return nil, usagef("%s %s: %s (want CIDR, e.g. 198.18.2.0/24)", f.label("route", i), s, prefixProblem(s))
 		}
 		c.TUNRoutes = append(c.TUNRoutes, p.Masked())
+	}
+	for _, x := range []struct {
+		name string
+		n    int
+	}{{"tun-addr", len(f.tunAddrs)}, {"route", len(f.routes)}} {
+		if x.n > 0 && (!f.tunSetup || f.tun == "") {
+			return nil, usagef("%s", f.annotate(fmt.Sprintf("--%s needs --tun-setup and --tun: the edge sets it when it sets up the TUN device", x.name)))
+		}
 	}
 	// Zero means the default in edge.Config; on the command line it is a
 	// mistake.
 	if f.dialTimeout <= 0 {
-		return bad("--dial-timeout %v: must be positive", f.dialTimeout)
+		return nil, usagef("%s %v: must be positive", f.label("dial-timeout", 0), f.dialTimeout)
 	}
 	if f.maxFlows <= 0 {
-		return bad("--max-flows %d: must be positive", f.maxFlows)
+		return nil, usagef("%s %d: must be positive", f.label("max-flows", 0), f.maxFlows)
 	}
 	if f.memoryMiB == 0 {
-		return bad("--memory-mib 0: want %d to %d", edge.MinMemoryMiB, edge.MaxMemoryMiB)
+		return nil, usagef("%s 0: want %d to %d", f.label("memory-mib", 0), edge.MinMemoryMiB, edge.MaxMemoryMiB)
 	}
 	switch strings.ToLower(f.cc) {
 	case "bbr":
@@ -259,115 +367,207 @@ func (f *runFlags) validate() (*runConfig, error) {
 	case "cubic":
 		c.CC = tunnel.CCCubic
 	default:
-		return bad("--cc %q: want bbr or cubic", f.cc)
+		return nil, usagef("%s %s: want bbr or cubic", f.label("cc", 0), f.cc)
 	}
 	if f.procs < 0 {
-		return bad("--procs %d: want 0 (Go's default) or a number of threads", f.procs)
+		return nil, usagef("%s %d: want 0 (chosen as the load needs) or a number of threads", f.label("procs", 0), f.procs)
 	}
 	c.Procs = f.procs
 	c.TunnelMTU = f.tunnelMTU
-	if f.hubRate != "" {
-		if c.HubRateBps, err = units.ParseRate(f.hubRate); err != nil || c.HubRateBps == 0 {
-			return bad("--hub-rate %q: want a rate such as 250mbit or 1gbit (bits per second)", f.hubRate)
+	for _, r := range []struct {
+		name, val string
+		bps       *uint64
+	}{{"hub-rate", f.hubRate, &c.HubRateBps}, {"wan-rate", f.wanRate, &c.WANRateBps}} {
+		if r.val == "" {
+			continue
 		}
-	}
-	if f.wanRate != "" {
-		if c.WANRateBps, err = units.ParseRate(f.wanRate); err != nil || c.WANRateBps == 0 {
-			return bad("--wan-rate %q: want a rate such as 50mbit, 250mbit or 1gbit (bits per second)", f.wanRate)
+		v, err := units.ParseRate(r.val)
+		if err == nil && v == 0 {
+			err = errors.New("want a rate above zero (leave it out for none)")
 		}
+		if err != nil {
+			return nil, usagef("%s %s: %v", f.label(r.name, 0), r.val, err)
+		}
+		*r.bps = v
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return bad("--log-level %q: want debug, info, warn or error", f.logLevel)
+		return nil, usagef("%s %s: want debug, info, warn or error", f.label("log-level", 0), f.logLevel)
 	}
 	switch f.logFormat {
 	case "text":
 	case "json":
 		c.LogJSON = true
 	default:
-		return bad("--log-format %q: want text or json", f.logFormat)
+		return nil, usagef("%s %s: want text or json", f.label("log-format", 0), f.logFormat)
 	}
 	if f.metrics != "" {
-		if _, _, err := net.SplitHostPort(f.metrics); err != nil {
-			return bad("--metrics %q: want HOST:PORT, e.g. 127.0.0.1:9550", f.metrics)
+		if _, port, err := net.SplitHostPort(f.metrics); err != nil || port == "" {
+			return nil, usagef("%s %s: want ADDR:PORT, e.g. 127.0.0.1:9550", f.label("metrics", 0), f.metrics)
 		}
 		c.Metrics = f.metrics
 	}
 	if err := c.Config.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", errUsage, err)
+		return nil, usagef("%s", f.annotate(strings.TrimPrefix(err.Error(), edge.ErrConfig.Error()+": ")))
 	}
 	return c, nil
 }
 
+// parseListen reads --listen ADDR:PORT, or :PORT for every address.
+func parseListen(s string) (netip.AddrPort, error) {
+	if strings.HasPrefix(s, ":") {
+		s = "[::]" + s // every address, IPv4 and IPv6
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap, nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return netip.AddrPort{}, errors.New("want ADDR:PORT, e.g. 198.18.0.2:4500, [2001:db8::2]:4500 or :4500")
+	}
+	if _, err := parsePortNumber(port); err != nil {
+		return netip.AddrPort{}, err
+	}
+	if looksLikeAddress(host) {
+		return netip.AddrPort{}, fmt.Errorf("%s is not an IP address (want ADDR:PORT, e.g. 198.18.0.2:4500 or :4500)", host)
+	}
+	return netip.AddrPort{}, fmt.Errorf("--listen takes an address of this host, not a host name (want ADDR:PORT, e.g. 198.18.0.2:4500, or :4500 for every address)")
+}
+
+// lookupIP resolves a host name (a variable, so that tests need no DNS).
+var lookupIP = func(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+}
+
+// resolveAddrPort reads ADDR:PORT or HOST:PORT, resolving a host name once,
+// now: an edge keeps the address it started with. A name with several
+// addresses takes the first, which it notes on warn.
+func resolveAddrPort(s string, warn io.Writer, label string) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap, nil
+	}
+	host, portS, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return netip.AddrPort{}, errors.New("want ADDR:PORT or HOST:PORT, e.g. 192.0.2.2:4500, [2001:db8::2]:4500 or far.example.net:4500")
+	}
+	port, err := parsePortNumber(portS)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if looksLikeAddress(host) {
+		return netip.AddrPort{}, fmt.Errorf("%s is not an IP address", host)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addrs, err := lookupIP(ctx, host)
+	if err != nil || len(addrs) == 0 {
+		why := "it has no address"
+		var dnsErr *net.DNSError
+		switch {
+		case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+			why = "no such host"
+		case errors.As(err, &dnsErr) && dnsErr.IsTimeout, errors.Is(err, context.DeadlineExceeded):
+			why = "the DNS server did not answer"
+		case err != nil:
+			why = "the lookup failed"
+		}
+		return netip.AddrPort{}, fmt.Errorf("the host name %s did not resolve (%s): check the name and this host's DNS, or give the address", host, why)
+	}
+	a := addrs[0].Unmap()
+	if len(addrs) > 1 && warn != nil {
+		fmt.Fprintf(warn, "note: %s %s: %s has %d addresses; using %s\n", label, s, host, len(addrs), a)
+	}
+	return netip.AddrPortFrom(a, port), nil
+}
+
+// looksLikeAddress reports whether host was meant as an IP address (digits
+// and dots, or a colon) rather than a name.
+func looksLikeAddress(host string) bool {
+	return strings.Contains(host, ":") || strings.Trim(host, "0123456789.") == ""
+}
+
+// parsePortNumber reads a UDP or TCP port, 1 to 65535.
+func parsePortNumber(s string) (uint16, error) {
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("port %q is not a number from 1 to 65535", s)
+	}
+	return uint16(n), nil
+}
+
 // parseBranches reads --branch NAME:KEY and --branch-allow NAME:RULE.
-func parseBranches(branches, allow []string) ([]edge.Branch, error) {
+func (f *runFlags) parseBranches() ([]edge.Branch, error) {
 	var out []edge.Branch
 	at := map[string]int{}
-	for _, v := range branches {
+	for i, v := range f.branches {
+		l := f.label("branch", i)
 		name, key, ok := strings.Cut(v, ":")
 		if !ok {
-			return nil, fmt.Errorf("--branch %q: want NAME:KEY, e.g. paris:BASE64KEY", v)
+			return nil, usagef("%s %s: want NAME:KEY, e.g. paris:BASE64KEY", l, v)
 		}
 		k, err := crypt.ParsePublicKey(key)
 		if err != nil {
-			return nil, fmt.Errorf("--branch %s: %v", name, err)
+			return nil, usagef("%s %s: %v", l, name, err)
 		}
 		at[name] = len(out)
 		out = append(out, edge.Branch{Name: name, Key: k})
 	}
-	for _, v := range allow {
+	for i, v := range f.branchAllow {
+		l := f.label("branch-allow", i)
 		name, rule, ok := strings.Cut(v, ":")
-		i, known := at[name]
+		j, known := at[name]
 		switch {
 		case !ok:
-			return nil, fmt.Errorf("--branch-allow %q: want NAME:CIDR[:PORTS], e.g. paris:198.18.2.0/24:443", v)
+			return nil, usagef("%s %s: want NAME:CIDR[:PORTS], e.g. paris:198.18.2.0/24:443", l, v)
 		case !known:
-			return nil, fmt.Errorf("--branch-allow %q: no --branch named %q", v, name)
+			return nil, usagef("%s %s: no --branch named %q", l, v, name)
 		}
 		r, err := egress.ParseRule(rule)
 		if err != nil {
-			return nil, fmt.Errorf("--branch-allow %q: %v", v, err)
+			return nil, usagef("%s %s: %s", l, v, ruleProblem(rule))
 		}
-		out[i].Allow = append(out[i].Allow, r)
+		out[j].Allow = append(out[j].Allow, r)
 	}
 	return out, nil
 }
 
-// parseUpstreams reads --upstream NAME:KEY@ADDR:PORT and --upstream-route
-// NAME:CIDR.
-func parseUpstreams(ups, routes []string) ([]edge.Upstream, error) {
+// parseUpstreams reads --upstream NAME:KEY@ADDR:PORT (or HOST:PORT,
+// resolved now) and --upstream-route NAME:CIDR.
+func (f *runFlags) parseUpstreams(warn io.Writer) ([]edge.Upstream, error) {
 	var out []edge.Upstream
 	at := map[string]int{}
-	for _, v := range ups {
+	for i, v := range f.upstreams {
+		l := f.label("upstream", i)
 		name, rest, ok1 := strings.Cut(v, ":")
 		key, addr, ok2 := strings.Cut(rest, "@")
 		if !ok1 || !ok2 {
-			return nil, fmt.Errorf("--upstream %q: want NAME:KEY@ADDR:PORT, e.g. dc1:BASE64KEY@198.18.0.2:4500", v)
+			return nil, usagef("%s %s: want NAME:KEY@ADDR:PORT, e.g. dc1:BASE64KEY@198.18.0.2:4500", l, v)
 		}
 		k, err := crypt.ParsePublicKey(key)
 		if err != nil {
-			return nil, fmt.Errorf("--upstream %s: %v", name, err)
+			return nil, usagef("%s %s: %v", l, name, err)
 		}
-		ap, err := netip.ParseAddrPort(addr)
+		ap, err := resolveAddrPort(addr, warn, l+" "+name)
 		if err != nil {
-			return nil, fmt.Errorf("--upstream %s: %q: want the far edge's ADDR:PORT", name, addr)
+			return nil, usagef("%s %s: %s: %v", l, name, addr, err)
 		}
 		at[name] = len(out)
 		out = append(out, edge.Upstream{Name: name, Key: k, Addr: ap})
 	}
-	for _, v := range routes {
+	for i, v := range f.upstreamRoutes {
+		l := f.label("upstream-route", i)
 		name, cidr, ok := strings.Cut(v, ":")
-		i, known := at[name]
+		j, known := at[name]
 		switch {
 		case !ok:
-			return nil, fmt.Errorf("--upstream-route %q: want NAME:CIDR, e.g. dc1:198.18.2.0/24", v)
+			return nil, usagef("%s %s: want NAME:CIDR, e.g. dc1:198.18.2.0/24", l, v)
 		case !known:
-			return nil, fmt.Errorf("--upstream-route %q: no --upstream named %q", v, name)
+			return nil, usagef("%s %s: no --upstream named %q", l, v, name)
 		}
 		p, err := netip.ParsePrefix(cidr)
 		if err != nil {
-			return nil, fmt.Errorf("--upstream-route %q: %v", v, err)
+			return nil, usagef("%s %s: %s (want NAME:CIDR, e.g. dc1:198.18.2.0/24)", l, v, prefixProblem(cidr))
 		}
-		out[i].Routes = append(out[i].Routes, p.Masked())
+		out[j].Routes = append(out[j].Routes, p.Masked())
 	}
 	return out, nil
 }

@@ -120,8 +120,9 @@ func TestEdgeMetrics(t *testing.T) {
 	goodput := float64(n2-n1) / t2.Sub(t1).Seconds() // bytes/s
 	rate1, err1 := metricValue(m1, "wanopt_peer_delivery_rate_bytes_per_second")
 	rate2, err2 := metricValue(m2, "wanopt_peer_delivery_rate_bytes_per_second")
-	sent1, err3 := metricValue(m1, `wanopt_peer_bytes_total{direction="sent"`)
-	sent2, err4 := metricValue(m2, `wanopt_peer_bytes_total{direction="sent"`)
+	// The far edge sends the download: direction down.
+	sent1, err3 := metricValue(m1, `wanopt_peer_bytes_total{direction="down"`)
+	sent2, err4 := metricValue(m2, `wanopt_peer_bytes_total{direction="down"`)
 	for _, err := range []error{err1, err2, err3, err4} {
 		if err != nil {
 			t.Fatal(err)

@@ -129,6 +129,12 @@ type Stats struct {
 	Opened, Refused, NotAllowed, Unreachable, TimedOut, Failed uint64
 }
 
+// Add returns the sum of s and o (the bridges of several upstreams).
+func (s Stats) Add(o Stats) Stats {
+	return Stats{Opened: s.Opened + o.Opened, Refused: s.Refused + o.Refused, NotAllowed: s.NotAllowed + o.NotAllowed,
+		Unreachable: s.Unreachable + o.Unreachable, TimedOut: s.TimedOut + o.TimedOut, Failed: s.Failed + o.Failed}
+}
+
 // Stats returns a snapshot of the counters.
 func (d *Dialer) Stats() Stats {
 	return Stats{

@@ -8,13 +8,16 @@ package control
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/wanopt/wanopt/dgram"
@@ -26,14 +29,27 @@ import (
 
 // Status is the answer to "status".
 type Status struct {
-	Role    string        `json:"role"`
-	Config  string        `json:"config"`
-	Uptime  time.Duration `json:"uptime_ns"`
-	Tunnel  *Tunnel       `json:"tunnel,omitempty"` // nil: down
-	Ingress *stack.Stats  `json:"ingress,omitempty"`
-	Bridge  bridge.Stats  `json:"bridge"`
-	Egress  egress.Stats  `json:"egress"`
-	Memory  Memory        `json:"memory"`
+	Role   string        `json:"role"`
+	Config string        `json:"config"`
+	Uptime time.Duration `json:"uptime_ns"`
+	// PeerName and PeerKey name the one peer (--peer-name, --peer-key);
+	// empty for a hub or upstreams, whose Peers name themselves.
+	PeerName string  `json:"peer_name,omitempty"`
+	PeerKey  string  `json:"peer_public_key,omitempty"`
+	Tunnel   *Tunnel `json:"tunnel,omitempty"` // nil: down
+	// TunnelState is the one peer's tunnel's life, also while it is
+	// down: up or down since when, its handshakes, the last error (nil
+	// for a hub or upstreams: each Peer has its own).
+	TunnelState *TunnelState `json:"tunnel_state,omitempty"`
+	// Refused counts the handshake initiations this edge refused over
+	// its life (a far edge's, or a hub's), whichever tunnel was up: the
+	// other edge does not know this one's key, or this one does not know
+	// the other's.
+	Refused *Refused     `json:"handshakes_refused,omitempty"`
+	Ingress *stack.Stats `json:"ingress,omitempty"`
+	Bridge  bridge.Stats `json:"bridge"`
+	Egress  egress.Stats `json:"egress"`
+	Memory  Memory       `json:"memory"`
 	// Peers are a hub's branches (--branch), each with its tunnel (nil:
 	// down) and its egress (Egress is then their sum), or a near edge's
 	// upstreams (--upstream), each with its tunnel and routes. Hub counts what the
@@ -50,16 +66,70 @@ type Status struct {
 
 // Peer is one branch of a hub, or one upstream of a near edge.
 type Peer struct {
-	Name   string       `json:"name"`
-	Key    string       `json:"public_key"`
-	Policy string       `json:"policy,omitempty"` // a hub's branch: what its flows may reach
-	Routes []string     `json:"routes,omitempty"` // a near edge's upstream: the destinations it carries
-	Tunnel *Tunnel      `json:"tunnel,omitempty"`
-	Egress egress.Stats `json:"egress"`
+	Name   string   `json:"name"`
+	Key    string   `json:"public_key"`
+	Policy string   `json:"policy,omitempty"` // a hub's branch: what its flows may reach
+	Routes []string `json:"routes,omitempty"` // a near edge's upstream: the destinations it carries
+	Tunnel *Tunnel  `json:"tunnel,omitempty"`
+	// TunnelState is the peer's tunnel's life (see Status.TunnelState).
+	TunnelState *TunnelState `json:"tunnel_state,omitempty"`
+	Egress      egress.Stats `json:"egress"`
 	// Datagrams counts a hub's branch's UDP and pings, sent on to the
 	// servers under the branch's policy (up) and answered (down); nil for
 	// an upstream, whose datagrams the edge's DatagramIngress counts.
 	Datagrams *dgram.Stats `json:"datagrams,omitempty"`
+}
+
+// TunnelState is what the edge knows of a tunnel, also while none is up.
+type TunnelState struct {
+	State string `json:"state"` // "up" or "down"
+	// Peer is the peer's address: the one dialled, or the one its last
+	// handshake came from (empty: none yet).
+	Peer string `json:"peer,omitempty"`
+	// Since is when the tunnel came up or went down (or the edge started).
+	Since time.Time `json:"since"`
+	// LastHandshake is when the last handshake (or rekey) completed; zero:
+	// none yet.
+	LastHandshake time.Time `json:"last_handshake,omitzero"`
+	// HandshakeAttempts counts the initiations this edge sent since the
+	// tunnel was last up (0 for a responder, which sends none).
+	HandshakeAttempts uint64 `json:"handshake_attempts"`
+	// LastError is why the last tunnel closed or the last attempt failed,
+	// in one line.
+	LastError string `json:"last_error,omitempty"`
+}
+
+// Refused counts the handshake initiations an edge refused, by why.
+type Refused struct {
+	// BadMAC: no valid mac1, so the sender lacks this edge's public key
+	// (its --peer-key names another edge). Unauthenticated: mac1 was
+	// right but message 1 did not decrypt (forged or corrupted).
+	// UnknownKey: an initiator whose key this edge does not know (give it
+	// as --peer-key or --branch). Replays: an initiation not newer than
+	// one accepted before. RateLimited: dropped by the handshake gate's
+	// rate limits.
+	BadMAC          uint64 `json:"bad_mac"`
+	Unauthenticated uint64 `json:"unauthenticated"`
+	UnknownKey      uint64 `json:"unknown_key"`
+	Replays         uint64 `json:"replays"`
+	RateLimited     uint64 `json:"rate_limited"`
+	// Last is the latest refusal (nil: none).
+	Last *Refusal `json:"last,omitempty"`
+}
+
+// Total is the sum of the counts.
+func (r Refused) Total() uint64 {
+	return r.BadMAC + r.Unauthenticated + r.UnknownKey + r.Replays + r.RateLimited
+}
+
+// Refusal is one refused initiation.
+type Refusal struct {
+	At     time.Time `json:"at"`
+	From   string    `json:"from"`
+	Reason string    `json:"reason"` // bad_mac, unauthenticated, unknown_key, replay or rate_limited
+	// Key is the initiator's public key (base64), when the handshake
+	// revealed it (unknown_key, replay).
+	Key string `json:"public_key,omitempty"`
 }
 
 // Memory is the flows' share of the memory budget (--memory-mib): the
@@ -211,7 +281,16 @@ func Serve(path string, src Source, log *slog.Logger) (stop func(), err error) {
 	}
 	ln, err := net.Listen("unix", path)
 	if err != nil {
-		return nil, fmt.Errorf("control socket: %w (choose a writable --control path)", err)
+		why := err.Error()
+		switch {
+		case errors.Is(err, syscall.ENOENT):
+			why = "the directory " + filepath.Dir(path) + " does not exist"
+		case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+			why = "permission denied in " + filepath.Dir(path)
+		case errors.Is(err, syscall.EINVAL) && len(path) > 100:
+			why = "the path is too long for a unix socket (at most 107 bytes)"
+		}
+		return nil, fmt.Errorf("control socket %s: %s (choose a writable --control PATH)", path, why)
 	}
 	if err := os.Chmod(path, 0o660); err != nil {
 		ln.Close()

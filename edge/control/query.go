@@ -2,9 +2,11 @@ package control
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -13,7 +15,16 @@ import (
 func Query(path, req string, v any) error {
 	c, err := net.DialTimeout("unix", path, 2*time.Second)
 	if err != nil {
-		return fmt.Errorf("connect to the edge's control socket: %w (is 'wanopt run --control %s' running, and may you open the socket?)", err, path)
+		why := err.Error()
+		switch {
+		case errors.Is(err, syscall.ENOENT):
+			why = "no such socket: is the edge running, with this --control?"
+		case errors.Is(err, syscall.ECONNREFUSED):
+			why = "nobody answers (a socket left by an edge that stopped): is the edge running?"
+		case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+			why = "permission denied: ask as root or as a member of the socket's group"
+		}
+		return fmt.Errorf("cannot reach the edge's control socket %s: %s", path, why)
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))

@@ -1,12 +1,18 @@
 // Package metrics exports an edge's status as Prometheus metrics (wanopt
-// run --metrics ADDR). The collector reads one status snapshot per scrape
+// run --metrics ADDR), beside the health checks /healthz and /readyz
+// (Serve). The collector reads one status snapshot per scrape
 // (edge/control's schema, the same 'wanopt status' shows), so the metrics
 // cost nothing between scrapes and never disagree with the status.
 //
 // Names follow the Prometheus conventions: the wanopt_ prefix, base units
 // (seconds, bytes), _total for counters. Per-peer series carry a peer
-// label (the peer's public key); flows are counted per edge, never per
-// flow, so the number of series stays bounded. The datagrams (UDP and
+// label, always the peer's name (a hub's branch's, an upstream's, or the
+// one peer's --peer-name, "peer" by default); wanopt_peer_info maps each
+// name to its public key. A direction label is up (client to server:
+// near edge to far edge, toward the servers) or down, at either edge.
+// Flows are counted per edge, never per flow, so the number of series
+// stays bounded. Series without a sample yet (the RTT before the first
+// acknowledgement) are absent rather than a made-up value. The datagrams (UDP and
 // ping) are counted per peer where a peer owns them (the one peer; a
 // hub's branch: wanopt_peer_datagram_*), else per edge (a near edge's
 // upstreams share its ingress: wanopt_datagram_*). The tunnel's counters
@@ -21,6 +27,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,29 +36,52 @@ import (
 	"github.com/wanopt/wanopt/cc"
 	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/edge/control"
+	"github.com/wanopt/wanopt/internal/version"
 )
 
 // Registry returns a registry with the edge's collector, reading status
-// at each scrape, and the Go runtime's and the process's collectors. peer
-// names the peer in the per-peer series.
-func Registry(status func() control.Status, peer string) *prometheus.Registry {
+// at each scrape, and the Go runtime's and the process's collectors.
+func Registry(status func() control.Status) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&collector{status: status, peer: peer},
+	reg.MustRegister(&collector{status: status},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 
+// Names lists the names of every wanopt_ metric the edge's collector may
+// export (those of a near edge, a far edge, a hub and upstreams alike):
+// the alert rules and dashboards in dist/prometheus are checked against
+// it. The Go runtime's (go_) and process's (process_) are not included.
+func Names() []string { return slices.Sorted(slices.Values(names)) }
+
+// Ready reports whether the edge carries flows, and why not (edge.Edge.Ready).
+type Ready func() (ready bool, reason string)
+
 // Serve serves reg's metrics on http://addr/metrics until ctx ends or
-// stop is called (which waits for the server to close). It returns once
-// it listens, with the address it listens on (addr's port may be 0).
-func Serve(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) (bound string, stop func(), err error) {
+// stop is called (which waits for the server to close), and two health
+// checks: /healthz answers 200 "ok" while the process serves, /readyz 200
+// "ready" while ready says so, else 503 with its reason (one line), for
+// load balancers and ECMP health checks. A nil ready is always ready. It
+// returns once it listens, with the address it listens on (addr's port
+// may be 0).
+func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready Ready, log *slog.Logger) (bound string, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("metrics: listen on %s: %w (choose a free address, e.g. 127.0.0.1:9550)", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { plain(w, http.StatusOK, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if ready != nil {
+			if ok, why := ready(); !ok {
+				plain(w, http.StatusServiceUnavailable, why)
+				return
+			}
+		}
+		plain(w, http.StatusOK, "ready")
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
@@ -61,26 +91,42 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry, log *slog
 		}
 	}()
 	unhook := context.AfterFunc(ctx, func() { srv.Close() })
-	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics", "health", "/healthz", "readiness", "/readyz")
 	return ln.Addr().String(), func() { unhook(); srv.Close(); <-done }, nil
+}
+
+// plain answers a health check: status and one line of text, never
+// cached.
+func plain(w http.ResponseWriter, status int, text string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	fmt.Fprintln(w, text)
 }
 
 // collector turns a status snapshot into metrics.
 type collector struct {
 	status func() control.Status
-	peer   string
 }
+
+// names are the wanopt_ metrics' names (desc adds each).
+var names []string
 
 // desc makes a metric description; the per-peer ones start with the peer
 // label.
 func desc(name, help string, labels ...string) *prometheus.Desc {
+	names = append(names, "wanopt_"+name)
 	return prometheus.NewDesc("wanopt_"+name, help, labels, nil)
 }
 
 var (
+	buildInfo       = desc("build_info", "1, labelled with the running build: module version, commit and Go release.", "version", "revision", "goversion")
+	peerInfo        = desc("peer_info", "1 for each configured peer, labelled with its name and public key.", "peer", "public_key")
 	peerUp          = desc("peer_up", "1 while the tunnel to the peer is up.", "peer")
-	peerRTT         = desc("peer_rtt_seconds", "The tunnel's smoothed round-trip time.", "peer")
-	peerMinRTT      = desc("peer_min_rtt_seconds", "The tunnel's minimum round-trip time.", "peer")
+	peerAttempts    = desc("peer_handshake_attempts", "Handshake initiations this edge sent since the tunnel to the peer was last up (an initiator's; 0 while up).", "peer")
+	peerLastHS      = desc("peer_last_handshake_timestamp_seconds", "When the last handshake or rekey with the peer completed, in seconds since the Unix epoch (absent before the first).", "peer")
+	peerRTT         = desc("peer_rtt_seconds", "The tunnel's smoothed round-trip time (absent before the first sample).", "peer")
+	peerMinRTT      = desc("peer_min_rtt_seconds", "The tunnel's minimum round-trip time (absent before the first sample).", "peer")
 	peerDelivery    = desc("peer_delivery_rate_bytes_per_second", "The congestion controller's estimate of the rate the path delivers toward the peer (BBR's bottleneck bandwidth).", "peer")
 	peerRecvRate    = desc("peer_receive_rate_bytes_per_second", "The rate at which the peer delivers stream data to this edge, measured.", "peer")
 	peerPacing      = desc("peer_pacing_rate_bytes_per_second", "The tunnel's pacing rate toward the peer.", "peer")
@@ -88,8 +134,8 @@ var (
 	peerCwnd        = desc("peer_congestion_window_bytes", "The tunnel's congestion window.", "peer")
 	peerInFlight    = desc("peer_in_flight_bytes", "Bytes sent to the peer and not yet acknowledged.", "peer")
 	peerBBRState    = desc("peer_bbr_state", "1 for BBR's current state, 0 for the others (BBR only).", "peer", "state")
-	peerBytes       = desc("peer_bytes_total", "UDP payload bytes exchanged with the peer.", "peer", "direction")
-	peerPackets     = desc("peer_packets_total", "Packets exchanged with the peer.", "peer", "direction")
+	peerBytes       = desc("peer_bytes_total", "UDP payload bytes exchanged with the peer, by direction (up: near edge to far edge).", "peer", "direction")
+	peerPackets     = desc("peer_packets_total", "Packets exchanged with the peer, by direction (up: near edge to far edge).", "peer", "direction")
 	peerLost        = desc("peer_lost_packets_total", "Packets to the peer declared lost.", "peer")
 	peerRetrans     = desc("peer_retransmitted_bytes_total", "Stream bytes sent to the peer again after a loss.", "peer")
 	peerPTOs        = desc("peer_probe_timeouts_total", "Probe timeouts of the tunnel (an outage shows as a run of them).", "peer")
@@ -100,7 +146,8 @@ var (
 	peerStreamLimit = desc("peer_stream_buffer_limit_bytes", "The tunnel's stream memory budget.", "peer")
 	peerUnread      = desc("peer_stream_unread_bytes", "Bytes the peer sent on the flows' streams that the flows have not taken yet.", "peer")
 	peerDropped     = desc("peer_dropped_packets_total", "Datagrams dropped before use, by reason: unauthenticated, replayed.", "peer", "reason")
-	peerHandshakes  = desc("peer_handshakes_refused_total", "Handshake initiations not answered, by reason: replay, refused (key or state), bad_mac, rate_limited, resume_declined.", "peer", "reason")
+	peerHandshakes  = desc("peer_handshakes_refused_total", "Handshake initiations the peer's tunnel did not answer while it was up, by reason: replay, refused (key or state), bad_mac, rate_limited, resume_declined.", "peer", "reason")
+	refused         = desc("handshakes_refused_total", "Handshake initiations this edge (a far edge or hub) refused over its life, up or down, by reason: bad_mac (the initiator lacks this edge's public key), unauthenticated, unknown_key (this edge lacks the initiator's), replay, rate_limited.", "reason")
 	peerCookies     = desc("peer_cookies_sent_total", "Cookie replies sent under handshake load.", "peer")
 	peerRestarts    = desc("peer_client_restarts_total", "Sessions replaced because the client restarted.", "peer")
 	peerRejects     = desc("peer_rejects_sent_total", "REJECTs sent for data of a session this edge does not hold.", "peer")
@@ -114,7 +161,7 @@ var (
 	flowsIdle    = desc("flows_idle_timeouts_total", "Flows reset after the idle timeout, by side.", "side")
 	egressBytes  = desc("egress_bytes_total", "Bytes the egress relayed, by direction (up: toward the servers).", "direction")
 
-	tunPackets = desc("tun_packets_total", "Packets (a GRO or TSO segment once) the netstack took from (in) and gave to (out) the TUN device.", "direction")
+	tunPackets = desc("tun_packets_total", "Packets (a GRO or TSO segment once) the netstack exchanged with the TUN device, by direction (up: the clients' toward the servers; down: the answers).", "direction")
 	tunDrops   = desc("tun_dropped_packets_total", "Packets from the TUN device the netstack could not use (not TCP, malformed) or could not send.")
 
 	memFlows       = desc("memory_flows", "Flows holding their memory floor.")
@@ -192,10 +239,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
+	gauge(buildInfo, 1, version.Version(), version.Revision(), version.GoVersion())
+	// Traffic toward the far edge is up: the near edge (the initiator)
+	// sends it, the far edge receives it.
+	dir := directions{sent: "down", received: "up"}
+	if s.Role == "initiator" {
+		dir = directions{sent: "up", received: "down"}
+	}
 	if len(s.Peers) > 0 { // a hub or upstreams: one series per peer, by name
 		perPeer := false
 		for _, p := range s.Peers {
-			collectPeer(gauge, counter, p.Name, p.Tunnel)
+			gauge(peerInfo, 1, p.Name, p.Key)
+			collectPeer(gauge, counter, dir, p.Name, p.Tunnel, p.TunnelState)
 			// A hub's branch has its own datagram egress.
 			collectDatagrams(gauge, counter, peerDgram, "egress", p.Datagrams, p.Name)
 			perPeer = perPeer || p.Datagrams != nil
@@ -206,19 +261,48 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			collectDatagrams(gauge, counter, edgeDgram, "egress", s.DatagramEgress)
 		}
 	} else {
-		collectPeer(gauge, counter, c.peer, s.Tunnel)
-		collectDatagrams(gauge, counter, peerDgram, "ingress", s.DatagramIngress, c.peer)
-		collectDatagrams(gauge, counter, peerDgram, "egress", s.DatagramEgress, c.peer)
+		name := s.PeerName
+		if name == "" {
+			name = "peer"
+		}
+		if s.PeerKey != "" {
+			gauge(peerInfo, 1, name, s.PeerKey)
+		}
+		collectPeer(gauge, counter, dir, name, s.Tunnel, s.TunnelState)
+		collectDatagrams(gauge, counter, peerDgram, "ingress", s.DatagramIngress, name)
+		collectDatagrams(gauge, counter, peerDgram, "egress", s.DatagramEgress, name)
 	}
-	c.collectEdge(s, gauge, counter)
+	if r := s.Refused; r != nil {
+		for _, x := range []struct {
+			reason string
+			n      uint64
+		}{{"bad_mac", r.BadMAC}, {"unauthenticated", r.Unauthenticated}, {"unknown_key", r.UnknownKey}, {"replay", r.Replays}, {"rate_limited", r.RateLimited}} {
+			counter(refused, x.n, x.reason)
+		}
+	}
+	c.collectEdge(s, dir, gauge, counter)
 }
 
-// collectPeer emits the series of one peer, whose tunnel is t (nil: down).
-func collectPeer(gauge func(*prometheus.Desc, float64, ...string), counter func(*prometheus.Desc, uint64, ...string), p string, t *control.Tunnel) {
+// directions name what this edge sends and receives: up or down.
+type directions struct{ sent, received string }
+
+// collectPeer emits the series of one peer, whose tunnel is t (nil: down)
+// and whose tunnel's life is ts (nil: not known).
+func collectPeer(gauge func(*prometheus.Desc, float64, ...string), counter func(*prometheus.Desc, uint64, ...string), dir directions, p string, t *control.Tunnel, ts *control.TunnelState) {
+	if ts != nil {
+		gauge(peerAttempts, float64(ts.HandshakeAttempts), p)
+		if !ts.LastHandshake.IsZero() {
+			gauge(peerLastHS, float64(ts.LastHandshake.UnixNano())/1e9, p)
+		}
+	}
 	if t != nil {
 		gauge(peerUp, 1, p)
-		gauge(peerRTT, t.SmoothedRTT.Seconds(), p)
-		gauge(peerMinRTT, t.MinRTT.Seconds(), p)
+		// Before the first RTT sample the smoothed RTT is the initial
+		// guess (333 ms) and the minimum 0: no figure is better than those.
+		if t.MinRTT > 0 {
+			gauge(peerRTT, t.SmoothedRTT.Seconds(), p)
+			gauge(peerMinRTT, t.MinRTT.Seconds(), p)
+		}
 		gauge(peerDelivery, float64(t.BandwidthBps)/8, p)
 		gauge(peerRecvRate, float64(t.RecvRateBps)/8, p)
 		gauge(peerPacing, float64(t.PacingRateBps)/8, p)
@@ -234,10 +318,10 @@ func collectPeer(gauge func(*prometheus.Desc, float64, ...string), counter func(
 				gauge(peerBBRState, v, p, m.String())
 			}
 		}
-		counter(peerBytes, t.BytesSent, p, "sent")
-		counter(peerBytes, t.BytesReceived, p, "received")
-		counter(peerPackets, t.PacketsSent, p, "sent")
-		counter(peerPackets, t.PacketsReceived, p, "received")
+		counter(peerBytes, t.BytesSent, p, dir.sent)
+		counter(peerBytes, t.BytesReceived, p, dir.received)
+		counter(peerPackets, t.PacketsSent, p, dir.sent)
+		counter(peerPackets, t.PacketsReceived, p, dir.received)
 		counter(peerLost, t.PacketsLost, p)
 		counter(peerRetrans, t.Retransmitted, p)
 		counter(peerPTOs, t.PTOs, p)
@@ -266,7 +350,7 @@ func collectPeer(gauge func(*prometheus.Desc, float64, ...string), counter func(
 }
 
 // collectEdge emits the edge's own series.
-func (c *collector) collectEdge(s control.Status, gauge func(*prometheus.Desc, float64, ...string), counter func(*prometheus.Desc, uint64, ...string)) {
+func (c *collector) collectEdge(s control.Status, dir directions, gauge func(*prometheus.Desc, float64, ...string), counter func(*prometheus.Desc, uint64, ...string)) {
 	if in := s.Ingress; in != nil {
 		gauge(flowsOpen, float64(in.ActiveFlows), "ingress")
 		counter(flowsTotal, in.Dialed, "ingress")
@@ -279,8 +363,10 @@ func (c *collector) collectEdge(s control.Status, gauge func(*prometheus.Desc, f
 			counter(flowsRefused, r.n, "ingress", r.reason)
 		}
 		counter(flowsIdle, in.IdleTimeouts, "ingress")
-		counter(tunPackets, in.TUNPacketsIn, "in")
-		counter(tunPackets, in.TUNPacketsOut, "out")
+		// A near edge's TUN brings the clients' packets (up); a far edge's
+		// (transparent egress) the servers' (down).
+		counter(tunPackets, in.TUNPacketsIn, dir.sent)
+		counter(tunPackets, in.TUNPacketsOut, dir.received)
 		counter(tunDrops, in.TUNDrops)
 	}
 	g := s.Egress

@@ -3,7 +3,8 @@ package crypt
 import "errors"
 
 // Sentinel errors. Functions wrap them with context; test with errors.Is.
-// None of them ever carries key material.
+// None of them ever carries secret key material (a PeerError names the
+// initiator's public key).
 var (
 	// ErrAuth: a handshake message or packet did not authenticate. It was
 	// corrupted, forged, sealed for another peer or under another key.

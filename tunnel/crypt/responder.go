@@ -143,7 +143,7 @@ func (r *Responder) RespondHeld(dst, msg1 []byte, index uint32, now monotime.Tim
 	}
 	peer := PublicKey(hs.PeerStatic())
 	if !r.allow(peer) {
-		return nil, nil, fmt.Errorf("handshake message 1 from %v: %w", peer, ErrUnknownPeer)
+		return nil, nil, &PeerError{Key: peer, Err: ErrUnknownPeer}
 	}
 	stamp, remoteIndex, offer, flags := parseMsg1Payload(payload)
 	suite := choose(offer, r.suites)
@@ -151,7 +151,7 @@ func (r *Responder) RespondHeld(dst, msg1 []byte, index uint32, now monotime.Tim
 		return nil, nil, fmt.Errorf("handshake message 1 from %v: offers no cipher suite this side has (offered %08b): %w", peer, offer, ErrMalformed)
 	}
 	if !r.stamps.fresh(peer, stamp) {
-		return nil, nil, fmt.Errorf("handshake message 1 from %v: %w", peer, ErrReplay)
+		return nil, nil, &PeerError{Key: peer, Err: ErrReplay}
 	}
 
 	start := len(dst)
@@ -173,7 +173,7 @@ func (r *Responder) RespondHeld(dst, msg1 []byte, index uint32, now monotime.Tim
 	// Commit last, re-checking: a concurrent Respond may have accepted
 	// the same or a newer message 1 meanwhile.
 	if !r.stamps.accept(peer, stamp) {
-		return nil, nil, fmt.Errorf("handshake message 1 from %v: %w", peer, ErrReplay)
+		return nil, nil, &PeerError{Key: peer, Err: ErrReplay}
 	}
 
 	// Split: cs1 protects initiator to responder, cs2 the reverse.
@@ -187,6 +187,21 @@ func (r *Responder) RespondHeld(dst, msg1 []byte, index uint32, now monotime.Tim
 	s.rekeyed = s.rekey && held
 	return out, s, nil
 }
+
+// PeerError is a refusal of a message 1 that decrypted: the initiator's
+// static key is known (Noise IK carries it encrypted to the responder), so
+// the operator can be told which edge is knocking. Err is ErrUnknownPeer
+// or ErrReplay. Errors.As finds it in Respond's errors.
+type PeerError struct {
+	Key PublicKey // the initiator's static public key
+	Err error
+}
+
+func (e *PeerError) Error() string {
+	return fmt.Sprintf("handshake message 1 from %v: %v", e.Key, e.Err)
+}
+
+func (e *PeerError) Unwrap() error { return e.Err }
 
 // InitiatorKey returns the static key of the initiator of msg1 (handshake
 // message 1, the bytes after the type byte) addressed to local, whose

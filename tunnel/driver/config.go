@@ -89,6 +89,18 @@ type Config struct {
 	// driver goroutine; more are refused (DefaultDatagramQueue if 0).
 	DatagramQueue int
 
+	// OnHandshakeSent (Dial), if set, is told the count of handshake
+	// initiations the dial has sent, each time one goes, until the
+	// handshake completes: the application shows the attempts of a dial
+	// nobody answers. It runs on the driver goroutine and must not block.
+	OnHandshakeSent func(sent uint64)
+	// Refusals (Listen), if set, records the initiations the server
+	// refuses (bad mac1, rate limited, not decrypting, unknown key,
+	// replayed), with their source and, where the handshake reveals it,
+	// the initiator's key. Pass one Refusals to every Listen of a server,
+	// so its counts outlive each tunnel.
+	Refusals *Refusals
+
 	// NoGate (server) skips the driver's handshake gate: the socket is a
 	// Hub's, which gates initiations before they reach the tunnel.
 	NoGate bool

@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/wanopt/wanopt/internal/monotime"
 	"github.com/wanopt/wanopt/tunnel"
@@ -40,6 +41,7 @@ type Hub struct {
 	local    crypt.PrivateKey
 	localPub crypt.PublicKey
 	log      *slog.Logger
+	refusals *Refusals // nil: counted in stats only
 
 	writeMu sync.Mutex // the socket's writers: every peer's tunnel and the reader
 
@@ -81,14 +83,25 @@ const hubQueueLen = 1024
 // current session, the one a rekey or restart replaces, and a pending one.
 const indicesPerPeer = 4
 
+// HubOptions configure a Hub.
+type HubOptions struct {
+	// Logger receives the hub's events; nil discards them.
+	Logger *slog.Logger
+	// Refusals, if set, records the initiations the hub refuses (its
+	// gate's, and those from keys with no Bind); give the peers' Listens
+	// the same one (Config.Refusals).
+	Refusals *Refusals
+}
+
 // NewHub serves bc, a UDP socket, for the server whose static key is
 // local. The hub owns bc and closes it on Close. It starts its reader at
 // once; datagrams for peers without a Bind are dropped.
-func NewHub(bc bind.Conn, local crypt.PrivateKey, log *slog.Logger) *Hub {
+func NewHub(bc bind.Conn, local crypt.PrivateKey, opts HubOptions) *Hub {
+	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Hub{bc: bc, local: local, localPub: local.PublicKey(), log: log,
+	h := &Hub{bc: bc, local: local, localPub: local.PublicKey(), log: log, refusals: opts.Refusals,
 		peers: make(map[crypt.PublicKey]*hubConn), index: make(map[uint32]*hubConn),
 		gate: tunnel.NewHandshakeGate(local, rand.Reader), done: make(chan struct{})}
 	go h.readLoop()
@@ -180,6 +193,7 @@ const HubMaxDatagramBytes = hubBufLen
 func (h *Hub) route(now monotime.Time, p []byte, ep bind.Endpoint) {
 	switch {
 	case tunnel.IsHandshakeInitiation(p):
+		before := h.gate.Stats()
 		v, out := h.gate.Admit(now, p, ep, h.reply[0][:0])
 		h.reply[0] = out
 		h.mu.Lock()
@@ -188,15 +202,24 @@ func (h *Hub) route(now monotime.Time, p []byte, ep bind.Endpoint) {
 		if v == tunnel.GateCookie {
 			h.write(h.reply[:], ep)
 		}
+		if v == tunnel.GateDrop && h.refusals != nil {
+			h.refusals.addGate(time.Now(), ep, before, h.gateStats)
+		}
 		if v != tunnel.GateAdmit {
 			return
 		}
 		key, err := crypt.InitiatorKey(h.local, h.localPub, p[wire.HandshakeInitHeaderLen:wire.HandshakeInitHeaderLen+crypt.Message1Size])
+		if err != nil {
+			h.stats.unknownKey.Add(1)
+			h.refusals.add(time.Now(), ep, RefusedUnauthenticated, crypt.PublicKey{})
+			return
+		}
 		h.mu.Lock()
 		c := h.peers[key]
 		h.mu.Unlock()
-		if err != nil || c == nil {
+		if c == nil {
 			h.stats.unknownKey.Add(1)
+			h.refusals.add(time.Now(), ep, RefusedUnknownKey, key)
 			return
 		}
 		c.deliver(p, ep)

@@ -82,7 +82,7 @@ func TestHub(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sk, _ := crypt.GenerateKey(seeded(100))
-	h := NewHub(listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0")), sk, testLogger(t))
+	h := NewHub(listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0")), sk, HubOptions{Logger: testLogger(t)})
 	defer h.Close()
 	stamps := crypt.NewTimestamps()
 	const peers = 3

@@ -121,6 +121,7 @@ func (d *driverState) service() bool {
 		d.pollEvents()
 		now := d.flush()
 		d.pollEvents()
+		d.reportHandshakes()
 		next := d.conn.NextTimeout()
 		if d.next != nil {
 			if n := d.next.NextTimeout(); n != 0 && (next == 0 || n.Before(next)) {
@@ -149,6 +150,17 @@ func (d *driverState) service() bool {
 	d.timer.Reset(0)
 	d.armed = 0
 	return true
+}
+
+// reportHandshakes tells Config.OnHandshakeSent of a dial's new
+// initiations, until the handshake completes.
+func (d *driverState) reportHandshakes() {
+	if f := d.t.cfg.OnHandshakeSent; f != nil && !d.estDone {
+		if n := d.conn.HandshakesSent(); n != d.hsReported {
+			d.hsReported = n
+			f(n)
+		}
+	}
 }
 
 // arm schedules the next HandleTimeout for next (after now). Deadlines
@@ -350,6 +362,8 @@ func (d *driverState) pollEvents() {
 			d.deliverDatagram(ev.Data)
 		case tunnel.EventRejected:
 			d.startRehandshake(monotime.Now())
+		case tunnel.EventHandshakeRefused:
+			d.t.cfg.Refusals.addEvent(time.Now(), d.refusedFrom, ev)
 		}
 	}
 }

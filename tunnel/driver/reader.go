@@ -238,40 +238,17 @@ func (d *driverState) handleRx(b *rxBatch) {
 		if d.conn.DatagramsWaiting() > 0 {
 			d.pollEvents()
 		}
-		p := b.bufs[i][:b.sizes[i]]
-		if d.next != nil && (d.next.IsHandshakeResponse(p) || d.next.OwnsDatagram(p)) {
-			d.next.HandleDatagram(now, p) // the new handshake's answer, or its first data
-			if !d.t.client && d.next != nil && d.next.OwnsDatagram(p) {
-				d.nextPeer = b.eps[i]
-			}
+		p, ep := b.bufs[i][:b.sizes[i]], b.eps[i]
+		if !d.t.client && d.t.cfg.Refusals != nil && tunnel.IsHandshakeInitiation(p) {
+			// A refusal is reported with its source: the Conn's event is
+			// taken before the next datagram comes.
+			d.refusedFrom = ep
+			d.handleDatagram(now, p, ep)
+			d.pollEvents()
+			d.refusedFrom = netip.AddrPort{}
 			continue
 		}
-		if !d.t.client && tunnel.IsHandshakeInitiation(p) && !d.admit(now, p, b.eps[i]) {
-			continue
-		}
-		if !d.t.client && d.estDone && tunnel.IsHandshakeInitiation(p) {
-			d.offerSuccessor(now, p, b.eps[i])
-			continue
-		}
-		if b.eps[i] == d.peer {
-			d.conn.HandleDatagram(now, p)
-			if !d.t.client && !d.estDone {
-				d.maybeReject(now, p, b.eps[i])
-			}
-			continue
-		}
-		// From another address: adopt it only if the datagram authenticated
-		// (the peer roamed, or the server is learning its client).
-		before := d.conn.Stats().PacketsReceived
-		d.conn.HandleDatagram(now, p)
-		if d.conn.Stats().PacketsReceived > before {
-			if d.peer.IsValid() {
-				d.t.log.Info("peer address changed", "from", d.peer, "to", b.eps[i])
-			}
-			d.peer = b.eps[i]
-		} else if !d.t.client {
-			d.maybeReject(now, p, b.eps[i])
-		}
+		d.handleDatagram(now, p, ep)
 	}
 	b.n = 0
 	d.t.rxFree <- b // never blocks: rxFree holds every batch
@@ -282,6 +259,43 @@ func (d *driverState) handleRx(b *rxBatch) {
 	}
 }
 
+// handleDatagram hands p, from ep, to the Conn it belongs to.
+func (d *driverState) handleDatagram(now monotime.Time, p []byte, ep netip.AddrPort) {
+	if d.next != nil && (d.next.IsHandshakeResponse(p) || d.next.OwnsDatagram(p)) {
+		d.next.HandleDatagram(now, p) // the new handshake's answer, or its first data
+		if !d.t.client && d.next != nil && d.next.OwnsDatagram(p) {
+			d.nextPeer = ep
+		}
+		return
+	}
+	if !d.t.client && tunnel.IsHandshakeInitiation(p) && !d.admit(now, p, ep) {
+		return
+	}
+	if !d.t.client && d.estDone && tunnel.IsHandshakeInitiation(p) {
+		d.offerSuccessor(now, p, ep)
+		return
+	}
+	if ep == d.peer {
+		d.conn.HandleDatagram(now, p)
+		if !d.t.client && !d.estDone {
+			d.maybeReject(now, p, ep)
+		}
+		return
+	}
+	// From another address: adopt it only if the datagram authenticated
+	// (the peer roamed, or the server is learning its client).
+	before := d.conn.Stats().PacketsReceived
+	d.conn.HandleDatagram(now, p)
+	if d.conn.Stats().PacketsReceived > before {
+		if d.peer.IsValid() {
+			d.t.log.Info("peer address changed", "from", d.peer, "to", ep)
+		}
+		d.peer = ep
+	} else if !d.t.client {
+		d.maybeReject(now, p, ep)
+	}
+}
+
 // admit (server) passes the initiation p from ep through the handshake
 // gate: it reports whether a Conn may process it, and sends the cookie
 // reply the gate asks for.
@@ -289,8 +303,12 @@ func (d *driverState) admit(now monotime.Time, p []byte, ep netip.AddrPort) bool
 	if d.gate == nil {
 		return true // a Hub's socket: gated there
 	}
+	before := d.gate.Stats()
 	v, reply := d.gate.Admit(now, p, ep, d.cookieBuf[0][:0])
 	d.cookieBuf[0] = reply
+	if v == tunnel.GateDrop && d.t.cfg.Refusals != nil {
+		d.t.cfg.Refusals.addGate(time.Now(), ep, before, d.gate.Stats())
+	}
 	if v == tunnel.GateCookie {
 		if err := d.t.bc.WriteBatch(d.cookieBuf[:], ep); err != nil {
 			d.ctr.txErrors++

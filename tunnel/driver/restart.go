@@ -106,6 +106,15 @@ func (d *driverState) offerSuccessor(now monotime.Time, p []byte, ep netip.AddrP
 	next.HandleDatagram(now, p)
 	if next.Stats().PacketsReceived == before {
 		d.ctr.initiationsRefused++ // replayed, forged or not allowed: no answer
+		for {
+			ev, ok := next.PollEvent()
+			if !ok {
+				break
+			}
+			if ev.Kind == tunnel.EventHandshakeRefused {
+				d.t.cfg.Refusals.addEvent(time.Now(), ep, ev)
+			}
+		}
 		return
 	}
 	if next.PeerRekeying() {

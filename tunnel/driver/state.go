@@ -63,6 +63,12 @@ type driverState struct {
 	gate      *tunnel.HandshakeGate
 	cookieBuf [1][]byte
 
+	// refusedFrom is the source of the initiation the Conn is handling
+	// (EventHandshakeRefused names it to Config.Refusals); hsReported the
+	// initiations last told to Config.OnHandshakeSent.
+	refusedFrom netip.AddrPort
+	hsReported  uint64
+
 	estDone   bool
 	closeErr  error // the Conn's EventClosed reason
 	sockErr   error // closing the socket failed
