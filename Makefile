@@ -1,4 +1,4 @@
-# wanopt — build, test and lab targets. Run `make help` for the list.
+# wanopt — build, test and lab targets. `make` builds; `make help` lists the targets.
 GO      ?= go
 BIN     := bin
 PKGS    := ./...
@@ -9,8 +9,18 @@ OUT     ?= out
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-build: ## build wanopt and wanbench into ./bin
+# 'make' alone builds, so that 'make && sudo make install' works.
+.DEFAULT_GOAL := build
+
+# gen writes the output of 'wanopt ARGS' to FILE, or nothing if it fails:
+# $(call gen,ARGS,FILE).
+gen = $(BIN)/wanopt $(1) > $(2).tmp && mv $(2).tmp $(2) || { rm -f $(2).tmp; exit 1; }
+
+build: ## build wanopt and wanbench into ./bin, with wanopt's man page and shell completions
 	$(GO) build -o $(BIN)/ ./cmd/...
+	$(call gen,man,$(BIN)/wanopt.8)
+	$(call gen,completion bash,$(BIN)/wanopt.bash)
+	$(call gen,completion zsh,$(BIN)/_wanopt)
 
 # Where 'make install' puts things: PREFIX=/usr for a distribution's layout,
 # DESTDIR to stage the tree elsewhere (a package, a test).
@@ -19,19 +29,33 @@ BINDIR         ?= $(PREFIX)/bin
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
 DOCDIR         ?= $(PREFIX)/share/doc/wanopt
+MANDIR         ?= $(PREFIX)/share/man
+BASHCOMPDIR    ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR     ?= $(PREFIX)/share/zsh/site-functions
 UNITS          := wanopt@.service wanopt-tun@.service system-wanopt.slice
 EXAMPLES       := near.conf far.conf wanopt@near.service.d/tun.conf wanopt-tun@wo0.service.d/routes.conf
 GUIDES         := $(notdir $(wildcard docs/guide/*))
 DOCS           := wo0.netdev wo0.network $(GUIDES)
+# What 'make build' made and 'make install' installs.
+BUILT          := $(BIN)/wanopt $(BIN)/wanopt.8 $(BIN)/wanopt.bash $(BIN)/_wanopt
 
-# The units name the binary and the guide where they are installed: sed
-# fills in @BINDIR@ and @DOCDIR@. /etc/wanopt is left to the administrator.
-install: build ## install wanopt, its systemd units, sysusers.d file, examples and guides (PREFIX=/usr/local, DESTDIR=)
+# install builds nothing: 'sudo make install' would run go build as root,
+# with root's Go (if any) and a root-owned bin/ and build cache left
+# behind. The units name the binary and the guide where they are
+# installed: sed fills in @BINDIR@ and @DOCDIR@, writing straight into the
+# destination. /etc/wanopt is left to the administrator.
+install: ## install what 'make build' built, the systemd units, sysusers.d file, examples and guides (make && sudo make install; PREFIX=/usr/local, DESTDIR=)
+	@for f in $(BUILT); do \
+		[ -f "$$f" ] || { echo "make install: $$f is missing: run 'make build' first as yourself, then 'sudo make install'" >&2; exit 1; }; \
+	done
 	install -D -m 0755 $(BIN)/wanopt $(DESTDIR)$(BINDIR)/wanopt
-	@mkdir -p $(BIN)/systemd
+	install -D -m 0644 $(BIN)/wanopt.8 $(DESTDIR)$(MANDIR)/man8/wanopt.8
+	install -D -m 0644 $(BIN)/wanopt.bash $(DESTDIR)$(BASHCOMPDIR)/wanopt
+	install -D -m 0644 $(BIN)/_wanopt $(DESTDIR)$(ZSHCOMPDIR)/_wanopt
+	install -d -m 0755 $(DESTDIR)$(SYSTEMDUNITDIR)
 	for u in $(UNITS); do \
-		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' dist/systemd/$$u > $(BIN)/systemd/$$u && \
-		install -D -m 0644 $(BIN)/systemd/$$u $(DESTDIR)$(SYSTEMDUNITDIR)/$$u || exit 1; \
+		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' dist/systemd/$$u > $(DESTDIR)$(SYSTEMDUNITDIR)/$$u && \
+		chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$u || exit 1; \
 	done
 	install -D -m 0644 dist/sysusers.d/wanopt.conf $(DESTDIR)$(SYSUSERSDIR)/wanopt.conf
 	for f in $(EXAMPLES); do install -D -m 0644 dist/examples/$$f $(DESTDIR)$(DOCDIR)/examples/$$f || exit 1; done
@@ -40,6 +64,7 @@ install: build ## install wanopt, its systemd units, sysusers.d file, examples a
 # File by file, so that a DOCDIR shared with other files loses only ours.
 uninstall: ## remove what 'make install' installed (same PREFIX and DESTDIR)
 	rm -f $(DESTDIR)$(BINDIR)/wanopt $(DESTDIR)$(SYSUSERSDIR)/wanopt.conf
+	rm -f $(DESTDIR)$(MANDIR)/man8/wanopt.8 $(DESTDIR)$(BASHCOMPDIR)/wanopt $(DESTDIR)$(ZSHCOMPDIR)/_wanopt
 	rm -f $(addprefix $(DESTDIR)$(SYSTEMDUNITDIR)/,$(UNITS))
 	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(EXAMPLES)) $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOCS))
 	-rmdir $(DESTDIR)$(DOCDIR)/examples/wanopt@near.service.d $(DESTDIR)$(DOCDIR)/examples/wanopt-tun@wo0.service.d $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null

@@ -3,14 +3,24 @@ package dist
 import (
 	"bufio"
 	"bytes"
+	byteorder "encoding/binary"
 	"errors"
+	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/wanopt/wanopt/edge"
+	"golang.org/x/sys/unix"
 )
 
 // installed is every file 'make install PREFIX=/usr' puts under DESTDIR,
@@ -28,6 +38,9 @@ var installed = map[string]fs.FileMode{
 	"usr/share/doc/wanopt/examples/far.conf":                             0o644,
 	"usr/share/doc/wanopt/examples/wanopt@near.service.d/tun.conf":       0o644,
 	"usr/share/doc/wanopt/examples/wanopt-tun@wo0.service.d/routes.conf": 0o644,
+	"usr/share/man/man8/wanopt.8":                                        0o644,
+	"usr/share/bash-completion/completions/wanopt":                       0o644,
+	"usr/share/zsh/site-functions/_wanopt":                               0o644,
 }
 
 const (
@@ -38,10 +51,12 @@ const (
 	binary = "/usr/bin/wanopt"
 )
 
-// TestInstall runs 'make install' into a temporary DESTDIR and checks the
-// tree, the units (systemd-analyze verify), the sysusers.d file
-// (systemd-sysusers --dry-run) and the example configurations
-// (wanopt run --check with fresh keys), then 'make uninstall'.
+// TestInstall runs 'make build' and 'make install' into a temporary
+// DESTDIR and checks the tree, the units (their settings, systemd-analyze
+// verify and security), the sysusers.d file (systemd-sysusers --dry-run)
+// and the example configurations (wanopt run --check with fresh keys, as
+// the unit runs it), then 'make uninstall'. 'make install' without a
+// build first must refuse and create nothing.
 func TestInstall(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("skipping: 'make' is not installed; the install tree is built by 'make install' (apt-get install make)")
@@ -55,12 +70,30 @@ func TestInstall(t *testing.T) {
 	}
 	dest := t.TempDir()
 	// BIN keeps the build out of the work tree's bin/, which the lab runs.
-	makeArgs := []string{"DESTDIR=" + dest, "PREFIX=/usr", "GO=" + goCommand(t), "BIN=" + t.TempDir()}
+	bin := filepath.Join(t.TempDir(), "bin")
+	makeArgs := []string{"DESTDIR=" + dest, "PREFIX=/usr", "GO=" + goCommand(t), "BIN=" + bin}
+
+	// 'sudo make install' must not compile as root: without a build it
+	// says so, and leaves neither bin/ nor anything installed.
+	out, err := makeCommand(repo, append([]string{"install"}, makeArgs...)...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "run 'make build' first as yourself") {
+		t.Errorf("make install before make build: %v; want it refused, saying to run 'make build' first:\n%s", err, out)
+	}
+	if _, err := os.Stat(bin); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("make install before make build made %s (stat: %v)", bin, err)
+	}
+	if entries, _ := os.ReadDir(dest); len(entries) > 0 {
+		t.Errorf("make install before make build installed %d entries in DESTDIR", len(entries))
+	}
+
+	run(t, repo, "make", append([]string{"build"}, makeArgs...)...)
 	run(t, repo, "make", append([]string{"install"}, makeArgs...)...)
 
 	t.Run("tree", func(t *testing.T) { checkTree(t, dest) })
 	t.Run("units", func(t *testing.T) { checkUnits(t, dest) })
 	t.Run("verify", func(t *testing.T) { verifyUnits(t, dest) })
+	t.Run("security", func(t *testing.T) { checkSecurity(t, dest) })
+	t.Run("man and completions", func(t *testing.T) { checkManAndCompletions(t, dest) })
 	t.Run("sysusers", func(t *testing.T) { checkSysusers(t, dest) })
 	t.Run("examples", func(t *testing.T) { checkExamples(t, dest) })
 
@@ -181,6 +214,180 @@ func checkUnits(t *testing.T, dest string) {
 	if exec := unitValues(text, "ExecStart"); len(exec) == 1 && !strings.Contains(exec[0], "--control /run/wanopt/%i.sock") {
 		t.Errorf("wanopt@.service: ExecStart=%s lacks --control /run/wanopt/%%i.sock", exec[0])
 	}
+	// The key stays root's: systemd passes a copy, and both commands read
+	// that copy whatever the config's key line says.
+	if c := unitValues(text, "LoadCredential"); len(c) != 1 || c[0] != "key:/etc/wanopt/%i.key" {
+		t.Errorf("wanopt@.service: LoadCredential=%q, want key:/etc/wanopt/%%i.key", c)
+	}
+	for _, key := range []string{"ExecStartPre", "ExecStart"} {
+		if vals := unitValues(text, key); len(vals) == 1 && !strings.Contains(vals[0], " "+credentialKey+" ") {
+			t.Errorf("wanopt@.service: %s=%s lacks %s", key, vals[0], credentialKey)
+		}
+	}
+	want := map[string]string{"Type": "notify", "NotifyAccess": "main", "UMask": "0077", "User": "wanopt"}
+	for key, v := range want {
+		if got := unitValues(text, key); len(got) != 1 || got[0] != v {
+			t.Errorf("wanopt@.service: %s=%q, want %s", key, got, v)
+		}
+	}
+	if f := unitValues(text, "SystemCallFilter"); len(f) == 0 || f[0] != "@system-service" {
+		t.Errorf("wanopt@.service: SystemCallFilter=%q, want @system-service first", f)
+	}
+	// A near edge reports ready at the latest readyWait after it starts,
+	// tunnel or not: the start timeout must leave it that long.
+	if v := unitValues(text, "TimeoutStartSec"); len(v) != 1 {
+		t.Errorf("wanopt@.service: TimeoutStartSec=%q; want one, above the edge's %v wait for a tunnel", v, readyWait)
+	} else if d, err := time.ParseDuration(strings.ReplaceAll(strings.ReplaceAll(v[0], "min", "m"), " ", "")); err != nil || d < readyWait+30*time.Second {
+		t.Errorf("wanopt@.service: TimeoutStartSec=%s (%v); want at least %v, the edge's wait for a tunnel and 30 s", v[0], err, readyWait+30*time.Second)
+	}
+	checkMemory(t, text)
+
+	tun := readFile(t, filepath.Join(dest, unitDir, "wanopt-tun@.service"))
+	if c := unitValues(tun, "CapabilityBoundingSet"); len(c) != 1 || c[0] != "CAP_NET_ADMIN" {
+		t.Errorf("wanopt-tun@.service: CapabilityBoundingSet=%q, want CAP_NET_ADMIN alone", c)
+	}
+}
+
+// readyWait is cmd/wanopt's readyWait (notify.go): how long a near edge
+// holds its start job waiting for a tunnel.
+const readyWait = 30 * time.Second
+
+// credentialKey is the --key of the unit's commands: the copy of the key
+// LoadCredential= makes.
+const credentialKey = "--key ${CREDENTIALS_DIRECTORY}/key"
+
+// checkMemory checks wanopt@.service's memory limits against the default
+// budget: the Go runtime's own limit (budget and part of the overhead)
+// under MemoryHigh, so that the collector works before the kernel
+// throttles, and MemoryHigh under MemoryMax.
+func checkMemory(t *testing.T, text string) {
+	limit := func(key string) int64 {
+		v := unitValues(text, key)
+		if len(v) != 1 {
+			t.Errorf("wanopt@.service: %s=%q, want one", key, v)
+			return 0
+		}
+		n, err := parseBytes(v[0])
+		if err != nil {
+			t.Errorf("wanopt@.service: %s=%s: %v", key, v[0], err)
+		}
+		return n
+	}
+	high, max := limit("MemoryHigh"), limit("MemoryMax")
+	goLimit := edge.Config{}.RuntimeMemoryLimit()
+	process := int64(edge.DefaultMemoryMiB+edge.FixedOverheadMiB) << 20
+	if high <= goLimit || high < process || max <= high {
+		t.Errorf("wanopt@.service: MemoryHigh=%d MiB, MemoryMax=%d MiB; want MemoryHigh above the Go runtime's limit (%d MiB) and the default budget with the process's overhead (%d MiB), and MemoryMax above MemoryHigh",
+			high>>20, max>>20, goLimit>>20, process>>20)
+	}
+}
+
+// parseBytes reads a systemd size: a number with K, M, G or T (powers of
+// 1024) or none (bytes).
+func parseBytes(s string) (int64, error) {
+	shift := 0
+	switch {
+	case strings.HasSuffix(s, "K"):
+		shift = 10
+	case strings.HasSuffix(s, "M"):
+		shift = 20
+	case strings.HasSuffix(s, "G"):
+		shift = 30
+	case strings.HasSuffix(s, "T"):
+		shift = 40
+	}
+	if shift > 0 {
+		s = s[:len(s)-1]
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("not a size: %w", err)
+	}
+	return n << shift, nil
+}
+
+// maxExposure is the highest 'systemd-analyze security' exposure each
+// unit may have (0 is the best, 10 the worst).
+var maxExposure = map[string]float64{
+	"wanopt@near.service":    2.5,
+	"wanopt-tun@wo0.service": 4,
+}
+
+var exposureRE = regexp.MustCompile(`Overall exposure level for (\S+): ([0-9]+(?:\.[0-9]+)?)`)
+
+// checkSecurity runs 'systemd-analyze security --offline=true' on the
+// instances with their drop-ins and holds each to its maxExposure.
+func checkSecurity(t *testing.T, dest string) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("skipping: systemd-analyze is not installed, so the units' exposure is not measured (apt-get install systemd)")
+	}
+	dir := t.TempDir()
+	copyUnits(t, dest, dir)
+	for _, name := range slices.Sorted(maps.Keys(maxExposure)) {
+		out, err := exec.Command(analyze, "security", "--offline=true", "--no-pager", filepath.Join(dir, name)).CombinedOutput()
+		if strings.Contains(string(out), "unrecognized option") {
+			t.Skipf("skipping: this systemd-analyze has no 'security --offline' (systemd 250 or later has it): %s", bytes.TrimSpace(out))
+		}
+		m := exposureRE.FindSubmatch(out)
+		if err != nil || m == nil {
+			t.Errorf("systemd-analyze security --offline=true %s: %v; no overall exposure in:\n%s", name, err, out)
+			continue
+		}
+		got, _ := strconv.ParseFloat(string(m[2]), 64)
+		if got > maxExposure[name] {
+			t.Errorf("%s: exposure %.1f, want at most %.1f; what it counts against the unit:\n%s", name, got, maxExposure[name], unsafeLines(out))
+		} else {
+			t.Logf("%s: exposure %.1f (at most %.1f)", name, got, maxExposure[name])
+		}
+	}
+}
+
+// unsafeLines are the lines of systemd-analyze security's table that
+// count against the unit.
+func unsafeLines(out []byte) string {
+	var b strings.Builder
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "✗") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+// checkManAndCompletions checks what 'make build' generated: a man page
+// that man renders, and completion scripts the shells parse.
+func checkManAndCompletions(t *testing.T, dest string) {
+	page := filepath.Join(dest, "usr/share/man/man8/wanopt.8")
+	if text := readFile(t, page); !strings.HasPrefix(text, ".TH WANOPT 8") {
+		t.Errorf("wanopt.8 does not start with .TH WANOPT 8: %.80q", text)
+	}
+	if man, err := exec.LookPath("man"); err == nil {
+		cmd := exec.Command(man, "-l", page)
+		cmd.Env = append(os.Environ(), "MANWIDTH=80", "MANPAGER=cat", "PAGER=cat")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "wanopt run") {
+			t.Errorf("man -l wanopt.8: %v; want a page that names 'wanopt run':\n%.500s", err, out)
+		}
+	}
+	for _, c := range []struct{ shell, file, first string }{
+		{"bash", "usr/share/bash-completion/completions/wanopt", ""},
+		{"zsh", "usr/share/zsh/site-functions/_wanopt", "#compdef wanopt"},
+	} {
+		path := filepath.Join(dest, c.file)
+		text := readFile(t, path)
+		if c.first != "" && !strings.HasPrefix(text, c.first+"\n") {
+			t.Errorf("%s: first line %.40q, want %s (zsh autoloads a completion by it)", c.file, text, c.first)
+		}
+		sh, err := exec.LookPath(c.shell)
+		if err != nil {
+			t.Logf("%s is not installed: %s is not parsed", c.shell, c.file)
+			continue
+		}
+		if out, err := exec.Command(sh, "-n", path).CombinedOutput(); err != nil {
+			t.Errorf("%s -n %s: %v\n%s", c.shell, c.file, err, out)
+		}
+	}
 }
 
 // verifyUnits runs systemd-analyze verify on the installed units, the
@@ -297,6 +504,53 @@ func checkExamples(t *testing.T, dest string) {
 		t.Logf("%s.conf: %s", role, strings.TrimSpace(string(out)))
 	}
 
+	// As the unit runs it: the config's key line names a root-owned file
+	// the service cannot read (absent here), and --key the credential.
+	// systemd writes a credential mode 0400 and gives the service user
+	// read access with an ACL entry, whose mask stat shows as group read
+	// (0440); only where the file system has no ACLs (ramfs) does it
+	// chown the file to the user instead. run must take both.
+	unit := readFile(t, filepath.Join(dest, unitDir, "wanopt@.service"))
+	pre := unitValues(unit, "ExecStartPre")
+	if len(pre) != 1 {
+		t.Fatalf("wanopt@.service: ExecStartPre=%q, want one", pre)
+	}
+	for _, cred := range []struct {
+		name string
+		acl  bool
+	}{{"credential owned by the user (ramfs)", false}, {"credential read through an ACL (tmpfs)", true}} {
+		for _, role := range []string{"near", "far"} {
+			creds := t.TempDir()
+			key, err := os.ReadFile(filepath.Join(dir, role+".key"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(creds, "key")
+			if err := os.WriteFile(path, key, 0o400); err != nil {
+				t.Fatal(err)
+			}
+			if cred.acl {
+				if err := grantRead(path, 65534); err != nil {
+					t.Logf("%s: not tried, the temporary directory takes no ACL: %v", cred.name, err)
+					continue
+				}
+			}
+			text := readFile(t, filepath.Join(dest, docDir, "examples", role+".conf"))
+			text = strings.ReplaceAll(text, strings.ToUpper(peer[role])+"_PUBLIC_KEY", pub[peer[role]])
+			conf := filepath.Join(dir, role+"-unit.conf")
+			writeFile(t, conf, text)
+			line := strings.NewReplacer(binary+" ", bin+" ", "/etc/wanopt/%i.conf", conf, "${CREDENTIALS_DIRECTORY}", creds).Replace(pre[0])
+			argv := strings.Fields(line)
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Env = append(os.Environ(), "CREDENTIALS_DIRECTORY="+creds)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.HasPrefix(string(out), "configuration OK") {
+				fi, _ := os.Stat(path)
+				t.Errorf("%s.conf as wanopt@%s.service checks it, with a %s, mode %04o (%s): %v\n%s", role, role, cred.name, fi.Mode().Perm(), line, err, out)
+			}
+		}
+	}
+
 	// The pieces that name the near edge's TUN device must agree.
 	near := readFile(t, filepath.Join(dest, docDir, "examples", "near.conf"))
 	tun := configValue(near, "tun")
@@ -347,12 +601,20 @@ func makeEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		switch k, _, _ := strings.Cut(kv, "="); k {
-		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "BINDIR", "SYSTEMDUNITDIR", "SYSUSERSDIR", "DOCDIR":
+		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "BINDIR", "SYSTEMDUNITDIR", "SYSUSERSDIR", "DOCDIR", "MANDIR", "BASHCOMPDIR", "ZSHCOMPDIR":
 		default:
 			env = append(env, kv)
 		}
 	}
 	return env
+}
+
+// makeCommand is make with args, run in dir with makeEnv.
+func makeCommand(dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command("make", args...)
+	cmd.Dir = dir
+	cmd.Env = makeEnv()
+	return cmd
 }
 
 func run(t *testing.T, dir, name string, args ...string) {
@@ -382,4 +644,25 @@ func writeFile(t *testing.T, path, text string) {
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// grantRead gives uid read access to path with a POSIX ACL entry, as
+// systemd does for a credential: the entries user::r, user:UID:r, group::-,
+// mask::r, other::- in the kernel's xattr format.
+func grantRead(path string, uid uint32) error {
+	const (
+		userObj, user, groupObj, mask, other = 0x01, 0x02, 0x04, 0x10, 0x20
+		read                                 = 4
+		noID                                 = 0xffffffff
+	)
+	b := byteorder.LittleEndian.AppendUint32(nil, 2) // the format's version
+	for _, e := range []struct {
+		tag, perm uint16
+		id        uint32
+	}{{userObj, read, noID}, {user, read, uid}, {groupObj, 0, noID}, {mask, read, noID}, {other, 0, noID}} {
+		b = byteorder.LittleEndian.AppendUint16(b, e.tag)
+		b = byteorder.LittleEndian.AppendUint16(b, e.perm)
+		b = byteorder.LittleEndian.AppendUint32(b, e.id)
+	}
+	return unix.Setxattr(path, "system.posix_acl_access", b, 0)
 }
