@@ -16,8 +16,10 @@ help: ## list targets
 # $(call gen,ARGS,FILE).
 gen = $(BIN)/wanopt $(1) > $(2).tmp && mv $(2).tmp $(2) || { rm -f $(2).tmp; exit 1; }
 
+# -buildvcs=auto: 'wanopt version' names the commit in a git checkout,
+# whatever GOFLAGS the machine sets, and a tarball still builds.
 build: ## build wanopt and wanbench into ./bin, with wanopt's man page and shell completions
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -buildvcs=auto -o $(BIN)/ ./cmd/...
 	$(call gen,man,$(BIN)/wanopt.8)
 	$(call gen,completion bash,$(BIN)/wanopt.bash)
 	$(call gen,completion zsh,$(BIN)/_wanopt)
