@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +47,14 @@ type Config struct {
 	// Exactly one of Listen (--listen: the responder, usually the far
 	// edge) and Peer (--peer: the initiator) is set.
 	Listen, Peer netip.AddrPort
+	// PeerHost is the host name Peer was resolved from (--peer
+	// HOST:PORT); empty when an address was given. While the tunnel is
+	// down the edge looks it up again (every 30 s, from 30 s on) and
+	// dials the new address if it changed.
+	PeerHost string
+	// Resolver looks up PeerHost and the upstreams' Host again; nil: the
+	// system's resolver (net.DefaultResolver, IPv4 and IPv6).
+	Resolver Resolver
 	// CC is the tunnel's congestion control (--cc).
 	CC tunnel.CongestionControl
 	// PeerTimeout ends the tunnel, and with it every flow, after this long
@@ -189,6 +199,8 @@ func (c Config) Validate() error {
 		return bad("say which end of the tunnel this edge is: --listen ADDR:PORT (far edge, responder) or --peer ADDR:PORT (near edge, initiator)")
 	case c.Listen.IsValid() && c.Peer.IsValid():
 		return bad("--listen and --peer are exclusive: an edge either accepts the tunnel or opens it")
+	case c.PeerHost != "" && !c.Peer.IsValid():
+		return bad("PeerHost %q needs Peer, the address it resolved to (--peer HOST:PORT)", c.PeerHost)
 	case c.Peer.IsValid() && (c.Peer.Port() == 0 || c.Peer.Addr().IsUnspecified()):
 		return bad("--peer %v: want the far edge's ADDR:PORT, e.g. 198.18.0.2:4500", c.Peer)
 	case c.PrivateKey.IsZero():
@@ -254,11 +266,11 @@ func (c Config) Summary() string {
 	case len(c.Upstreams) > 0:
 		var ups []string
 		for _, u := range c.Upstreams {
-			ups = append(ups, fmt.Sprintf("%s at %v", u.Name, u.Addr))
+			ups = append(ups, fmt.Sprintf("%s at %s", u.Name, hostAddr(u.Host, u.Addr)))
 		}
 		s += " to upstreams " + strings.Join(ups, ", ")
 	case c.Peer.IsValid():
-		s += " to " + c.Peer.String()
+		s += " to " + hostAddr(c.PeerHost, c.Peer)
 	default:
 		s += " on " + c.Listen.String()
 	}
@@ -294,6 +306,15 @@ func (c Config) Summary() string {
 		s += ", no egress (flows from the peer are refused)"
 	}
 	return s
+}
+
+// hostAddr is a peer's address for the summary: with a host name, the
+// name and port, and the address it resolved to when it was read.
+func hostAddr(host string, addr netip.AddrPort) string {
+	if host == "" {
+		return addr.String()
+	}
+	return fmt.Sprintf("%s (%v)", net.JoinHostPort(host, strconv.Itoa(int(addr.Port()))), addr)
 }
 
 // bufferPlan is how the memory budget is split.

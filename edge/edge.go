@@ -57,6 +57,9 @@ type Edge struct {
 	// link is the one peer's tunnel's life (unused with upstreams or
 	// branches, which keep their own).
 	link *link
+	// peer is where an initiator dials the one peer (nil for a
+	// responder).
+	peer *peerAddr
 	// refusals counts and logs the initiations a responder (far edge,
 	// hub) refused, over the process's life (nil for an initiator).
 	refusals *driver.Refusals
@@ -109,6 +112,7 @@ func New(cfg Config) (*Edge, error) {
 	now := time.Now()
 	if cfg.Peer.IsValid() {
 		e.link = newLink(true, cfg.Peer.String(), now)
+		e.peer = newPeerAddr(cfg.Peer, cfg.PeerHost, cfg.Resolver, cfg.Logger.With("sub", "dns"))
 	} else {
 		e.link = newLink(false, "", now)
 	}
@@ -119,7 +123,7 @@ func New(cfg Config) (*Edge, error) {
 		e.router = &router{}
 		var ups []*upstream
 		for _, u := range cfg.Upstreams {
-			ups = append(ups, newUpstream(u, cfg.Logger, now))
+			ups = append(ups, newUpstream(u, cfg, now))
 		}
 		e.router.ups.Store(&ups)
 	}
@@ -373,16 +377,18 @@ func (e *Edge) closeIngress() {
 // tunnelLoop keeps a tunnel to the peer up until ctx ends: it dials (or
 // listens), serves it, and starts over when it closes.
 func (e *Edge) tunnelLoop(ctx context.Context, eg *egress.Egress) {
-	e.keepUp(ctx, e.log, e.link, e.connect, func(ctx context.Context, t *driver.Tunnel) { e.serve(ctx, t, eg) })
+	e.keepUp(ctx, e.log, e.link, e.peer, e.connect, func(ctx context.Context, t *driver.Tunnel) { e.serve(ctx, t, eg) })
 }
 
-// keepUp opens a tunnel with open and runs serve on it, again each time
-// it closes, until ctx ends, keeping l up to date. A failed open is
-// retried after a pause that doubles up to 10 s, unless the attempt
-// itself waited longer (a handshake unanswered for --peer-timeout: the
-// path may be back any moment, so it tries again at once). While an
+// keepUp opens a tunnel with open (to pa's address of the moment, for
+// an initiator; pa is nil for a responder) and runs serve on it, again
+// each time it closes, until ctx ends, keeping l up to date. A failed
+// open is retried after a pause that doubles up to 10 s, unless the
+// attempt itself waited longer (a handshake unanswered for
+// --peer-timeout: the path may be back any moment, so it tries again at
+// once) or the peer's host name moved (dialFollowing). While an
 // initiator's tunnel is down, it warns what to check (watchDown).
-func (e *Edge) keepUp(ctx context.Context, log *slog.Logger, l *link, open func(context.Context) (*driver.Tunnel, error), serve func(context.Context, *driver.Tunnel)) {
+func (e *Edge) keepUp(ctx context.Context, log *slog.Logger, l *link, pa *peerAddr, open func(context.Context, netip.AddrPort) (*driver.Tunnel, error), serve func(context.Context, *driver.Tunnel)) {
 	if l.initiator {
 		stop := e.watchDown(ctx, log, l)
 		defer stop()
@@ -390,10 +396,21 @@ func (e *Edge) keepUp(ctx context.Context, log *slog.Logger, l *link, open func(
 	backoff := time.Second
 	for ctx.Err() == nil {
 		start := time.Now()
-		t, err := open(ctx)
+		var t *driver.Tunnel
+		var err error
+		if pa != nil {
+			t, err = e.dialFollowing(ctx, l, pa, open)
+		} else {
+			t, err = open(ctx, netip.AddrPort{})
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			if errors.Is(err, errPeerMoved) {
+				l.dialFailed(nil) // its handshakes count; its error is none
+				backoff = time.Second
+				continue
 			}
 			l.dialFailed(err)
 			if time.Since(start) > backoff {
@@ -518,9 +535,9 @@ func (e *Edge) serve(ctx context.Context, t *driver.Tunnel, eg *egress.Egress) {
 	t.Close()
 }
 
-// connect opens the tunnel: Dial for the initiator, Listen (waiting for
-// the peer) for the responder.
-func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
+// connect opens the tunnel: Dial to peer for the initiator, Listen
+// (waiting for the peer) for the responder.
+func (e *Edge) connect(ctx context.Context, peer netip.AddrPort) (*driver.Tunnel, error) {
 	cfg := e.config()
 	dc := driver.Config{
 		Tunnel:     e.tunnelConfig(cfg, cfg.PeerKey, cfg.buffers().TunnelBytes, e.log),
@@ -536,15 +553,15 @@ func (e *Edge) connect(ctx context.Context) (*driver.Tunnel, error) {
 		dc.Bind = b
 	}
 	if cfg.Peer.IsValid() {
-		dc.RemoteAddr = cfg.Peer
+		dc.RemoteAddr = peer
 		dc.OnHandshakeSent = e.link.handshakesSent
-		dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesForMTU(cfg.Peer.Addr(), cfg.withDefaults().TunnelMTU) // IPv6's headers are larger
-		if cfg.Peer.Addr().Is4() {
+		dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesForMTU(peer.Addr(), cfg.withDefaults().TunnelMTU) // IPv6's headers are larger
+		if peer.Addr().Is4() {
 			dc.Network = "udp4"
 		}
 		t, err := driver.Dial(ctx, dc)
 		if err != nil {
-			return nil, fmt.Errorf("dial the peer at %v: %w", cfg.Peer, err)
+			return nil, fmt.Errorf("dial the peer at %v: %w", peer, err)
 		}
 		return t, nil
 	}

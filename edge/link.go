@@ -115,6 +115,21 @@ func (l *link) snapshot(now time.Time, keysAge time.Duration) control.TunnelStat
 	return s
 }
 
+// downSince is when the tunnel last went down (or the loop started).
+func (l *link) downSince() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.since
+}
+
+// setAddr records that the peer is dialled at addr from now on (its host
+// name moved).
+func (l *link) setAddr(addr string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.addr = addr
+}
+
 // isUp reports whether the tunnel is up.
 func (l *link) isUp() bool {
 	l.mu.Lock()

@@ -2,7 +2,9 @@ package edge
 
 import (
 	"fmt"
+	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 )
 
@@ -11,7 +13,7 @@ import (
 var restartFlags = map[string]string{
 	"TUN": "--tun", "TUNSetup": "--tun-setup", "TUNAddrs": "--tun-addr", "TUNRoutes": "--route",
 	"MTU": "--mtu", "CaptureDir": "--capture", "PrivateKey": "--key", "PeerKey": "--peer-key",
-	"Listen": "--listen", "Peer": "--peer", "CC": "--cc", "PeerTimeout": "--peer-timeout",
+	"Listen": "--listen", "Peer": "--peer", "PeerHost": "--peer", "CC": "--cc", "PeerTimeout": "--peer-timeout",
 	"WANRateBps": "--wan-rate", "TunnelMTU": "--tunnel-mtu", "Transparent": "--egress", "DialTimeout": "--dial-timeout",
 	"MaxFlows": "--max-flows", "FlowIdleTimeout": "--flow-idle-timeout", "MemoryMiB": "--memory-mib",
 	"Control": "--control", "Metrics": "--metrics", "Branches": "--branch", "PeerName": "--peer-name",
@@ -19,7 +21,7 @@ var restartFlags = map[string]string{
 
 // reloadable are the Config fields a reload applies, and those it
 // ignores (not configuration: how the edge was built).
-var reloadable = map[string]bool{"Policy": true, "NearRules": true, "Branches": true, "Upstreams": true, "HubRateBps": true, "Bind": false, "Reload": false, "Logger": false}
+var reloadable = map[string]bool{"Policy": true, "NearRules": true, "Branches": true, "Upstreams": true, "HubRateBps": true, "Bind": false, "Reload": false, "Logger": false, "Resolver": false}
 
 // Reload reads the configuration again (Config.Reload) and applies it:
 // the egress policy, the near rules, a hub's branches and --hub-rate, and
@@ -43,7 +45,7 @@ func (e *Edge) Reload() (changed []string, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("reload refused, the running configuration stays: %w", err)
 	}
-	next = next.withDefaults()
+	next = keepResolved(cur, next.withDefaults())
 	var restart []string
 	cv, nv := reflect.ValueOf(cur), reflect.ValueOf(next)
 	for i := range cv.NumField() {
@@ -51,8 +53,8 @@ func (e *Edge) Reload() (changed []string, err error) {
 		if _, ok := reloadable[name]; ok {
 			continue
 		}
-		if !reflect.DeepEqual(cv.Field(i).Interface(), nv.Field(i).Interface()) {
-			restart = append(restart, restartFlags[name])
+		if flag := restartFlags[name]; !reflect.DeepEqual(cv.Field(i).Interface(), nv.Field(i).Interface()) && !slices.Contains(restart, flag) {
+			restart = append(restart, flag)
 		}
 	}
 	if (len(cur.Branches) > 0) != (len(next.Branches) > 0) {
@@ -104,6 +106,32 @@ func (e *Edge) Reload() (changed []string, err error) {
 		e.log.Info("configuration reloaded", "changed", strings.Join(changed, "; "))
 	}
 	return changed, nil
+}
+
+// keepResolved returns next with the running addresses of the peer and
+// the upstreams whose host name and port it keeps: reading the
+// configuration again looks the names up again, and a new answer is no
+// new configuration (the loop that dials a peer follows its name while
+// the tunnel is down; a reload must neither be refused for it nor
+// restart a tunnel).
+func keepResolved(cur, next Config) Config {
+	same := func(host string, addr netip.AddrPort, nhost string, naddr netip.AddrPort) bool {
+		return host != "" && host == nhost && addr.Port() == naddr.Port()
+	}
+	if same(cur.PeerHost, cur.Peer, next.PeerHost, next.Peer) {
+		next.Peer = cur.Peer
+	}
+	running := map[string]Upstream{}
+	for _, u := range cur.Upstreams {
+		running[u.Name] = u
+	}
+	next.Upstreams = slices.Clone(next.Upstreams)
+	for i, nu := range next.Upstreams {
+		if u, ok := running[nu.Name]; ok && same(u.Host, u.Addr, nu.Host, nu.Addr) {
+			next.Upstreams[i].Addr = u.Addr
+		}
+	}
+	return next
 }
 
 // config returns the configuration in force (Reload may change it).

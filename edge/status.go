@@ -37,6 +37,7 @@ func (e *Edge) Status() control.Status {
 			keysAge = r.Tunnel.HandshakeAge
 		}
 		ts := e.link.snapshot(now, keysAge)
+		ts.Host = cfg.PeerHost
 		r.TunnelState = &ts
 	}
 	if e.refusals != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
@@ -26,9 +25,14 @@ import (
 // winning (--upstream-route NAME:CIDR), as WireGuard's AllowedIPs choose
 // a peer.
 type Upstream struct {
-	Name   string
-	Key    crypt.PublicKey
-	Addr   netip.AddrPort
+	Name string
+	Key  crypt.PublicKey
+	Addr netip.AddrPort
+	// Host is the host name Addr was resolved from (--upstream
+	// NAME:KEY@HOST:PORT); empty when an address was given. While the
+	// upstream's tunnel is down the edge looks it up again, as for
+	// Config.PeerHost.
+	Host   string
 	Routes []netip.Prefix
 }
 
@@ -78,14 +82,18 @@ func (c Config) validateUpstreams() error {
 type upstream struct {
 	Upstream
 	br     *bridge.Dialer
-	link   *link // its tunnel's life
+	link   *link     // its tunnel's life
+	addr   *peerAddr // where its loop dials it
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-// newUpstream returns u, not yet running, at now.
-func newUpstream(u Upstream, log *slog.Logger, now time.Time) *upstream {
-	return &upstream{Upstream: u, br: bridge.New(nil, log.With("sub", "bridge", "upstream", u.Name)), link: newLink(true, u.Addr.String(), now)}
+// newUpstream returns u of an edge configured by cfg, not yet running,
+// at now.
+func newUpstream(u Upstream, cfg Config, now time.Time) *upstream {
+	log := cfg.Logger.With("upstream", u.Name)
+	return &upstream{Upstream: u, br: bridge.New(nil, log.With("sub", "bridge")), link: newLink(true, u.Addr.String(), now),
+		addr: newPeerAddr(u.Addr, u.Host, cfg.Resolver, log.With("sub", "dns"))}
 }
 
 // router is the near edge's flow.Dialer with several upstreams: it hands
@@ -134,18 +142,18 @@ func (r *router) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, 
 // the one peer; serveEgress serves the flows its peer opens.
 func (e *Edge) upstreamLoop(ctx context.Context, cfg Config, u *upstream, serveEgress func(context.Context, *driver.Tunnel)) {
 	log := e.log.With("upstream", u.Name)
-	open := func(ctx context.Context) (*driver.Tunnel, error) {
+	open := func(ctx context.Context, addr netip.AddrPort) (*driver.Tunnel, error) {
 		// The upstreams share the stream memory evenly.
-		dc := driver.Config{RemoteAddr: u.Addr, Logger: log.With("sub", "driver"),
+		dc := driver.Config{RemoteAddr: addr, Logger: log.With("sub", "driver"),
 			Tunnel:     e.tunnelConfig(cfg, u.Key, cfg.buffers().TunnelBytes/uint64(len(cfg.Upstreams)), log),
 			OnDatagram: e.onUpstreamDatagram, OnHandshakeSent: u.link.handshakesSent}
-		dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesForMTU(u.Addr.Addr(), cfg.withDefaults().TunnelMTU) // IPv6's headers are larger
-		if u.Addr.Addr().Is4() {
+		dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesForMTU(addr.Addr(), cfg.withDefaults().TunnelMTU) // IPv6's headers are larger
+		if addr.Addr().Is4() {
 			dc.Network = "udp4"
 		}
 		return driver.Dial(ctx, dc)
 	}
-	e.keepUp(ctx, log, u.link, open, func(ctx context.Context, t *driver.Tunnel) {
+	e.keepUp(ctx, log, u.link, u.addr, open, func(ctx context.Context, t *driver.Tunnel) {
 		u.br.SetTunnel(t)
 		sctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -180,6 +188,7 @@ func (e *Edge) upstreamStatus() []control.Peer {
 			keysAge = p.Tunnel.HandshakeAge
 		}
 		ts := u.link.snapshot(time.Now(), keysAge)
+		ts.Host = u.Host
 		p.TunnelState = &ts
 		out = append(out, p)
 	}
@@ -242,16 +251,16 @@ func (e *Edge) reloadUpstreams(next Config) (changed []string) {
 	kept := map[string]bool{}
 	for _, nu := range next.Upstreams {
 		u, ok := have[nu.Name]
-		if ok && u.Key == nu.Key && u.Addr == nu.Addr {
+		if ok && u.Key == nu.Key && u.Addr == nu.Addr && u.Host == nu.Host {
 			if !slices.Equal(u.Routes, nu.Routes) {
 				changed = append(changed, fmt.Sprintf("upstream %s routes: %v", nu.Name, nu.Routes))
 			}
 			// A copy with the new routes, sharing the running loop.
-			list = append(list, &upstream{Upstream: nu, br: u.br, link: u.link, cancel: u.cancel, done: u.done})
+			list = append(list, &upstream{Upstream: nu, br: u.br, link: u.link, addr: u.addr, cancel: u.cancel, done: u.done})
 			kept[nu.Name] = true
 			continue
 		}
-		list = append(list, newUpstream(nu, e.log, time.Now()))
+		list = append(list, newUpstream(nu, e.config(), time.Now()))
 	}
 	e.router.ups.Store(&list)
 	for name, u := range have {

@@ -75,7 +75,7 @@ var runFlagGroups = []flagGroup{
 	{title: "Egress policy (far edge)", names: []string{"allow", "deny", "egress", "dial-timeout"},
 		note: "CIDR[:PORTS] is e.g. 198.18.2.0/24:80,443,8000-8100 or [2001:db8::/32]:443"},
 	{title: "Hub and upstreams", names: []string{"branch", "branch-allow", "hub-rate", "upstream", "upstream-route"},
-		note: "ADDR of --peer and --upstream may be a host name, resolved once at start"},
+		note: "ADDR of --peer and --upstream may be a host name, looked up again while the tunnel is down"},
 	{title: "Tunnel", names: []string{"cc", "wan-rate", "tunnel-mtu", "peer-timeout"},
 		note: "RATE is bits per second with a unit: 50mbit, 50Mbps, 50M, 1gbit, 1Gbps"},
 	{title: "Limits", names: []string{"memory-mib", "max-flows", "flow-idle-timeout", "procs"}},
@@ -265,14 +265,14 @@ func (f *runFlags) annotate(msg string) string {
 
 // validate checks the flags and converts them; the key file is read here so
 // that --check catches a missing or malformed key, and host names are
-// resolved here, once.
+// resolved here (the edge looks them up again while a tunnel is down).
 func (f *runFlags) validate(warn io.Writer) (*runConfig, error) {
 	flowIdle := f.flowIdle
 	if flowIdle == 0 {
 		flowIdle = -1 // never, in edge.Config's terms
 	}
 	c := &runConfig{Config: edge.Config{TUN: f.tun, TUNSetup: f.tunSetup, MTU: f.mtu, DialTimeout: f.dialTimeout, PeerTimeout: f.peerTimeout, FlowIdleTimeout: flowIdle,
-		MaxFlows: f.maxFlows, MemoryMiB: f.memoryMiB, Control: f.control, CaptureDir: f.capture, PeerName: f.peerName}, Check: f.check}
+		MaxFlows: f.maxFlows, MemoryMiB: f.memoryMiB, Control: f.control, CaptureDir: f.capture, PeerName: f.peerName, Resolver: lookupIP}, Check: f.check}
 	var err error
 	if f.listen != "" {
 		if c.Listen, err = parseListen(f.listen); err != nil {
@@ -280,7 +280,7 @@ func (f *runFlags) validate(warn io.Writer) (*runConfig, error) {
 		}
 	}
 	if f.peer != "" {
-		if c.Peer, err = resolveAddrPort(f.peer, warn, f.label("peer", 0)); err != nil {
+		if c.Peer, c.PeerHost, err = resolveAddrPort(f.peer, warn, f.label("peer", 0)); err != nil {
 			return nil, usagef("%s %s: %v", f.label("peer", 0), f.peer, err)
 		}
 	}
@@ -438,23 +438,25 @@ var lookupIP = func(ctx context.Context, host string) ([]netip.Addr, error) {
 	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 }
 
-// resolveAddrPort reads ADDR:PORT or HOST:PORT, resolving a host name once,
-// now: an edge keeps the address it started with. A name with several
-// addresses takes the first, which it notes on warn.
-func resolveAddrPort(s string, warn io.Writer, label string) (netip.AddrPort, error) {
+// resolveAddrPort reads ADDR:PORT or HOST:PORT, resolving a host name now,
+// and returns the address and the host name (empty for an address): the
+// edge starts with that address and looks the name up again while its
+// tunnel is down. A name with several addresses takes the first, which
+// it notes on warn.
+func resolveAddrPort(s string, warn io.Writer, label string) (_ netip.AddrPort, host string, _ error) {
 	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap, nil
+		return ap, "", nil
 	}
 	host, portS, err := net.SplitHostPort(s)
 	if err != nil || host == "" {
-		return netip.AddrPort{}, errors.New("want ADDR:PORT or HOST:PORT, e.g. 192.0.2.2:4500, [2001:db8::2]:4500 or far.example.net:4500")
+		return netip.AddrPort{}, "", errors.New("want ADDR:PORT or HOST:PORT, e.g. 192.0.2.2:4500, [2001:db8::2]:4500 or far.example.net:4500")
 	}
 	port, err := parsePortNumber(portS)
 	if err != nil {
-		return netip.AddrPort{}, err
+		return netip.AddrPort{}, "", err
 	}
 	if looksLikeAddress(host) {
-		return netip.AddrPort{}, fmt.Errorf("%s is not an IP address", host)
+		return netip.AddrPort{}, "", fmt.Errorf("%s is not an IP address", host)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -470,13 +472,13 @@ func resolveAddrPort(s string, warn io.Writer, label string) (netip.AddrPort, er
 		case err != nil:
 			why = "the lookup failed"
 		}
-		return netip.AddrPort{}, fmt.Errorf("the host name %s did not resolve (%s): check the name and this host's DNS, or give the address", host, why)
+		return netip.AddrPort{}, "", fmt.Errorf("the host name %s did not resolve (%s): check the name and this host's DNS, or give the address", host, why)
 	}
 	a := addrs[0].Unmap()
 	if len(addrs) > 1 && warn != nil {
 		fmt.Fprintf(warn, "note: %s %s: %s has %d addresses; using %s\n", label, s, host, len(addrs), a)
 	}
-	return netip.AddrPortFrom(a, port), nil
+	return netip.AddrPortFrom(a, port), host, nil
 }
 
 // looksLikeAddress reports whether host was meant as an IP address (digits
@@ -531,7 +533,8 @@ func (f *runFlags) parseBranches() ([]edge.Branch, error) {
 }
 
 // parseUpstreams reads --upstream NAME:KEY@ADDR:PORT (or HOST:PORT,
-// resolved now) and --upstream-route NAME:CIDR.
+// resolved now and kept beside the address) and --upstream-route
+// NAME:CIDR.
 func (f *runFlags) parseUpstreams(warn io.Writer) ([]edge.Upstream, error) {
 	var out []edge.Upstream
 	at := map[string]int{}
@@ -546,12 +549,12 @@ func (f *runFlags) parseUpstreams(warn io.Writer) ([]edge.Upstream, error) {
 		if err != nil {
 			return nil, usagef("%s %s: %v", l, name, err)
 		}
-		ap, err := resolveAddrPort(addr, warn, l+" "+name)
+		ap, host, err := resolveAddrPort(addr, warn, l+" "+name)
 		if err != nil {
 			return nil, usagef("%s %s: %s: %v", l, name, addr, err)
 		}
 		at[name] = len(out)
-		out = append(out, edge.Upstream{Name: name, Key: k, Addr: ap})
+		out = append(out, edge.Upstream{Name: name, Key: k, Addr: ap, Host: host})
 	}
 	for i, v := range f.upstreamRoutes {
 		l := f.label("upstream-route", i)

@@ -196,8 +196,8 @@ func TestNoParserText(t *testing.T) {
 }
 
 // TestHostNames: --peer and --upstream take host names, resolved when the
-// configuration is read; a name that does not resolve is an error naming
-// it.
+// configuration is read and kept beside the address (the edge looks them
+// up again); a name that does not resolve is an error naming it.
 func TestHostNames(t *testing.T) {
 	saved := lookupIP
 	defer func() { lookupIP = saved }()
@@ -214,16 +214,16 @@ func TestHostNames(t *testing.T) {
 	}
 	key, peer := testKeys(t)
 	near := []string{"--key", key, "--peer-key", peer, "--tun", "wo0", "--peer"}
-	for _, tc := range []struct{ peer, want, note string }{
-		{"far.example.net:4500", "192.0.2.2:4500", ""},
-		{"dual.example.net:4500", "[2001:db8::2]:4500", "dual.example.net has 2 addresses; using 2001:db8::2"},
-		{"mapped.example.net:4500", "192.0.2.4:4500", ""},
-		{"198.18.0.2:4500", "198.18.0.2:4500", ""},
+	for _, tc := range []struct{ peer, want, host, note string }{
+		{"far.example.net:4500", "192.0.2.2:4500", "far.example.net", ""},
+		{"dual.example.net:4500", "[2001:db8::2]:4500", "dual.example.net", "dual.example.net has 2 addresses; using 2001:db8::2"},
+		{"mapped.example.net:4500", "192.0.2.4:4500", "mapped.example.net", ""},
+		{"198.18.0.2:4500", "198.18.0.2:4500", "", ""},
 	} {
 		var warn bytes.Buffer
 		cfg, err := parseRunConfig(append(near[:7:7], tc.peer), &warn)
-		if err != nil || cfg.Peer.String() != tc.want || !strings.Contains(warn.String(), tc.note) {
-			t.Errorf("--peer %s: %v, %v, note %q; want %s and note %q", tc.peer, cfg, err, warn.String(), tc.want, tc.note)
+		if err != nil || cfg.Peer.String() != tc.want || cfg.PeerHost != tc.host || !strings.Contains(warn.String(), tc.note) {
+			t.Errorf("--peer %s: %v, %v, note %q; want %s from host %q and note %q", tc.peer, cfg, err, warn.String(), tc.want, tc.host, tc.note)
 		}
 	}
 	for _, tc := range []struct{ peer, want string }{
@@ -238,7 +238,7 @@ func TestHostNames(t *testing.T) {
 		}
 	}
 	cfg, err := parseRunConfig([]string{"--key", key, "--tun", "wo0", "--upstream", "dc1:" + peer + "@far.example.net:4500", "--upstream-route", "dc1:10.0.0.0/8"}, &bytes.Buffer{})
-	if err != nil || len(cfg.Upstreams) != 1 || cfg.Upstreams[0].Addr.String() != "192.0.2.2:4500" {
+	if err != nil || len(cfg.Upstreams) != 1 || cfg.Upstreams[0].Addr.String() != "192.0.2.2:4500" || cfg.Upstreams[0].Host != "far.example.net" {
 		t.Errorf("--upstream with a host name: %v, %v", cfg, err)
 	}
 	_, err = parseRunConfig([]string{"--key", key, "--tun", "wo0", "--upstream", "dc1:" + peer + "@gone.example.net:4500", "--upstream-route", "dc1:10.0.0.0/8"}, &bytes.Buffer{})

@@ -440,7 +440,7 @@ func printTunnel(p *blockWriter, ts *control.TunnelState, t *control.Tunnel, rol
 	if t == nil {
 		if ts != nil {
 			if ts.Peer != "" {
-				p.line("address", "%s", ts.Peer)
+				p.line("address", "%s", withHost(ts.Peer, ts))
 			}
 			switch {
 			case role == "initiator":
@@ -458,7 +458,7 @@ func printTunnel(p *blockWriter, ts *control.TunnelState, t *control.Tunnel, rol
 	if t.BBRMode != "" {
 		cc = fmt.Sprintf("%s (%s, %d ProbeRTTs)", cc, t.BBRMode, t.ProbeRTTs)
 	}
-	p.line("address", "%s, %s, %s", t.Peer, cc, t.Cipher)
+	p.line("address", "%s, %s, %s", withHost(t.Peer, ts), cc, t.Cipher)
 	if t.MinRTT > 0 {
 		p.line("rtt", "%s smoothed, %s min", msText(t.SmoothedRTT), msText(t.MinRTT))
 	} else {
@@ -487,6 +487,15 @@ func printTunnel(p *blockWriter, ts *control.TunnelState, t *control.Tunnel, rol
 	p.line("handshakes", "%d replayed, %d refused, %d resumes declined, %d client restarts, %d REJECTs sent",
 		t.HandshakeReplays, t.HandshakesRefused, t.ResumesDeclined, t.ClientRestarts, t.RejectsSent)
 	p.line("handshake gate", "%d bad mac1, %d cookies sent, %d rate limited", t.HandshakesBadMAC, t.CookiesSent, t.HandshakesRateLimited)
+}
+
+// withHost is a peer's address with the host name it was resolved from,
+// if any.
+func withHost(addr string, ts *control.TunnelState) string {
+	if ts == nil || ts.Host == "" {
+		return addr
+	}
+	return addr + " (" + ts.Host + ")"
 }
 
 // dropsText lists a datagram side's drops that happened, or "none".

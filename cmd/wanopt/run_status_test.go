@@ -172,7 +172,7 @@ func TestStatusText(t *testing.T) {
 		SmoothedRTT: 333 * time.Millisecond, PacingRateBps: 2_500_000_000, BytesSent: 3 << 30, BytesReceived: 1500, Cwnd: 14720,
 		PathMTUBytes: 1232, PathMTUCeiling: 1472, PathMTUSearching: true, BudgetBytes: 96 << 20}
 	up := &control.TunnelState{State: "up", Since: now.Add(-time.Minute), LastHandshake: now.Add(-time.Minute)}
-	down := &control.TunnelState{State: "down", Since: now.Add(-12 * time.Second), HandshakeAttempts: 12, LastError: "closed by the peer (it stopped or restarted)", Peer: "192.0.2.3:4500"}
+	down := &control.TunnelState{State: "down", Since: now.Add(-12 * time.Second), HandshakeAttempts: 12, LastError: "closed by the peer (it stopped or restarted)", Peer: "192.0.2.3:4500", Host: "dc2.example.net"}
 	for _, tc := range []struct {
 		name      string
 		s         control.Status
@@ -183,7 +183,7 @@ func TestStatusText(t *testing.T) {
 		{"upstreams", control.Status{Role: "initiator", Peers: []control.Peer{
 			{Name: "dc1", Key: "K1", Routes: []string{"10.1.0.0/16"}, Tunnel: tun, TunnelState: up},
 			{Name: "dc2", Key: "K2", Routes: []string{"10.2.0.0/16"}, TunnelState: down}}},
-			[]string{"upstream dc1: up for", "upstream dc2: down for 12s", "routes: 10.2.0.0/16", "attempts: 12 handshakes", "last error: closed by the peer"},
+			[]string{"upstream dc1: up for", "upstream dc2: down for 12s", "routes: 10.2.0.0/16", "attempts: 12 handshakes", "last error: closed by the peer", "address: 192.0.2.3:4500 (dc2.example.net)"},
 			[]string{"branch ", "policy"}},
 		{"hub", control.Status{Role: "responder", Hub: &driver.HubStats{UnknownKey: 4}, Refused: &control.Refused{UnknownKey: 4, Last: &control.Refusal{At: now, From: "192.0.2.9:1234", Reason: "unknown_key", Key: "kv8m3AHK1lIZZoCWdvQXULcRxSwK5Yg+DMY+JgMzUBI="}},
 			Peers: []control.Peer{{Name: "paris", Key: "K3", Policy: "10.0.0.0/8", TunnelState: &control.TunnelState{State: "down", Since: now}}}},

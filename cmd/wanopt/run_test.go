@@ -6,9 +6,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -288,5 +291,60 @@ func TestRunReload(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("SIGHUP: the policy did not change within 5 s: %q", status())
 		}
+	}
+}
+
+// TestRunReloadHostName: a reload reads the configuration again, which
+// looks --peer's host name up again; a new answer is no new --peer, so
+// the reload goes through and the edge keeps its running address, which
+// the status shows with the name beside it.
+func TestRunReloadHostName(t *testing.T) {
+	var lookups atomic.Int32
+	saved := lookupIP
+	t.Cleanup(func() { lookupIP = saved }) // after the edge stopped
+	lookupIP = func(_ context.Context, host string) ([]netip.Addr, error) {
+		if host != "far.test" {
+			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+		}
+		// Each lookup answers another address: 127.0.0.2, 127.0.0.3, …
+		n := lookups.Add(1)
+		return []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, byte(1 + n)})}, nil
+	}
+	key, peer := testKeys(t)
+	sock := filepath.Join(t.TempDir(), "ctl.sock")
+	args := []string{"--key", key, "--peer-key", peer, "--peer", "far.test:4500", "--allow", "127.0.0.1/32:9", "--control", sock}
+	cfg, err := parseRunConfig(args, &bytes.Buffer{})
+	if err != nil || cfg.PeerHost != "far.test" || cfg.Peer.String() != "127.0.0.2:4500" {
+		t.Fatalf("--peer far.test:4500: %+v, %v", cfg, err)
+	}
+	cfg.Reload = reloader(args, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runEdge(ctx, cfg, slog.New(slog.DiscardHandler)) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runEdge: %v", err)
+		}
+	}()
+	status := func() string {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			// 3: nothing answers at the peer's address; the status does.
+			if code, out, _ := run("status", "--control", sock); code == 3 {
+				return out
+			}
+		}
+		t.Fatal("no status within 5 s")
+		return ""
+	}
+	status()
+	if code, out, errs := run("reload", "--control", sock); code != 0 || out != "reloaded: nothing changed\n" {
+		t.Errorf("reload with the name answering 127.0.0.3: code %d, out %q, stderr %q; want nothing changed", code, out, errs)
+	}
+	if n := lookups.Load(); n < 2 {
+		t.Errorf("%d lookups; want the reload to look the name up again", n)
+	}
+	if out := status(); !strings.Contains(out, "address: 127.0.0.2:4500 (far.test)") {
+		t.Errorf("the status does not show the running address and its name:\n%s", out)
 	}
 }

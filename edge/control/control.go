@@ -86,6 +86,10 @@ type TunnelState struct {
 	// Peer is the peer's address: the one dialled, or the one its last
 	// handshake came from (empty: none yet).
 	Peer string `json:"peer,omitempty"`
+	// Host is the host name the initiator resolves Peer from (--peer or
+	// --upstream HOST:PORT), looked up again while the tunnel is down;
+	// empty when an address was given.
+	Host string `json:"host,omitempty"`
 	// Since is when the tunnel came up or went down (or the edge started).
 	Since time.Time `json:"since"`
 	// LastHandshake is when the last handshake (or rekey) completed; zero:
