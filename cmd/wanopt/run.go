@@ -179,13 +179,8 @@ func defaultControl(path string, log *slog.Logger) string {
 // again, as on SIGHUP, and says what changed or why it refused.
 func runReload(args []string, stdout, stderr io.Writer) error {
 	fs, path, js := controlFlags("reload")
-	help, err := parseControlFlags(fs, args, "reload")
-	if err != nil {
+	if done, err := parseControl(fs, "reload", reloadSummary, args, stdout); done || err != nil {
 		return err
-	}
-	if help {
-		fmt.Fprint(stdout, controlHelp("reload", reloadSummary, fs))
-		return nil
 	}
 	var r control.Reloaded
 	if err := control.Query(*path, "reload", &r); err != nil {
@@ -251,16 +246,14 @@ func controlFlags(name string) (*pflag.FlagSet, *string, *bool) {
 	return fs, path, js
 }
 
-// controlHelp is the help of the control command name.
-func controlHelp(name, summary string, fs *pflag.FlagSet) string {
-	return helpText("wanopt "+name+" [flags]", summary, fs, nil)
-}
-
-// parseControlFlags parses args into fs: help reports --help or -h; a bad
-// command line is a usage error.
-func parseControlFlags(fs *pflag.FlagSet, args []string, name string) (help bool, err error) {
+// parseControl parses the command line of the control command name into
+// fs (from controlFlags, with the command's own flags added). done
+// reports that --help or -h printed the help on stdout; a bad command
+// line is a usage error.
+func parseControl(fs *pflag.FlagSet, name, summary string, args []string, stdout io.Writer) (done bool, err error) {
 	switch err := parseFlags(fs, args); {
 	case errors.Is(err, pflag.ErrHelp):
+		fmt.Fprint(stdout, helpText("wanopt "+name+" [flags]", summary, fs, nil))
 		return true, nil
 	case err != nil:
 		return false, err
@@ -280,13 +273,8 @@ func (e tunnelDown) ExitCode() int { return 3 }
 // runStatus is 'wanopt status': the edge's tunnels and counters.
 func runStatus(args []string, stdout, stderr io.Writer) error {
 	fs, path, js := controlFlags("status")
-	help, err := parseControlFlags(fs, args, "status")
-	if err != nil {
+	if done, err := parseControl(fs, "status", statusSummary, args, stdout); done || err != nil {
 		return err
-	}
-	if help {
-		fmt.Fprint(stdout, controlHelp("status", statusSummary, fs))
-		return nil
 	}
 	var r control.Status
 	if err := control.Query(*path, "status", &r); err != nil {
@@ -604,13 +592,8 @@ func orText(s, alt string) string {
 func runFlows(args []string, stdout, stderr io.Writer) error {
 	fs, path, js := controlFlags("flows")
 	why := fs.Bool("why", false, "add what limits each flow now, as this edge sees it: client-window, client-sends, server-window, server-sends, tunnel, memory, far-edge or near-edge (the other edge's side: ask it), idle")
-	help, err := parseControlFlags(fs, args, "flows")
-	if err != nil {
+	if done, err := parseControl(fs, "flows", flowsSummary, args, stdout); done || err != nil {
 		return err
-	}
-	if help {
-		fmt.Fprint(stdout, controlHelp("flows", flowsSummary, fs))
-		return nil
 	}
 	var fl []control.Flow
 	if err := control.Query(*path, "flows", &fl); err != nil {

@@ -245,16 +245,7 @@ func TestRunReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Reload = reloader(args, cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- runEdge(ctx, cfg, slog.New(slog.DiscardHandler)) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("runEdge: %v", err)
-		}
-	}()
+	startEdge(t, args, cfg)
 	status := func() string {
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			// 3: the far edge's peer has not come; the status answers.
@@ -317,16 +308,7 @@ func TestRunReloadHostName(t *testing.T) {
 	if err != nil || cfg.PeerHost != "far.test" || cfg.Peer.String() != "127.0.0.2:4500" {
 		t.Fatalf("--peer far.test:4500: %+v, %v", cfg, err)
 	}
-	cfg.Reload = reloader(args, cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- runEdge(ctx, cfg, slog.New(slog.DiscardHandler)) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("runEdge: %v", err)
-		}
-	}()
+	startEdge(t, args, cfg)
 	status := func() string {
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			// 3: nothing answers at the peer's address; the status does.
@@ -347,4 +329,20 @@ func TestRunReloadHostName(t *testing.T) {
 	if out := status(); !strings.Contains(out, "address: 127.0.0.2:4500 (far.test)") {
 		t.Errorf("the status does not show the running address and its name:\n%s", out)
 	}
+}
+
+// startEdge runs the edge of cfg, which reloads from args, until the test
+// ends.
+func startEdge(t *testing.T, args []string, cfg *runConfig) {
+	t.Helper()
+	cfg.Reload = reloader(args, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runEdge(ctx, cfg, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runEdge: %v", err)
+		}
+	})
 }
