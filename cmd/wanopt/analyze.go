@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 
@@ -43,11 +42,7 @@ func analyzeFlags(o *analyzeOptions) *pflag.FlagSet {
 func runAnalyze(args []string, stdout, stderr io.Writer) error {
 	var o analyzeOptions
 	fs := analyzeFlags(&o)
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprint(stdout, helpText("wanopt analyze [flags] FILE", analyzeSummary, fs, nil))
-			return nil
-		}
+	if done, err := parseCommand(fs, "wanopt analyze [flags] FILE", analyzeSummary, args, stdout); done || err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -22,11 +21,7 @@ with 'source <(wanopt completion bash)'.`
 // runCompletion is 'wanopt completion bash|zsh'.
 func runCompletion(args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("completion", pflag.ContinueOnError)
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprint(stdout, helpText("wanopt completion bash|zsh", completionSummary, fs, nil))
-			return nil
-		}
+	if done, err := parseCommand(fs, "wanopt completion bash|zsh", completionSummary, args, stdout); done || err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

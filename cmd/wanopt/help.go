@@ -169,6 +169,18 @@ func groupFlags(fs *pflag.FlagSet, groups []flagGroup) []shownGroup {
 	return out
 }
 
+// parseCommand parses args into fs for a command whose help has the
+// usage line and summary given: done reports that --help or -h printed
+// that help on stdout; a bad command line is a usage error.
+func parseCommand(fs *pflag.FlagSet, usage, summary string, args []string, stdout io.Writer) (done bool, err error) {
+	err = parseFlags(fs, args)
+	if errors.Is(err, pflag.ErrHelp) {
+		fmt.Fprint(stdout, helpText(usage, summary, fs, nil))
+		return true, nil
+	}
+	return false, err
+}
+
 // parseFlags parses args into fs and words pflag's errors for the
 // operator: pflag.ErrHelp for --help or -h, else a usage error.
 func parseFlags(fs *pflag.FlagSet, args []string) error {

@@ -32,11 +32,7 @@ func keygenFlags() (*pflag.FlagSet, *string) {
 // peer.
 func runKeygen(args []string, stdout, stderr io.Writer) error {
 	fs, out := keygenFlags()
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprint(stdout, helpText("wanopt keygen [--out FILE]", keygenSummary, fs, nil))
-			return nil
-		}
+	if done, err := parseCommand(fs, "wanopt keygen [--out FILE]", keygenSummary, args, stdout); done || err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -123,11 +119,7 @@ func pubkeyFlags() *pflag.FlagSet { return pflag.NewFlagSet("pubkey", pflag.Cont
 // runPubkey reads a private key on standard input and prints its public key.
 func runPubkey(args []string, stdout, stderr io.Writer) error {
 	fs := pubkeyFlags()
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprint(stdout, helpText("wanopt pubkey < FILE", pubkeySummary, fs, nil))
-			return nil
-		}
+	if done, err := parseCommand(fs, "wanopt pubkey < FILE", pubkeySummary, args, stdout); done || err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -18,11 +17,7 @@ install' installs it.`
 // runMan is 'wanopt man' (hidden: it serves the build).
 func runMan(args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("man", pflag.ContinueOnError)
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprint(stdout, helpText("wanopt man", manSummary, fs, nil))
-			return nil
-		}
+	if done, err := parseCommand(fs, "wanopt man", manSummary, args, stdout); done || err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

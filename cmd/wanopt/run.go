@@ -251,13 +251,10 @@ func controlFlags(name string) (*pflag.FlagSet, *string, *bool) {
 // reports that --help or -h printed the help on stdout; a bad command
 // line is a usage error.
 func parseControl(fs *pflag.FlagSet, name, summary string, args []string, stdout io.Writer) (done bool, err error) {
-	switch err := parseFlags(fs, args); {
-	case errors.Is(err, pflag.ErrHelp):
-		fmt.Fprint(stdout, helpText("wanopt "+name+" [flags]", summary, fs, nil))
-		return true, nil
-	case err != nil:
-		return false, err
-	case fs.NArg() > 0:
+	if done, err := parseCommand(fs, "wanopt "+name+" [flags]", summary, args, stdout); done || err != nil {
+		return done, err
+	}
+	if fs.NArg() > 0 {
 		return false, usagef("unexpected arguments %q: %s takes only flags", fs.Args(), name)
 	}
 	return false, nil

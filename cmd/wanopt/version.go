@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -22,11 +21,7 @@ func versionFlags() *pflag.FlagSet {
 // runVersion is 'wanopt version' and 'wanopt --version'.
 func runVersion(args []string, stdout, stderr io.Writer) error {
 	fs := versionFlags()
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprint(stdout, helpText("wanopt version", versionSummary, fs, nil))
-			return nil
-		}
+	if done, err := parseCommand(fs, "wanopt version", versionSummary, args, stdout); done || err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
