@@ -88,7 +88,7 @@ allocs: ## the hot paths' allocation checks without the race detector (whose ins
 	$(GO) test -count=1 -run 'Alloc|DoNotAllocate' $(PKGS)
 
 bench-path: ## the data path's cost, in process and without root: Gbit/s, cpu-s/GB, allocs per MiB
-	$(GO) test -run '^$$' -bench 'EdgePath|LoopbackThroughput' -benchtime 100x ./edge/bridge/ ./tunnel/driver/
+	$(GO) test -run '^$$' -bench 'EdgePath|LoopbackThroughput' -benchtime 100x ./ingress/ ./tunnel/driver/
 
 flood: ## the handshake flood test at full rate (20,000 initiations/s for 10 s; the race detector's run goes at a tenth)
 	bash -o pipefail -c "$(GO) test -count=1 -v -run 'TestHandshakeFlood' ./tunnel/driver/ | grep -E '^(---|ok|FAIL)|initiations in'"

@@ -25,11 +25,11 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/dgram"
-	"github.com/wanopt/wanopt/edge/bridge"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/edge/metrics"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
+	"github.com/wanopt/wanopt/ingress"
 	"github.com/wanopt/wanopt/stack"
 	"github.com/wanopt/wanopt/tun"
 	"github.com/wanopt/wanopt/tunnel"
@@ -43,7 +43,7 @@ import (
 type Edge struct {
 	cfg Config
 	log *slog.Logger
-	br  *bridge.Dialer
+	br  *ingress.Dialer
 	// stamps is the responder's handshake memory for the process's life:
 	// no initiation is answered twice, across every tunnel this edge
 	// accepts.
@@ -107,7 +107,7 @@ func New(cfg Config) (*Edge, error) {
 	}
 	cfg = cfg.withDefaults()
 	bp := cfg.buffers()
-	e := &Edge{cfg: cfg, log: cfg.Logger, br: bridge.New(nil, cfg.Logger.With("sub", "bridge")), stamps: crypt.NewTimestamps(),
+	e := &Edge{cfg: cfg, log: cfg.Logger, br: ingress.New(nil, cfg.Logger.With("sub", "bridge")), stamps: crypt.NewTimestamps(),
 		budget: flow.NewBudget(bp.FlowLimit, bp.FlowFloorBytes, bp.GrantBytes)}
 	now := time.Now()
 	if cfg.Peer.IsValid() {

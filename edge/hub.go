@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/wanopt/wanopt/tunnel/share"
+	"github.com/wanopt/wanopt/edge/share"
 	"regexp"
 	"slices"
 	"sync"

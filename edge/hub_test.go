@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/edge/share"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/internal/tcptest"
 	"github.com/wanopt/wanopt/tunnel/bind"
 	"github.com/wanopt/wanopt/tunnel/crypt"
-	"github.com/wanopt/wanopt/tunnel/share"
 )
 
 // TestEdgeHub: one far edge serves three branches on one UDP socket

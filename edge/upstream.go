@@ -10,10 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/wanopt/wanopt/edge/bridge"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
+	"github.com/wanopt/wanopt/ingress"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/driver"
@@ -81,7 +81,7 @@ func (c Config) validateUpstreams() error {
 // moment, and how to stop its loop (a reload removing it).
 type upstream struct {
 	Upstream
-	br     *bridge.Dialer
+	br     *ingress.Dialer
 	link   *link     // its tunnel's life
 	addr   *peerAddr // where its loop dials it
 	cancel context.CancelFunc
@@ -92,7 +92,7 @@ type upstream struct {
 // at now.
 func newUpstream(u Upstream, cfg Config, now time.Time) *upstream {
 	log := cfg.Logger.With("upstream", u.Name)
-	return &upstream{Upstream: u, br: bridge.New(nil, log.With("sub", "bridge")), link: newLink(true, u.Addr.String(), now),
+	return &upstream{Upstream: u, br: ingress.New(nil, log.With("sub", "bridge")), link: newLink(true, u.Addr.String(), now),
 		addr: newPeerAddr(u.Addr, u.Host, cfg.Resolver, log.With("sub", "dns"))}
 }
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
+	"github.com/wanopt/wanopt/internal/netsim"
 )
 
 func TestOutageShorterThanIdleTimeoutLosesNothing(t *testing.T) {

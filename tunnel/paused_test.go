@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
+	"github.com/wanopt/wanopt/internal/netsim"
 )
 
 // pausedRun opens paused+1 streams from the client on a path of rateBps

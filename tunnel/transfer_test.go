@@ -2,7 +2,7 @@ package tunnel
 
 import (
 	"bytes"
-	"github.com/wanopt/wanopt/bench/netsim"
+	"github.com/wanopt/wanopt/internal/netsim"
 	"testing"
 	"time"
 

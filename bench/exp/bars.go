@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
+	"github.com/wanopt/wanopt/internal/netsim"
 )
 
 // Bar is one of the transport's targets in simulation, measured.

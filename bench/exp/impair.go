@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
 	"github.com/wanopt/wanopt/bench/wanem"
+	"github.com/wanopt/wanopt/internal/netsim"
 )
 
 // LinkImpairments are what the experiments can add to the link beyond its

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/netsim"
 )
 
 // TestBurstModel solves the chain for a mean loss and burst length, then

@@ -6,9 +6,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
-	"github.com/wanopt/wanopt/bench/netsim/simtcp"
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/netsim"
+	"github.com/wanopt/wanopt/internal/netsim/simtcp"
 )
 
 // SimOptions describe one simulated scenario: a dumbbell bottleneck and

@@ -2,12 +2,12 @@ package exp
 
 import (
 	"fmt"
-	"github.com/wanopt/wanopt/tunnel/share"
+	"github.com/wanopt/wanopt/edge/share"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
-	"github.com/wanopt/wanopt/bench/netsim/simtcp"
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/netsim"
+	"github.com/wanopt/wanopt/internal/netsim/simtcp"
 )
 
 // endless is a stream size no scenario finishes.

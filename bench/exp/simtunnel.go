@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/netsim"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/wire"

@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/dgram"
-	"github.com/wanopt/wanopt/edge/bridge"
 	"github.com/wanopt/wanopt/egress"
+	"github.com/wanopt/wanopt/ingress"
 	"github.com/wanopt/wanopt/stack"
 	"github.com/wanopt/wanopt/tunnel/driver"
 )
@@ -45,11 +45,11 @@ type Status struct {
 	// its life (a far edge's, or a hub's), whichever tunnel was up: the
 	// other edge does not know this one's key, or this one does not know
 	// the other's.
-	Refused *Refused     `json:"handshakes_refused,omitempty"`
-	Ingress *stack.Stats `json:"ingress,omitempty"`
-	Bridge  bridge.Stats `json:"bridge"`
-	Egress  egress.Stats `json:"egress"`
-	Memory  Memory       `json:"memory"`
+	Refused *Refused      `json:"handshakes_refused,omitempty"`
+	Ingress *stack.Stats  `json:"ingress,omitempty"`
+	Bridge  ingress.Stats `json:"bridge"`
+	Egress  egress.Stats  `json:"egress"`
+	Memory  Memory        `json:"memory"`
 	// Peers are a hub's branches (--branch), each with its tunnel (nil:
 	// down) and its egress (Egress is then their sum), or a near edge's
 	// upstreams (--upstream), each with its tunnel and routes. Hub counts what the

@@ -1,4 +1,4 @@
-// Package bridge is where the near edge's two halves meet: a flow.Dialer
+// Package ingress is where the near edge's two halves meet: a flow.Dialer
 // whose Dial opens a tunnel stream carrying the intercepted flow's original
 // source and destination, waits for the far edge to connect to the server,
 // and hands the stream to the stack as the flow's far end.
@@ -20,7 +20,7 @@
 // at once that this destination is not served, rather than retrying SYNs
 // for minutes. A policy that must stay invisible belongs on the near edge
 // (route only allowed prefixes into the TUN).
-package bridge
+package ingress
 
 import (
 	"context"

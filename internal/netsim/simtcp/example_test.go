@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
-	"github.com/wanopt/wanopt/bench/netsim/simtcp"
+	"github.com/wanopt/wanopt/internal/netsim"
+	"github.com/wanopt/wanopt/internal/netsim/simtcp"
 )
 
 // Transfer 10 MB with CUBIC over 50 Mbit/s and 40 ms RTT, one BDP of queue.

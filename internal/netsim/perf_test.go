@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
+	"github.com/wanopt/wanopt/internal/netsim"
 )
 
 // saturated returns a sim with one flow sending 1500-byte datagrams at

@@ -1,6 +1,6 @@
 //go:build linux
 
-package bridge
+package ingress
 
 // The whole edge data path in one process, without root: a client TCP
 // stack, the near edge (stack + bridge + tunnel), the far edge (tunnel +

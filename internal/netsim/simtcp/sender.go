@@ -3,8 +3,8 @@ package simtcp
 import (
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/netsim"
 )
 
 // Segment states on the sender's scoreboard.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/netsim"
 )
 
 // scripted is an endpoint whose k-th poll reports NextTimeout timeouts[k] (0

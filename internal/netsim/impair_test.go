@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/netsim"
 )
 
 // outOfOrder counts arrivals below a sequence already seen, and duplicates.

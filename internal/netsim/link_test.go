@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
+	"github.com/wanopt/wanopt/internal/netsim"
 )
 
 // serTime is the serialisation time of b bytes at rateBps, rounded up.

@@ -3,7 +3,7 @@ package simtcp
 import (
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
+	"github.com/wanopt/wanopt/internal/netsim"
 )
 
 // Config describes one bulk transfer. Zero fields take the defaults shown.

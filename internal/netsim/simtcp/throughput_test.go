@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/netsim"
-	"github.com/wanopt/wanopt/bench/netsim/simtcp"
+	"github.com/wanopt/wanopt/internal/netsim"
+	"github.com/wanopt/wanopt/internal/netsim/simtcp"
 )
 
 const (

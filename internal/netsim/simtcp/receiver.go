@@ -1,8 +1,8 @@
 package simtcp
 
 import (
-	"github.com/wanopt/wanopt/bench/netsim"
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/netsim"
 )
 
 // ReceiverStats are a Receiver's counters.

@@ -1,5 +1,5 @@
 //go:build !race
 
-package bridge
+package ingress
 
 const raceEnabled = false
