@@ -133,16 +133,23 @@ func TestDecodeIPv6Extensions(t *testing.T) {
 	}
 }
 
-// TestDecodeNoAlloc checks that the per-packet path allocates nothing in
-// steady state.
-func TestDecodeNoAlloc(t *testing.T) {
-	pk := simulate(simParams{total: 1 << 20, mss: 1448, rtt: 40 * ms1, rateBps: 100e6, rcvBuf: 1 << 20, wscale: 5, cwnd: 64 << 10})
+// ethernetTransfer simulates a 100 Mbit/s, 40 ms transfer of total bytes
+// and returns its packets and their IPv4 Ethernet frames.
+func ethernetTransfer(total int64) ([]simPkt, [][]byte) {
+	pk := simulate(simParams{total: total, mss: 1448, rtt: 40 * ms1, rateBps: 100e6, rcvBuf: 1 << 20, wscale: 5, cwnd: 64 << 10})
 	cs := capSpec{link: linkEthernet, client: cli4, server: srv4}
-	var frames [][]byte
+	frames := make([][]byte, 0, len(pk))
 	for _, p := range pk {
 		fr, _, _ := cs.frame(p)
 		frames = append(frames, fr)
 	}
+	return pk, frames
+}
+
+// TestDecodeNoAlloc checks that the per-packet path allocates nothing in
+// steady state.
+func TestDecodeNoAlloc(t *testing.T) {
+	pk, frames := ethernetTransfer(1 << 20)
 	tr := newTracker(nil)
 	var seg segment
 	i := 0
@@ -162,13 +169,7 @@ func TestDecodeNoAlloc(t *testing.T) {
 }
 
 func BenchmarkDecodeTrack(b *testing.B) {
-	pk := simulate(simParams{total: 4 << 20, mss: 1448, rtt: 40 * ms1, rateBps: 100e6, rcvBuf: 1 << 20, wscale: 5, cwnd: 64 << 10})
-	cs := capSpec{link: linkEthernet, client: cli4, server: srv4}
-	var frames [][]byte
-	for _, p := range pk {
-		fr, _, _ := cs.frame(p)
-		frames = append(frames, fr)
-	}
+	pk, frames := ethernetTransfer(4 << 20)
 	tr := newTracker(nil)
 	var seg segment
 	b.ReportAllocs()

@@ -226,12 +226,7 @@ func (b *BBR) updateCongestionSignals(rs *RateSample, ev *AckEvent) {
 	b.checkStartupHighLoss()
 	b.adaptLowerBoundsFromCongestion()
 	b.prevAckedInRound, b.prevLostInRound = b.ackedInRound, b.lostInRound
-	b.lossInRound = false
-	b.lossEventsInRound = 0
-	b.lostInRound = 0
-	b.ackedInRound = 0
-	b.appLimitedInRound = false
-	b.minRTTInRound = 0
+	b.resetRoundSignals()
 }
 
 // checkStartupHighLoss ends Startup when the queue overflowed before the
@@ -307,14 +302,20 @@ func (b *BBR) resetLowerBounds() {
 	b.inflightLo = math.MaxInt
 }
 
-// resetCongestionSignals starts a fresh loss round's accounting.
+// resetCongestionSignals starts a fresh loss round's accounting and drops
+// the latest delivery samples.
 func (b *BBR) resetCongestionSignals() {
+	b.resetRoundSignals()
+	b.bwLatest = 0
+	b.inflightLatest = 0
+}
+
+// resetRoundSignals clears what the loss round just ended accumulated.
+func (b *BBR) resetRoundSignals() {
 	b.lossInRound = false
 	b.lossEventsInRound = 0
 	b.lostInRound = 0
 	b.ackedInRound = 0
 	b.appLimitedInRound = false
 	b.minRTTInRound = 0
-	b.bwLatest = 0
-	b.inflightLatest = 0
 }

@@ -38,10 +38,7 @@ func TestBBRHeldAcks(t *testing.T) {
 			var srttSum time.Duration
 			acks := 0
 			s.onAck = func(s *sim) { srttSum += s.rtt.SmoothedRTT(); acks++ }
-			rx0 := s.rxBytes
-			const measure = 10 * time.Second
-			s.run(measure, nil)
-			share := float64(s.rxBytes-rx0) * 8 / measure.Seconds() / rate
+			share := s.linkShare(10 * time.Second)
 			srtt := srttSum / time.Duration(max(acks, 1))
 			t.Logf("%.1f%% of the link, mean srtt %v, extra acked %d B, drops %d", 100*share, srtt, b.State().ExtraAckedBytes, s.droppedQueue)
 			if share < 0.95 {

@@ -56,17 +56,24 @@ func TestBBRStartupStillExitsOnQueueOverflow(t *testing.T) {
 	}
 }
 
+// lossyProbeBW starts BBR on a 100 Mbit/s 100 ms path with a 2-BDP queue
+// that drops lossProb of the packets at random, and runs it into ProbeBW.
+func lossyProbeBW(t *testing.T, seed uint64, lossProb float64) (simConfig, *BBR, *sim) {
+	cfg := simConfig{rateBps: 100e6, rtt: 100 * time.Millisecond, seed: seed, lossProb: lossProb}
+	cfg.queueBytes = 2 * cfg.bdpBytes()
+	b := newTestBBR(seed)
+	s := newSim(t, cfg, b)
+	s.run(30*time.Second, func(s *sim) bool { return b.State().Mode.IsProbeBW() })
+	return cfg, b, s
+}
+
 // TestBBRRandomLossKeepsModel: 1 % random loss never lowers the model:
 // over 20 s in ProbeBW on a 100 Mbit/s 100 ms path, inflight_hi stays
 // unset or at least 0.9 BDP, bw_lo unset or above 90 % of the link, and
 // throughput above 90 % of the link. Several seeds.
 func TestBBRRandomLossKeepsModel(t *testing.T) {
 	for seed := uint64(700); seed < 706; seed++ {
-		cfg := simConfig{rateBps: 100e6, rtt: 100 * time.Millisecond, seed: seed, lossProb: 0.01}
-		cfg.queueBytes = 2 * cfg.bdpBytes()
-		b := newTestBBR(seed)
-		s := newSim(t, cfg, b)
-		s.run(30*time.Second, func(s *sim) bool { return b.State().Mode.IsProbeBW() })
+		cfg, b, s := lossyProbeBW(t, seed, 0.01)
 		minHi, minBwLo := math.MaxInt, uint64(math.MaxUint64)
 		s.onAck = func(s *sim) {
 			st := b.State()
@@ -77,10 +84,7 @@ func TestBBRRandomLossKeepsModel(t *testing.T) {
 				minBwLo = min(minBwLo, st.BwLoBps)
 			}
 		}
-		rx0 := s.rxBytes
-		const measure = 20 * time.Second
-		s.run(measure, nil)
-		share := float64(s.rxBytes-rx0) * 8 / measure.Seconds() / float64(cfg.rateBps)
+		share := s.linkShare(20 * time.Second)
 		t.Logf("seed %d: %.1f%% of the link, random drops %d, min inflight_hi %d, min bw_lo %d", seed, 100*share, s.droppedRand, minHi, minBwLo)
 		if minHi != math.MaxInt && minHi < cfg.bdpBytes()*9/10 {
 			t.Errorf("seed %d: random loss lowered inflight_hi to %d (BDP %d)", seed, minHi, cfg.bdpBytes())
@@ -102,16 +106,9 @@ func TestBBRRandomLossKeepsModel(t *testing.T) {
 // cutting its bounds every round. Several seeds.
 func TestBBRLearnsHighRandomLoss(t *testing.T) {
 	for seed := uint64(900); seed < 904; seed++ {
-		cfg := simConfig{rateBps: 100e6, rtt: 100 * time.Millisecond, seed: seed, lossProb: 0.03}
-		cfg.queueBytes = 2 * cfg.bdpBytes()
-		b := newTestBBR(seed)
-		s := newSim(t, cfg, b)
-		s.run(30*time.Second, func(s *sim) bool { return b.State().Mode.IsProbeBW() })
+		cfg, b, s := lossyProbeBW(t, seed, 0.03)
 		s.run(10*time.Second, nil) // learn
-		rx0 := s.rxBytes
-		const measure = 20 * time.Second
-		s.run(measure, nil)
-		share := float64(s.rxBytes-rx0) * 8 / measure.Seconds() / float64(cfg.rateBps)
+		share := s.linkShare(20 * time.Second)
 		st := b.State()
 		t.Logf("seed %d: %.1f%% of the link, learnt random loss %.2f%%, inflight_hi %d, bw_lo %d (BDP %d) %+v",
 			seed, 100*share, 100*st.RandomLoss, st.InflightHiBytes, st.BwLoBps, cfg.bdpBytes(), st)
@@ -322,10 +319,8 @@ func TestBBRInitialBw(t *testing.T) {
 		s := newSim(t, cfg, b)
 		s.run(tc.firstWindow, nil)
 		first := float64(s.rxBytes) * 8 / tc.firstWindow.Seconds() / float64(cfg.rateBps)
-		rx0 := s.rxBytes
 		const later = 20 * time.Second
-		s.run(later, nil)
-		after := float64(s.rxBytes-rx0) * 8 / later.Seconds() / float64(cfg.rateBps)
+		after := s.linkShare(later)
 		st := b.State()
 		t.Logf("%s: first %v %.0f%% of the link, next %v %.0f%%; bw %.1f Mbit/s, mode %v, lost %d B",
 			tc.name, tc.firstWindow, 100*first, later, 100*after, float64(st.BwBps)/1e6, st.Mode, st.LostBytes)

@@ -133,9 +133,7 @@ func TestBBRSteadyState(t *testing.T) {
 					}
 				}
 			}
-			rx0 := s.rxBytes
-			s.run(tc.measure, nil)
-			share := float64(s.rxBytes-rx0) * 8 / tc.measure.Seconds() / float64(tc.rate)
+			share := s.linkShare(tc.measure)
 			t.Logf("seed %d: %.1f%% of the link, worst bw error %.2f%%, drops queue=%d random=%d, probe_rtt=%d",
 				seed, 100*share, 100*worstErr, s.droppedQueue, s.droppedRand, b.State().ProbeRTTCount)
 			if share < tc.minShare {

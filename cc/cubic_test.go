@@ -148,9 +148,7 @@ func TestCubicOverSimulatedLink(t *testing.T) {
 	c := NewCubic(0, 0)
 	s := newSim(t, cfg, c)
 	s.run(2*time.Second, nil)
-	rx0 := s.rxBytes
-	s.run(10*time.Second, nil)
-	share := float64(s.rxBytes-rx0) * 8 / 10 / float64(cfg.rateBps)
+	share := s.linkShare(10 * time.Second)
 	if share < 0.85 || s.droppedQueue == 0 {
 		t.Fatalf("seed %d: CUBIC used %.1f%% of the link with %d drops", seed, 100*share, s.droppedQueue)
 	}

@@ -269,6 +269,14 @@ func (s *sim) processAck(ack *simAck) {
 
 // run advances the simulation by d, or until stop returns true (checked
 // after every ACK).
+// linkShare runs the sim for d and returns the fraction of the link's rate
+// the receiver got meanwhile.
+func (s *sim) linkShare(d time.Duration) float64 {
+	rx0 := s.rxBytes
+	s.run(d, nil)
+	return float64(s.rxBytes-rx0) * 8 / d.Seconds() / float64(s.cfg.rateBps)
+}
+
 func (s *sim) run(d time.Duration, stop func(s *sim) bool) {
 	end := s.now.Add(d)
 	wake := s.trySend()

@@ -12,20 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SetupConfig is what Setup applies to a device (the `--tun-setup` path).
-type SetupConfig struct {
-	// Name of the device. Required.
-	Name string
-	// Addrs are the device's own addresses (e.g. 198.18.1.1/24).
-	Addrs []netip.Prefix
-	// MTU to set; 0 means DefaultMTU.
-	MTU int
-	// TxQueueLen to set; 0 means DefaultTxQueueLen.
-	TxQueueLen int
-	// Routes are destination prefixes sent into the device.
-	Routes []netip.Prefix
-}
-
 // Setup sets the address, MTU, transmit queue length and routes of an
 // existing device and brings it up, over netlink, in the calling thread's
 // network namespace. It needs CAP_NET_ADMIN; without it the error says so and

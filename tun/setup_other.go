@@ -2,19 +2,7 @@
 
 package tun
 
-import (
-	"fmt"
-	"net/netip"
-)
-
-// SetupConfig is what Setup applies to a device.
-type SetupConfig struct {
-	Name       string
-	Addrs      []netip.Prefix
-	MTU        int
-	TxQueueLen int
-	Routes     []netip.Prefix
-}
+import "fmt"
 
 // Setup returns ErrUnsupported: only Linux is implemented.
 func Setup(cfg SetupConfig) error {

@@ -5,8 +5,6 @@ import (
 	"os"
 	"testing"
 	"time"
-
-	"github.com/wanopt/wanopt/internal/monotime"
 )
 
 // This file checks the BBR bars on warm connections over netsim: link
@@ -50,28 +48,8 @@ func measureBars(t *testing.T, seed uint64, path pathConfig, streams, perStream 
 	n.sim.RunFor(500 * time.Millisecond)
 
 	warm := n.client.c.Stats()
-	cli, srv := newBulkApp(n.client.c, perStream, false, 7), newBulkApp(n.server.c, 0, false, 8)
-	var start monotime.Time
-	n.client.onEvent = func(now monotime.Time, ev Event) {
-		if ev.Kind == EventOpenResult && start == 0 {
-			start = now
-		}
-		cli.onEvent(now, ev)
-	}
-	n.server.onEvent = srv.onEvent
-	cli.open(n.sim.Now(), streams)
-	n.sim.Wake(n.flow)
-	var last monotime.Time
-	n.runUntil(t, 300*time.Second, func() bool {
-		b, f := srv.received()
-		if f && b == streams*perStream {
-			last = n.sim.Now()
-			return true
-		}
-		return false
-	})
+	f := barFigures{elapsed: timedTransfer(t, n, streams, perStream, 7, 300*time.Second)}
 	cs := n.client.c.Stats()
-	f := barFigures{elapsed: last.Sub(start)}
 	f.ratio = float64(streams*perStream) * 8 / f.elapsed.Seconds() / float64(path.rateBps)
 	if sent := cs.StreamBytesSent - warm.StreamBytesSent; sent > 0 {
 		f.retransPct = 100 * float64(cs.StreamBytesRetransmitted-warm.StreamBytesRetransmitted) / float64(sent)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/wanopt/wanopt/internal/monotime"
 	"github.com/wanopt/wanopt/internal/netsim"
+	"github.com/wanopt/wanopt/internal/seed"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
@@ -113,7 +114,7 @@ func (g *garbage) PollTransmit(now monotime.Time, buf []byte) int {
 		return 0
 	}
 	g.next = now.Add(time.Millisecond)
-	r := seededReader(g.seed + uint64(g.sent))
+	r := seed.ChaCha8(g.seed + uint64(g.sent))
 	n := 1 + int(r.Uint64()%uint64(len(buf)-1))
 	r.Read(buf[:n])
 	// Cycle through plausible packet types so the header parses.

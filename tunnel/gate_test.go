@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/seed"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
@@ -22,7 +23,7 @@ func gateInit(gen *crypt.CookieGenerator, now monotime.Time, seed byte) []byte {
 
 func TestHandshakeGate(t *testing.T) {
 	_, server := testKeys(t, 1)
-	g := NewHandshakeGate(server, seededReader(2))
+	g := NewHandshakeGate(server, seed.ChaCha8(2))
 	gen := crypt.NewCookieGenerator(server.PublicKey())
 	peer := netip.MustParseAddrPort("198.51.100.1:4500")
 	now := monotime.Time(time.Hour)
@@ -109,7 +110,7 @@ func TestHandshakeGate(t *testing.T) {
 // source's cookie budget, dropped, with no Diffie-Hellman.
 func BenchmarkGateFlood(b *testing.B) {
 	_, server := testKeys(b, 1)
-	g := NewHandshakeGate(server, seededReader(2))
+	g := NewHandshakeGate(server, seed.ChaCha8(2))
 	gen := crypt.NewCookieGenerator(server.PublicKey())
 	d := gateInit(gen, 1, 9)
 	src := netip.MustParseAddrPort("203.0.113.9:1000")
@@ -132,8 +133,8 @@ func FuzzGate(f *testing.F) {
 	f.Add(make([]byte, InitiationSize))
 	f.Add([]byte{byte(wire.PacketHandshakeInit)})
 	f.Fuzz(func(t *testing.T, d []byte) {
-		g := NewHandshakeGate(server, seededReader(2))
-		chk := crypt.NewCookieChecker(server.PublicKey(), seededReader(3))
+		g := NewHandshakeGate(server, seed.ChaCha8(2))
+		chk := crypt.NewCookieChecker(server.PublicKey(), seed.ChaCha8(3))
 		src := netip.MustParseAddrPort("198.51.100.1:4500")
 		for i := range 40 { // enough to put the gate under load
 			now := monotime.Time(time.Hour) + monotime.Time(i)*monotime.Time(time.Millisecond)

@@ -10,23 +10,15 @@ import (
 
 	"github.com/wanopt/wanopt/internal/monotime"
 	"github.com/wanopt/wanopt/internal/netsim"
+	"github.com/wanopt/wanopt/internal/seed"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
 
-// seededReader returns a deterministic randomness source.
-func seededReader(seed uint64) *rand.ChaCha8 {
-	var s [32]byte
-	for i := range 8 {
-		s[i] = byte(seed >> (8 * i))
-	}
-	return rand.NewChaCha8(s)
-}
-
 // testKeys returns a deterministic key pair for the client and server.
-func testKeys(t testing.TB, seed uint64) (client, server crypt.PrivateKey) {
+func testKeys(t testing.TB, sd uint64) (client, server crypt.PrivateKey) {
 	t.Helper()
-	r := seededReader(seed ^ 0x6b657973)
+	r := seed.ChaCha8(sd ^ 0x6b657973)
 	var err error
 	if client, err = crypt.GenerateKey(r); err != nil {
 		t.Fatal(err)
@@ -38,18 +30,18 @@ func testKeys(t testing.TB, seed uint64) (client, server crypt.PrivateKey) {
 }
 
 // pairConfigs returns matching client and server configs.
-func pairConfigs(t testing.TB, seed uint64) (Config, Config) {
-	ck, sk := testKeys(t, seed)
+func pairConfigs(t testing.TB, sd uint64) (Config, Config) {
+	ck, sk := testKeys(t, sd)
 	cc := Config{
 		PrivateKey:         ck,
 		PeerPublicKey:      sk.PublicKey(),
 		HandshakeTimestamp: 1_700_000_000_000_000_000,
-		Rand:               seededReader(seed ^ 0xc11e),
+		Rand:               seed.ChaCha8(sd ^ 0xc11e),
 	}
 	sc := Config{
 		PrivateKey:    sk,
 		PeerPublicKey: ck.PublicKey(),
-		Rand:          seededReader(seed ^ 0x5e7e),
+		Rand:          seed.ChaCha8(sd ^ 0x5e7e),
 	}
 	return cc, sc
 }
@@ -238,8 +230,8 @@ type payload struct {
 	hash  bool
 }
 
-func newPayload(seed uint64, total int, hashIt bool) *payload {
-	p := &payload{gen: seededReader(seed), total: total, buf: make([]byte, 64<<10), hash: hashIt}
+func newPayload(sd uint64, total int, hashIt bool) *payload {
+	p := &payload{gen: seed.ChaCha8(sd), total: total, buf: make([]byte, 64<<10), hash: hashIt}
 	if hashIt {
 		p.sum = sha256.New()
 	}

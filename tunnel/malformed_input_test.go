@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/seed"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
 
@@ -33,11 +34,11 @@ func sealAs(c *Conn, payload []byte) []byte {
 // closes the connection (ErrProtocol, or ErrPeerClosed for a CLOSE frame);
 // nothing panics.
 func TestAuthenticatedGarbageNeverPanics(t *testing.T) {
-	for seed := uint64(0); seed < 300; seed++ {
-		n := newTestNet(t, 60+seed%3, path100ms, nil)
+	for sd := uint64(0); sd < 300; sd++ {
+		n := newTestNet(t, 60+sd%3, path100ms, nil)
 		establish(t, n)
 		now := n.sim.Now()
-		r := seededReader(seed)
+		r := seed.ChaCha8(sd)
 		for i := 0; i < 20 && !n.server.c.Closed(); i++ {
 			p := make([]byte, 1+r.Uint64()%200)
 			r.Read(p)
@@ -55,7 +56,7 @@ func TestAuthenticatedGarbageNeverPanics(t *testing.T) {
 			now += monotime.Time(1000)
 		}
 		if err := n.server.c.Err(); err != nil && !errors.Is(err, ErrProtocol) && !errors.Is(err, ErrPeerClosed) {
-			t.Fatalf("seed %d: closed with %v, want ErrProtocol", seed, err)
+			t.Fatalf("seed %d: closed with %v, want ErrProtocol", sd, err)
 		}
 	}
 }

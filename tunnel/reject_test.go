@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/seed"
 	"github.com/wanopt/wanopt/tunnel/wire"
 )
 
@@ -54,7 +55,7 @@ func TestRejectUnknownIndex(t *testing.T) {
 	}
 	sawEvent(cli, EventRejected)
 
-	sc.Rand = seededReader(42)
+	sc.Rand = seed.ChaCha8(42)
 	srv2, err := NewServerConn(sc, now) // the restarted server
 	if err != nil {
 		t.Fatal(err)

@@ -266,11 +266,12 @@ func TestThroughputWarmBBRHighLoss(t *testing.T) {
 }
 
 // timedTransfer opens streams x perStream bytes from client to server on
-// n's connection and returns the time from the first OPEN_RESULT to the
-// last byte read.
-func timedTransfer(t *testing.T, n *testNet, streams, perStream int) time.Duration {
+// n's connection, the client's and the server's apps seeded appSeed and
+// appSeed+1, and returns the time from the first OPEN_RESULT to the last
+// byte read; the transfer fails the test if it takes longer than limit.
+func timedTransfer(t *testing.T, n *testNet, streams, perStream int, appSeed uint64, limit time.Duration) time.Duration {
 	t.Helper()
-	cli, srv := newBulkApp(n.client.c, perStream, false, 9), newBulkApp(n.server.c, 0, false, 10)
+	cli, srv := newBulkApp(n.client.c, perStream, false, appSeed), newBulkApp(n.server.c, 0, false, appSeed+1)
 	var start monotime.Time
 	n.client.onEvent = func(now monotime.Time, ev Event) {
 		if ev.Kind == EventOpenResult && start == 0 {
@@ -281,7 +282,7 @@ func timedTransfer(t *testing.T, n *testNet, streams, perStream int) time.Durati
 	n.server.onEvent = srv.onEvent
 	cli.open(n.sim.Now(), streams)
 	n.sim.Wake(n.flow)
-	n.runUntil(t, 60*time.Second, func() bool { b, f := srv.received(); return f && b == streams*perStream })
+	n.runUntil(t, limit, func() bool { b, f := srv.received(); return f && b == streams*perStream })
 	return n.sim.Now().Sub(start)
 }
 
@@ -295,7 +296,7 @@ func TestWarmConnectionSkipsSlowStart(t *testing.T) {
 
 	cold := newTestNet(t, 51, path, nil)
 	establish(t, cold)
-	coldTime := timedTransfer(t, cold, streams, perStream)
+	coldTime := timedTransfer(t, cold, streams, perStream, 9, time.Minute)
 
 	warm := newTestNet(t, 51, path, nil)
 	warmUp(t, warm, 51, path)
@@ -306,7 +307,7 @@ func TestWarmConnectionSkipsSlowStart(t *testing.T) {
 		t.Errorf("idle changed the model: bw %d -> %d bit/s, mode %v -> %v",
 			before.BandwidthBps, after.BandwidthBps, before.BBR.Mode, after.BBR.Mode)
 	}
-	warmTime := timedTransfer(t, warm, streams, perStream)
+	warmTime := timedTransfer(t, warm, streams, perStream, 9, time.Minute)
 	ideal := time.Duration(float64(streams*perStream*8)/float64(path.rateBps)*float64(time.Second)) + path.rtt/2
 	t.Logf("%d x %d KiB: cold connection %v, warm connection after 20 s idle %v (link-rate bound %v)",
 		streams, perStream>>10, coldTime, warmTime, ideal)
@@ -329,7 +330,7 @@ func TestControllers(t *testing.T) {
 			}
 		})
 		establish(t, n)
-		el := timedTransfer(t, n, 2, 8<<20)
+		el := timedTransfer(t, n, 2, 8<<20, 9, time.Minute)
 		st := n.client.c.Stats()
 		if st.Congestion != cc.String() {
 			t.Errorf("controller %q, want %v", st.Congestion, cc)

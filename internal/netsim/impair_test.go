@@ -29,6 +29,19 @@ func outOfOrder(got []arrival) (late, dups int) {
 	return late, dups
 }
 
+// everyMillisecond sends n 100-byte datagrams, one a millisecond, over a
+// link of cfg and returns what arrived and the link's counters.
+func everyMillisecond(t *testing.T, seed uint64, cfg netsim.LinkConfig, n int) ([]arrival, netsim.LinkStats) {
+	t.Helper()
+	src := &cbr{size: 100, interval: time.Millisecond, limit: n}
+	dst := &cbr{sink: sink{keep: true}}
+	sim, l := oneWay(seed, cfg, src, dst, netsim.FlowOptions{})
+	if err := sim.RunFor(time.Duration(n)*time.Millisecond + time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return dst.got, l.Stats()
+}
+
 func TestJitterReorderDuplicate(t *testing.T) {
 	const n = 20_000
 	const delay = 20 * time.Millisecond
@@ -46,16 +59,10 @@ func TestJitterReorderDuplicate(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			const seed = 7
-			src := &cbr{size: 100, interval: time.Millisecond, limit: n}
-			dst := &cbr{sink: sink{keep: true}}
-			sim, l := oneWay(seed, tc.cfg, src, dst, netsim.FlowOptions{})
-			if err := sim.RunFor(n*time.Millisecond + time.Second); err != nil {
-				t.Fatal(err)
-			}
-			st := l.Stats()
-			late, dups := outOfOrder(dst.got)
-			if uint64(dups) != st.Duplicates || len(dst.got) != n+dups {
-				t.Errorf("seed %d: received %d with %d duplicates, link made %d", seed, len(dst.got), dups, st.Duplicates)
+			got, st := everyMillisecond(t, seed, tc.cfg, n)
+			late, dups := outOfOrder(got)
+			if uint64(dups) != st.Duplicates || len(got) != n+dups {
+				t.Errorf("seed %d: received %d with %d duplicates, link made %d", seed, len(got), dups, st.Duplicates)
 			}
 			// A held-back packet is overtaken unless all of the next few are
 			// held back too; an on-time packet is never late.
@@ -71,7 +78,7 @@ func TestJitterReorderDuplicate(t *testing.T) {
 			within("reordered", st.Reordered, tc.wantReorderPct)
 			within("duplicated", st.Duplicates, tc.wantDupPct)
 			var sum, sumSq float64
-			for _, r := range dst.got {
+			for _, r := range got {
 				d := r.at.Sub(r.sentAt)
 				lo, hi := delay, delay+tc.cfg.Jitter
 				if tc.cfg.ReorderPercent > 0 {
@@ -83,8 +90,8 @@ func TestJitterReorderDuplicate(t *testing.T) {
 				sum += float64(d)
 				sumSq += float64(d) * float64(d)
 			}
-			mean := sum / float64(len(dst.got))
-			sd := time.Duration(math.Sqrt(sumSq/float64(len(dst.got)) - mean*mean))
+			mean := sum / float64(len(got))
+			sd := time.Duration(math.Sqrt(sumSq/float64(len(got)) - mean*mean))
 			if j := tc.cfg.Jitter; j > 0 && (sd < j/10 || sd > j) {
 				t.Errorf("seed %d: delay spread %v with jitter %v", seed, sd, j)
 			}
@@ -107,14 +114,8 @@ func TestGilbertElliottIsBursty(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			const seed = 3
-			src := &cbr{size: 100, interval: time.Millisecond, limit: n}
-			dst := &cbr{sink: sink{keep: true}}
-			sim, l := oneWay(seed, tc.cfg, src, dst, netsim.FlowOptions{})
-			if err := sim.RunFor(n*time.Millisecond + time.Second); err != nil {
-				t.Fatal(err)
-			}
-			st := l.Stats()
-			lost := n - len(dst.got)
+			got, st := everyMillisecond(t, seed, tc.cfg, n)
+			lost := n - len(got)
 			if uint64(lost) != st.BurstLosses+st.RandomLosses {
 				t.Fatalf("lost %d, link counted %d+%d", lost, st.BurstLosses, st.RandomLosses)
 			}
@@ -122,7 +123,7 @@ func TestGilbertElliottIsBursty(t *testing.T) {
 				t.Errorf("seed %d: loss rate %.4f, want %.4f", seed, got, wantLoss)
 			}
 			runs, prev := 0, int64(-1)
-			for _, r := range dst.got {
+			for _, r := range got {
 				if int64(r.seq) > prev+1 {
 					runs++
 				}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/seed"
 )
 
 // LinkConfig describes one direction of a link. The zero value is an ideal
@@ -259,10 +260,6 @@ func (l *Link) txDone() {
 	l.depart(pk)
 }
 
-func chance(r *rand.Rand, pct float64) bool {
-	return pct > 0 && r.Float64()*100 < pct
-}
-
 // depart decides the fate of a packet whose transmission ended now.
 func (l *Link) depart(pk *packet) {
 	s := l.sim
@@ -276,21 +273,21 @@ func (l *Link) depart(pk *packet) {
 	}
 	if b := &l.cfg.Burst; b.enabled() {
 		if l.geBad {
-			l.geBad = !chance(l.burstRng, b.LeaveBadPercent)
+			l.geBad = !seed.Chance(l.burstRng, b.LeaveBadPercent)
 		} else {
-			l.geBad = chance(l.burstRng, b.EnterBadPercent)
+			l.geBad = seed.Chance(l.burstRng, b.EnterBadPercent)
 		}
 		p := b.LossGoodPercent
 		if l.geBad {
 			p = b.LossBadPercent
 		}
-		if chance(l.burstRng, p) {
+		if seed.Chance(l.burstRng, p) {
 			l.stats.BurstLosses++
 			s.pool.put(pk)
 			return
 		}
 	}
-	if chance(l.lossRng, l.cfg.LossPercent) {
+	if seed.Chance(l.lossRng, l.cfg.LossPercent) {
 		l.stats.RandomLosses++
 		s.pool.put(pk)
 		return
@@ -299,7 +296,7 @@ func (l *Link) depart(pk *packet) {
 	if j := l.cfg.Jitter; j > 0 {
 		at = at.Add(time.Duration(l.jitterRng.Int64N(int64(j) + 1)))
 	}
-	if chance(l.reorderRng, l.cfg.ReorderPercent) {
+	if seed.Chance(l.reorderRng, l.cfg.ReorderPercent) {
 		l.stats.Reordered++
 		at = at.Add(l.cfg.ReorderDelay)
 	} else {
@@ -307,7 +304,7 @@ func (l *Link) depart(pk *packet) {
 		l.lastArrive = at
 	}
 	var dup *packet
-	if chance(l.dupRng, l.cfg.DuplicatePercent) {
+	if seed.Chance(l.dupRng, l.cfg.DuplicatePercent) {
 		l.stats.Duplicates++
 		dup = s.pool.get()
 		dup.buf = pk.buf // copies only the array; cheap enough for a rare event

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/netsim"
+	"github.com/wanopt/wanopt/internal/netsim/netsimtest"
 )
 
 // saturated returns a sim with one flow sending 1500-byte datagrams at
@@ -20,35 +21,13 @@ func saturated(seed uint64) *netsim.Sim {
 }
 
 func TestSteadyStateAllocatesNothing(t *testing.T) {
-	sim := saturated(1)
-	if err := sim.RunFor(time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if n := testing.AllocsPerRun(3, func() {
-		if err := sim.RunFor(20 * time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-	}); n != 0 {
-		t.Errorf("%.1f allocations per 20 ms of a saturated link, want 0", n)
-	}
+	netsimtest.NoSteadyAllocs(t, saturated(1), time.Second, 20*time.Millisecond, "a saturated link")
 }
 
 // BenchmarkSaturatedLink simulates 10 s of a 250 Mbit/s, 100 ms link that
 // 1500-byte datagrams saturate both ways per op (about 1.25 M events).
 func BenchmarkSaturatedLink(b *testing.B) {
 	sim := saturated(1)
-	if err := sim.RunFor(time.Second); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	e0 := sim.Events()
-	b.ResetTimer()
-	for b.Loop() {
-		if err := sim.RunFor(10 * time.Second); err != nil {
-			b.Fatal(err)
-		}
-	}
-	sec := b.Elapsed().Seconds()
-	b.ReportMetric(float64(sim.Events()-e0)/sec, "events/s")
-	b.ReportMetric(10*float64(b.N)/sec, "sim-s/s")
+	netsimtest.Run(b, sim, time.Second)
+	netsimtest.Bench(b, sim, 10*time.Second)
 }

@@ -16,6 +16,20 @@ var (
 	offloadOff = Options{DisableGSO: true, DisableGRO: true}
 )
 
+// bothOffloads runs f as a subtest with the offloads on and with them off,
+// each checked for leaked goroutines.
+func bothOffloads(t *testing.T, f func(t *testing.T, opts Options)) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{{"offload", offloadOn}, {"plain", offloadOff}} {
+		t.Run(tc.name, func(t *testing.T) {
+			leaktest.Check(t)
+			f(t, tc.opts)
+		})
+	}
+}
+
 // TestEcho sends 10,000 datagrams of mixed sizes through an echoing Conn
 // and checks that each comes back intact and in order, with the offloads
 // on (where the kernel has them) and off, over IPv4 and IPv6.
@@ -183,46 +197,40 @@ func TestAddresses(t *testing.T) {
 // TestClose checks that Close wakes a blocked ReadBatch with net.ErrClosed
 // and that every later call fails the same way.
 func TestClose(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opts Options
-	}{{"offload", offloadOn}, {"plain", offloadOff}} {
-		t.Run(tc.name, func(t *testing.T) {
-			leaktest.Check(t)
-			c, err := Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), tc.opts)
-			if err != nil {
-				t.Fatal(err)
+	bothOffloads(t, func(t *testing.T, opts Options) {
+		c, err := Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			bufs, sizes, eps := buffers(c.BatchSize(), 1500)
+			_, err := c.ReadBatch(bufs, sizes, eps)
+			errc <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // let it block; the outcome is the same if not
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		select {
+		case err := <-errc:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Errorf("blocked ReadBatch returned %v, want net.ErrClosed", err)
 			}
-			errc := make(chan error, 1)
-			go func() {
-				bufs, sizes, eps := buffers(c.BatchSize(), 1500)
-				_, err := c.ReadBatch(bufs, sizes, eps)
-				errc <- err
-			}()
-			time.Sleep(20 * time.Millisecond) // let it block; the outcome is the same if not
-			if err := c.Close(); err != nil {
-				t.Fatalf("Close: %v", err)
-			}
-			select {
-			case err := <-errc:
-				if !errors.Is(err, net.ErrClosed) {
-					t.Errorf("blocked ReadBatch returned %v, want net.ErrClosed", err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("Close did not wake ReadBatch")
-			}
-			bufs, sizes, eps := buffers(1, 1500)
-			if _, err := c.ReadBatch(bufs, sizes, eps); !errors.Is(err, net.ErrClosed) {
-				t.Errorf("ReadBatch after Close: %v, want net.ErrClosed", err)
-			}
-			if err := c.WriteBatch(bufs, c.LocalAddr()); !errors.Is(err, net.ErrClosed) {
-				t.Errorf("WriteBatch after Close: %v, want net.ErrClosed", err)
-			}
-			if err := c.Close(); err != nil {
-				t.Errorf("second Close: %v, want nil", err)
-			}
-		})
-	}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close did not wake ReadBatch")
+		}
+		bufs, sizes, eps := buffers(1, 1500)
+		if _, err := c.ReadBatch(bufs, sizes, eps); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("ReadBatch after Close: %v, want net.ErrClosed", err)
+		}
+		if err := c.WriteBatch(bufs, c.LocalAddr()); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("WriteBatch after Close: %v, want net.ErrClosed", err)
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("second Close: %v, want nil", err)
+		}
+	})
 }
 
 // TestShortBuffers checks that a datagram longer than the caller's buffer
@@ -232,57 +240,51 @@ func TestShortBuffers(t *testing.T) {
 	if !fastPath {
 		t.Skip("the portable Conn cannot detect truncation")
 	}
-	for _, tc := range []struct {
-		name string
-		opts Options
-	}{{"offload", offloadOn}, {"plain", offloadOff}} {
-		t.Run(tc.name, func(t *testing.T) {
-			leaktest.Check(t)
-			a := listen(t, "udp4", "127.0.0.1:0", tc.opts)
-			b := listen(t, "udp4", "127.0.0.1:0", tc.opts)
-			watchdog(t, 10*time.Second, a, b)
-			var out [][]byte
-			var want []int
-			for i, size := range []int{900, 900, 900, 500, 0, 800, 800, 300, 1000, 0} {
-				out = append(out, make([]byte, size))
-				if size <= 800 {
-					want = append(want, i)
+	bothOffloads(t, func(t *testing.T, opts Options) {
+		a := listen(t, "udp4", "127.0.0.1:0", opts)
+		b := listen(t, "udp4", "127.0.0.1:0", opts)
+		watchdog(t, 10*time.Second, a, b)
+		var out [][]byte
+		var want []int
+		for i, size := range []int{900, 900, 900, 500, 0, 800, 800, 300, 1000, 0} {
+			out = append(out, make([]byte, size))
+			if size <= 800 {
+				want = append(want, i)
+			}
+			if size > 0 {
+				out[i][0] = byte(i)
+			}
+		}
+		if err := a.WriteBatch(out, b.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+		bufs, sizes, eps := buffers(b.BatchSize(), 800)
+		var got []int
+		for len(got) < len(want) {
+			n, err := b.ReadBatch(bufs, sizes, eps)
+			if err != nil {
+				t.Fatalf("after %v: %v", got, err)
+			}
+			for i := range n {
+				if sizes[i] == 0 {
+					got = append(got, -1)
+					continue
 				}
-				if size > 0 {
-					out[i][0] = byte(i)
-				}
+				got = append(got, int(bufs[i][0]))
 			}
-			if err := a.WriteBatch(out, b.LocalAddr()); err != nil {
-				t.Fatal(err)
+		}
+		for i, w := range want {
+			if len(out[w]) == 0 {
+				want[i] = -1
 			}
-			bufs, sizes, eps := buffers(b.BatchSize(), 800)
-			var got []int
-			for len(got) < len(want) {
-				n, err := b.ReadBatch(bufs, sizes, eps)
-				if err != nil {
-					t.Fatalf("after %v: %v", got, err)
-				}
-				for i := range n {
-					if sizes[i] == 0 {
-						got = append(got, -1)
-						continue
-					}
-					got = append(got, int(bufs[i][0]))
-				}
-			}
-			for i, w := range want {
-				if len(out[w]) == 0 {
-					want[i] = -1
-				}
-			}
-			if !equal(got, want) {
-				t.Errorf("received datagrams %v, want %v (-1: empty)", got, want)
-			}
-			if s := b.Stats(); s.Dropped != 4 {
-				t.Errorf("Dropped = %d, want 4", s.Dropped)
-			}
-		})
-	}
+		}
+		if !equal(got, want) {
+			t.Errorf("received datagrams %v, want %v (-1: empty)", got, want)
+		}
+		if s := b.Stats(); s.Dropped != 4 {
+			t.Errorf("Dropped = %d, want 4", s.Dropped)
+		}
+	})
 }
 
 func equal(a, b []int) bool {

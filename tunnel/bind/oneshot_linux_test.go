@@ -6,25 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/wanopt/wanopt/internal/fdtest"
 )
 
 // epollReadable reports whether the oneshot's epoll instance has an event
 // for Go's poller, that is, whether it would wake the process.
 func epollReadable(t *testing.T, o *oneshot) bool {
 	t.Helper()
-	var ready bool
-	if err := o.rc.Control(func(fd uintptr) {
-		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(p, 0)
-		if err != nil {
-			t.Errorf("poll: %v", err)
-		}
-		ready = n > 0 && p[0].Revents&unix.POLLIN != 0
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return ready
+	return fdtest.Readable(t, o.rc)
 }
 
 // readAsync runs one ReadBatch of c on a goroutine of its own and

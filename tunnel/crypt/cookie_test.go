@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/seed"
 )
 
 // initiation returns a datagram standing for an initiation: a 5-byte
@@ -25,7 +26,7 @@ func initiation(seed byte) []byte {
 func TestCookieMACs(t *testing.T) {
 	f := newFixture(t)
 	rpub := f.rkey.PublicKey()
-	chk := NewCookieChecker(rpub, seeded(1))
+	chk := NewCookieChecker(rpub, seed.ChaCha8(1))
 	gen := NewCookieGenerator(rpub)
 	src := netip.MustParseAddrPort("198.51.100.1:4500")
 	now := monotime.Time(time.Second)
@@ -46,7 +47,7 @@ func TestCookieMACs(t *testing.T) {
 	if chk.CheckMAC1(bad) {
 		t.Error("mac1 checks after a byte changed")
 	}
-	if other := NewCookieChecker(f.skey.PublicKey(), seeded(2)); other.CheckMAC1(d) {
+	if other := NewCookieChecker(f.skey.PublicKey(), seed.ChaCha8(2)); other.CheckMAC1(d) {
 		t.Error("mac1 checks at another responder")
 	}
 
@@ -107,10 +108,10 @@ func FuzzCookieReply(f *testing.F) {
 // cookieFixture returns a generator that sent one initiation, and a valid
 // reply to it.
 func cookieFixture() (*CookieGenerator, []byte, []byte) {
-	rkey, _ := GenerateKey(seeded(seedResponderKey))
+	rkey, _ := GenerateKey(seed.ChaCha8(seedResponderKey))
 	gen := NewCookieGenerator(rkey.PublicKey())
 	d := gen.AppendMACs(initiation(7), 1)
-	chk := NewCookieChecker(rkey.PublicKey(), seeded(3))
+	chk := NewCookieChecker(rkey.PublicKey(), seed.ChaCha8(3))
 	body, err := chk.AppendReply(nil, d, netip.MustParseAddrPort("198.51.100.1:4500"), 1)
 	if err != nil {
 		panic(err)
@@ -145,8 +146,8 @@ func TestCookieSeedCorpus(t *testing.T) {
 
 // BenchmarkCheckMAC1 is the cost of refusing junk that lacks mac1.
 func BenchmarkCheckMAC1(b *testing.B) {
-	rkey, _ := GenerateKey(seeded(seedResponderKey))
-	chk := NewCookieChecker(rkey.PublicKey(), seeded(1))
+	rkey, _ := GenerateKey(seed.ChaCha8(seedResponderKey))
+	chk := NewCookieChecker(rkey.PublicKey(), seed.ChaCha8(1))
 	d := NewCookieGenerator(rkey.PublicKey()).AppendMACs(initiation(1), 1)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -8,13 +8,14 @@ import (
 	"testing"
 
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/seed"
 )
 
 // pendingInitiator returns an initiator with a handshake pending toward the
 // fuzz responder (rekey asked), and the genuine message 2 answering it.
 func pendingInitiator(tb testing.TB) (*Initiator, []byte) {
 	fx := fuzzFixture()
-	ini, err := NewInitiator(fx.ikey, fx.rkey.PublicKey(), seeded(seedInitiatorEph))
+	ini, err := NewInitiator(fx.ikey, fx.rkey.PublicKey(), seed.ChaCha8(seedInitiatorEph))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -23,7 +24,7 @@ func pendingInitiator(tb testing.TB) (*Initiator, []byte) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r, err := NewResponder(fx.rkey, allowOnly(fx.ikey.PublicKey()), seeded(seedResponderEph))
+	r, err := NewResponder(fx.rkey, allowOnly(fx.ikey.PublicKey()), seed.ChaCha8(seedResponderEph))
 	if err != nil {
 		tb.Fatal(err)
 	}

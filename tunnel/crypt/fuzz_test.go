@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/wanopt/wanopt/internal/seed"
 )
 
 var updateCorpus = flag.Bool("update-corpus", false, "rewrite the seed corpus files in testdata/fuzz")
@@ -31,11 +33,11 @@ var fuzzFixture = sync.OnceValue(func() fuzzFix {
 	}
 	var fx fuzzFix
 	var err error
-	fx.ikey, err = GenerateKey(seeded(seedInitiatorKey))
+	fx.ikey, err = GenerateKey(seed.ChaCha8(seedInitiatorKey))
 	must(err)
-	fx.rkey, err = GenerateKey(seeded(seedResponderKey))
+	fx.rkey, err = GenerateKey(seed.ChaCha8(seedResponderKey))
 	must(err)
-	fx.skey, err = GenerateKey(seeded(seedStrangerKey))
+	fx.skey, err = GenerateKey(seed.ChaCha8(seedStrangerKey))
 	must(err)
 	_, fx.accepted, err = newMessage1(fx.ikey, fx.rkey.PublicKey(), 1, fuzzAcceptedStamp, 300)
 	must(err)
@@ -45,7 +47,7 @@ var fuzzFixture = sync.OnceValue(func() fuzzFix {
 // newFuzzResponder returns a fresh responder in the fuzz start state.
 func newFuzzResponder(t *testing.T) *Responder {
 	fx := fuzzFixture()
-	r, err := NewResponder(fx.rkey, allowOnly(fx.ikey.PublicKey()), seeded(seedResponderEph))
+	r, err := NewResponder(fx.rkey, allowOnly(fx.ikey.PublicKey()), seed.ChaCha8(seedResponderEph))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +145,7 @@ func isOneOf(err error, targets ...error) bool {
 const fuzzOpenedPN = 10_000
 
 var fuzzKeys = sync.OnceValue(func() (k [2][KeySize]byte) {
-	r := seeded(400)
+	r := seed.ChaCha8(400)
 	r.Read(k[0][:])
 	r.Read(k[1][:])
 	return k

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/seed"
 )
 
 func TestHandshake(t *testing.T) {
 	f := newFixture(t)
 	ipub, rpub := f.ikey.PublicKey(), f.rkey.PublicKey()
-	ini, err := NewInitiator(f.ikey, rpub, seeded(seedInitiatorEph))
+	ini, err := NewInitiator(f.ikey, rpub, seed.ChaCha8(seedInitiatorEph))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func TestHandshakeWrongResponderKey(t *testing.T) {
 
 func TestInitiatorTimestampNeverRepeats(t *testing.T) {
 	f := newFixture(t)
-	ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seeded(seedInitiatorEph))
+	ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seed.ChaCha8(seedInitiatorEph))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +287,7 @@ func TestInitiatorConsumeRejects(t *testing.T) {
 func TestInitiatorExpiry(t *testing.T) {
 	f := newFixture(t)
 	start := monotime.Time(1_000_000)
-	ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seeded(seedInitiatorEph))
+	ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seed.ChaCha8(seedInitiatorEph))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +315,7 @@ func TestInitiatorExpiry(t *testing.T) {
 
 func TestBeginAbandonsPending(t *testing.T) {
 	f := newFixture(t)
-	ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seeded(seedInitiatorEph))
+	ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seed.ChaCha8(seedInitiatorEph))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,13 +339,13 @@ func TestBeginAbandonsPending(t *testing.T) {
 
 func TestConstructorsRejectBadInput(t *testing.T) {
 	k := testKey(t, 1)
-	if _, err := NewInitiator(k, PublicKey{}, seeded(1)); !errors.Is(err, ErrBadKey) {
+	if _, err := NewInitiator(k, PublicKey{}, seed.ChaCha8(1)); !errors.Is(err, ErrBadKey) {
 		t.Errorf("NewInitiator with a zero peer key: error = %v, want ErrBadKey", err)
 	}
 	if _, err := NewInitiator(k, k.PublicKey(), nil); err == nil {
 		t.Error("NewInitiator with nil rand: want error")
 	}
-	if _, err := NewResponder(k, nil, seeded(1)); err == nil {
+	if _, err := NewResponder(k, nil, seed.ChaCha8(1)); err == nil {
 		t.Error("NewResponder with nil policy: want error")
 	}
 	if _, err := NewResponder(k, allowOnly(), nil); err == nil {
@@ -362,7 +363,7 @@ func (*failingReader) Read([]byte) (int, error) { return 0, errors.New("entropy 
 
 func TestRespondConcurrentReplay(t *testing.T) {
 	f := newFixture(t)
-	r, err := NewResponder(f.rkey, allowOnly(f.ikey.PublicKey()), &lockedReader{r: seeded(seedResponderEph)})
+	r, err := NewResponder(f.rkey, allowOnly(f.ikey.PublicKey()), &lockedReader{r: seed.ChaCha8(seedResponderEph)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +395,7 @@ func TestRespondConcurrentReplay(t *testing.T) {
 
 func BenchmarkHandshake(b *testing.B) {
 	f := newFixture(b)
-	ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seeded(seedInitiatorEph))
+	ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seed.ChaCha8(seedInitiatorEph))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -433,7 +434,7 @@ func TestSuiteNegotiation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			f.resp.suites = tc.has
-			ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seeded(seedInitiatorEph))
+			ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seed.ChaCha8(seedInitiatorEph))
 			if err != nil {
 				t.Fatal(err)
 			}

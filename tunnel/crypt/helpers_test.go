@@ -1,21 +1,13 @@
 package crypt
 
 import (
-	"encoding/binary"
 	"io"
-	"math/rand/v2"
 	"sync"
 	"testing"
 
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/seed"
 )
-
-// seeded returns a deterministic random source for seed.
-func seeded(seed uint64) io.Reader {
-	var s [32]byte
-	binary.LittleEndian.PutUint64(s[:], seed)
-	return rand.NewChaCha8(s)
-}
 
 // lockedReader makes a reader safe for concurrent use.
 type lockedReader struct {
@@ -30,11 +22,11 @@ func (l *lockedReader) Read(p []byte) (int, error) {
 }
 
 // testKey derives a deterministic private key from seed.
-func testKey(tb testing.TB, seed uint64) PrivateKey {
+func testKey(tb testing.TB, sd uint64) PrivateKey {
 	tb.Helper()
-	k, err := GenerateKey(seeded(seed))
+	k, err := GenerateKey(seed.ChaCha8(sd))
 	if err != nil {
-		tb.Fatalf("GenerateKey(seed %d): %v", seed, err)
+		tb.Fatalf("GenerateKey(seed %d): %v", sd, err)
 	}
 	return k
 }
@@ -71,7 +63,7 @@ func newFixture(tb testing.TB) *fixture {
 		rkey: testKey(tb, seedResponderKey),
 		skey: testKey(tb, seedStrangerKey),
 	}
-	r, err := NewResponder(f.rkey, allowOnly(f.ikey.PublicKey()), seeded(seedResponderEph))
+	r, err := NewResponder(f.rkey, allowOnly(f.ikey.PublicKey()), seed.ChaCha8(seedResponderEph))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -89,8 +81,8 @@ func message1(tb testing.TB, key PrivateKey, remote PublicKey, index uint32, sta
 	return ini, msg
 }
 
-func newMessage1(key PrivateKey, remote PublicKey, index uint32, stamp Timestamp, seed uint64) (*Initiator, []byte, error) {
-	ini, err := NewInitiator(key, remote, seeded(seed))
+func newMessage1(key PrivateKey, remote PublicKey, index uint32, stamp Timestamp, sd uint64) (*Initiator, []byte, error) {
+	ini, err := NewInitiator(key, remote, seed.ChaCha8(sd))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/seed"
 )
 
 // TestSharedTimestamps: a responder that shares its timestamp memory with
@@ -20,7 +21,7 @@ func TestSharedTimestamps(t *testing.T) {
 	if _, _, err := f.resp.Respond(nil, old, 7, monotime.Time(1)); err != nil {
 		t.Fatalf("first initiation: %v", err)
 	}
-	next, err := NewResponder(f.rkey, allowOnly(f.ikey.PublicKey()), seeded(seedResponderEph))
+	next, err := NewResponder(f.rkey, allowOnly(f.ikey.PublicKey()), seed.ChaCha8(seedResponderEph))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func TestSharedTimestamps(t *testing.T) {
 	}
 	// Without sharing, a new responder (a restarted process) answers the
 	// replay: what the process-lifetime memory is for.
-	fresh2, _ := NewResponder(f.rkey, allowOnly(f.ikey.PublicKey()), seeded(seedResponderEph))
+	fresh2, _ := NewResponder(f.rkey, allowOnly(f.ikey.PublicKey()), seed.ChaCha8(seedResponderEph))
 	if _, _, err := fresh2.Respond(nil, old, 10, monotime.Time(4)); err != nil {
 		t.Errorf("a responder with its own memory: %v", err)
 	}
@@ -50,7 +51,7 @@ func TestSharedTimestamps(t *testing.T) {
 func TestResumeFlag(t *testing.T) {
 	for _, resume := range []bool{false, true} {
 		f := newFixture(t)
-		ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seeded(seedInitiatorEph))
+		ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seed.ChaCha8(seedInitiatorEph))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +83,7 @@ func TestRekeyFlags(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seeded(seedInitiatorEph))
+			ini, err := NewInitiator(f.ikey, f.rkey.PublicKey(), seed.ChaCha8(seedInitiatorEph))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -199,12 +199,16 @@ func TestOpenContextCancelled(t *testing.T) {
 	waitFor(t, func() bool { return cli.Stats().Tunnel.StreamsOpen == 0 && srv.Stats().Tunnel.StreamsOpen == 0 })
 }
 
+// smallSendBuffer caps the client's send buffer at 256 KiB, so that a
+// Write to a peer that does not read blocks soon.
+func smallSendBuffer(c, _ *Config) {
+	c.Tunnel.Stream.SendBufferBytes = 256 << 10
+	c.Tunnel.Stream.MinSendBufferBytes = 256 << 10
+}
+
 func TestDeadlines(t *testing.T) {
 	leaktest.Check(t)
-	cli, srv := memPair(t, 6, func(c, s *Config) {
-		c.Tunnel.Stream.SendBufferBytes = 256 << 10
-		c.Tunnel.Stream.MinSendBufferBytes = 256 << 10
-	})
+	cli, srv := memPair(t, 6, smallSendBuffer)
 	c, s := openAccepted(t, cli, srv)
 
 	// Read deadline: nothing arrives.
@@ -258,10 +262,7 @@ func TestDeadlines(t *testing.T) {
 // the tunnel closes, and the peer learns why.
 func TestCloseUnblocks(t *testing.T) {
 	leaktest.Check(t)
-	cli, srv := memPair(t, 7, func(c, s *Config) {
-		c.Tunnel.Stream.SendBufferBytes = 256 << 10
-		c.Tunnel.Stream.MinSendBufferBytes = 256 << 10
-	})
+	cli, srv := memPair(t, 7, smallSendBuffer)
 	c1, s1 := openAccepted(t, cli, srv)
 	c2, s2 := openAccepted(t, cli, srv)
 

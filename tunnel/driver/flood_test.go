@@ -10,6 +10,7 @@ import (
 
 	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/seed"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 )
@@ -35,25 +36,17 @@ func TestHandshakeFlood(t *testing.T) {
 	saddr := sb.LocalAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), length+20*time.Second)
 	defer cancel()
-	type res struct {
-		t   *Tunnel
-		err error
-	}
-	srvCh := make(chan res, 1)
-	go func() {
-		s, err := Listen(ctx, scfg)
-		srvCh <- res{s, err}
-	}()
+	srvCh := listenAsync(ctx, scfg)
 
 	// Initiations from 64 keys the server does not allow.
 	var junk [][]byte
 	for i := range 64 {
-		k, err := crypt.GenerateKey(seeded(uint64(1000 + i)))
+		k, err := crypt.GenerateKey(seed.ChaCha8(uint64(1000 + i)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg := ccfg.Tunnel
-		cfg.PrivateKey, cfg.Rand, cfg.HandshakeTimestamp = k, seeded(uint64(2000+i)), 1
+		cfg.PrivateKey, cfg.Rand, cfg.HandshakeTimestamp = k, seed.ChaCha8(uint64(2000+i)), 1
 		c, err := tunnel.NewClientConn(cfg, monotime.Now())
 		if err != nil {
 			t.Fatal(err)

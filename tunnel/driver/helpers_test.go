@@ -4,30 +4,22 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/internal/seed"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/bind"
 	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 )
-
-// seeded returns a deterministic randomness source.
-func seeded(seed uint64) *rand.ChaCha8 {
-	var s [32]byte
-	for i := range 8 {
-		s[i] = byte(seed >> (8 * i))
-	}
-	return rand.NewChaCha8(s)
-}
 
 // testWriter sends log lines to t.Log while the test runs.
 type testWriter struct {
@@ -52,9 +44,9 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // pairConfigs returns matching client and server Configs (no socket).
-func pairConfigs(t testing.TB, seed uint64) (client, server Config) {
+func pairConfigs(t testing.TB, sd uint64) (client, server Config) {
 	t.Helper()
-	r := seeded(seed)
+	r := seed.ChaCha8(sd)
 	ck, err := crypt.GenerateKey(r)
 	if err != nil {
 		t.Fatal(err)
@@ -65,14 +57,30 @@ func pairConfigs(t testing.TB, seed uint64) (client, server Config) {
 	}
 	log := testLogger(t)
 	client = Config{
-		Tunnel: tunnel.Config{PrivateKey: ck, PeerPublicKey: sk.PublicKey(), Rand: seeded(seed ^ 0xc11e)},
+		Tunnel: tunnel.Config{PrivateKey: ck, PeerPublicKey: sk.PublicKey(), Rand: seed.ChaCha8(sd ^ 0xc11e)},
 		Logger: log,
 	}
 	server = Config{
-		Tunnel: tunnel.Config{PrivateKey: sk, PeerPublicKey: ck.PublicKey(), Rand: seeded(seed ^ 0x5e7e)},
+		Tunnel: tunnel.Config{PrivateKey: sk, PeerPublicKey: ck.PublicKey(), Rand: seed.ChaCha8(sd ^ 0x5e7e)},
 		Logger: log,
 	}
 	return client, server
+}
+
+// listened is what Listen returned.
+type listened struct {
+	t   *Tunnel
+	err error
+}
+
+// listenAsync runs Listen in the background and hands back its result.
+func listenAsync(ctx context.Context, cfg Config) <-chan listened {
+	ch := make(chan listened, 1)
+	go func() {
+		s, err := Listen(ctx, cfg)
+		ch <- listened{s, err}
+	}()
+	return ch
 }
 
 // connect runs Listen and Dial concurrently and returns both tunnels,
@@ -81,15 +89,7 @@ func connect(t testing.TB, ccfg, scfg Config) (cli, srv *Tunnel) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	type res struct {
-		t   *Tunnel
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		s, err := Listen(ctx, scfg)
-		ch <- res{s, err}
-	}()
+	ch := listenAsync(ctx, scfg)
 	cli, err := Dial(ctx, ccfg)
 	r := <-ch
 	if err != nil || r.err != nil {
@@ -122,17 +122,17 @@ func memPair(t testing.TB, seed uint64, mod func(c, s *Config)) (cli, srv *Tunne
 }
 
 // lossyMemPair is memPair over an in-memory path that drops 1 % of the
-// datagrams, chosen by a generator seeded with seed.
-func lossyMemPair(t testing.TB, seed uint64) (cli, srv *Tunnel) {
+// datagrams, chosen by a generator seeded with sd.
+func lossyMemPair(t testing.TB, sd uint64) (cli, srv *Tunnel) {
 	t.Helper()
 	var mu sync.Mutex
-	r := seeded(seed)
+	r := seed.ChaCha8(sd)
 	a, b := bindtest.NewPair(bindtest.Config{Drop: func(_, _ netip.AddrPort, _ []byte) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return r.Uint64()%100 == 0
 	}})
-	ccfg, scfg := pairConfigs(t, seed)
+	ccfg, scfg := pairConfigs(t, sd)
 	ccfg.Bind, ccfg.RemoteAddr, scfg.Bind = a, b.LocalAddr(), b
 	return connect(t, ccfg, scfg)
 }
@@ -192,14 +192,57 @@ func openAccepted(t testing.TB, cli, srv *Tunnel) (c, s *Stream) {
 	return c, s
 }
 
+// servedWithin opens a stream from cli to srv, moves a message over it and
+// fails the test unless that was done within limit of start; what names
+// the recovery in the messages. It returns both ends of the stream.
+func servedWithin(t testing.TB, cli, srv *Tunnel, start time.Time, limit time.Duration, what string) (c, s *Stream) {
+	t.Helper()
+	c, s = openAccepted(t, cli, srv)
+	msg := []byte("after the restart")
+	c.Write(msg)
+	mustRead(t, s, msg)
+	if d := time.Since(start); d > limit {
+		t.Errorf("%s after %v; want within %v", what, d, limit)
+	} else {
+		t.Logf("%s after %v", what, d)
+	}
+	return c, s
+}
+
+// readOnce reads r once in the background and hands back the error, for
+// tests that wait for a blocked Read to end.
+func readOnce(r io.Reader) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		_, err := r.Read(make([]byte, 10))
+		ch <- err
+	}()
+	return ch
+}
+
+// wantPeerRestarted waits up to 5 s for rerr and fails the test unless it
+// is a reset with CodePeerRestarted; what names the stream read.
+func wantPeerRestarted(t testing.TB, rerr <-chan error, what string) {
+	t.Helper()
+	var se *StreamError
+	select {
+	case err := <-rerr:
+		if !errors.As(err, &se) || se.Code != CodePeerRestarted {
+			t.Fatalf("read on %s: %v; want a reset with CodePeerRestarted", what, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s not reset within 5 s", what)
+	}
+}
+
 // sendPattern writes n deterministic bytes (seeded) in chunks of chunk
 // bytes, then CloseWrite; it returns the SHA-256 of what it wrote.
 func sendPattern(w interface {
 	io.Writer
 	CloseWrite() error
-}, seed uint64, n int64, chunk int) ([32]byte, error) {
+}, sd uint64, n int64, chunk int) ([32]byte, error) {
 	h := sha256.New()
-	r := seeded(seed)
+	r := seed.ChaCha8(sd)
 	buf := make([]byte, chunk)
 	for left := n; left > 0; {
 		b := buf[:min(int64(chunk), left)]

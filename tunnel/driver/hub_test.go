@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/seed"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 )
@@ -53,14 +54,14 @@ func hubServe(ctx context.Context, t *testing.T, h *Hub, sk crypt.PrivateKey, pe
 }
 
 // echoThrough sends 256 KiB on a new stream of cli and checks the echo.
-func echoThrough(t *testing.T, ctx context.Context, cli *Tunnel, seed uint64) error {
+func echoThrough(t *testing.T, ctx context.Context, cli *Tunnel, sd uint64) error {
 	s, err := cli.OpenStream(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), netip.MustParseAddrPort("198.18.2.2:7"))
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	data := make([]byte, 256<<10)
-	seeded(seed).Read(data)
+	seed.ChaCha8(sd).Read(data)
 	go func() { s.Write(data); s.CloseWrite() }()
 	got, err := io.ReadAll(s)
 	if err != nil {
@@ -81,7 +82,7 @@ func TestHub(t *testing.T) {
 	leaktest.Check(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sk, _ := crypt.GenerateKey(seeded(100))
+	sk, _ := crypt.GenerateKey(seed.ChaCha8(100))
 	h := NewHub(listenUDP(t, netip.MustParseAddrPort("127.0.0.1:0")), sk, HubOptions{Logger: testLogger(t)})
 	defer h.Close()
 	stamps := crypt.NewTimestamps()
@@ -92,7 +93,7 @@ func TestHub(t *testing.T) {
 	keys := make([]crypt.PrivateKey, peers)
 	servers := make([]chan served, peers)
 	for i := range keys {
-		keys[i], _ = crypt.GenerateKey(seeded(uint64(200 + i)))
+		keys[i], _ = crypt.GenerateKey(seed.ChaCha8(uint64(200 + i)))
 		servers[i] = make(chan served, 4)
 		wg.Add(1)
 		go hubServe(ctx, t, h, sk, keys[i].PublicKey(), stamps, servers[i], &wg)
@@ -150,7 +151,7 @@ func TestHub(t *testing.T) {
 		}
 	}
 
-	stranger, _ := crypt.GenerateKey(seeded(999))
+	stranger, _ := crypt.GenerateKey(seed.ChaCha8(999))
 	if c, err := dial(stranger, time.Second); err == nil {
 		c.Close()
 		t.Error("a key the hub serves no Bind for got a tunnel")

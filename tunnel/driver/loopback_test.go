@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/seed"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/bind"
 )
@@ -53,18 +54,24 @@ func loopbackTransfer(t testing.TB, cli, srv *Tunnel, size int64, seed uint64) (
 	return elapsed, cpu
 }
 
+// loopbackSize is how many bytes a loopback run moves: 1 GB, 32 MB under
+// -short, 256 MB under -race.
+func loopbackSize() int64 {
+	switch {
+	case testing.Short():
+		return 32 << 20
+	case raceEnabled:
+		return 256 << 20 // 1 GB under -race takes minutes on 2 shared cores
+	}
+	return 1 << 30
+}
+
 // TestLoopbackTransfer moves 1 GB (32 MB under -short, 256 MB under
 // -race) over real loopback UDP with a SHA-256 check and logs throughput
 // and CPU per GB.
 func TestLoopbackTransfer(t *testing.T) {
 	leaktest.Check(t)
-	size := int64(1 << 30)
-	switch {
-	case testing.Short():
-		size = 32 << 20
-	case raceEnabled:
-		size = 256 << 20 // 1 GB under -race takes minutes on 2 shared cores
-	}
+	size := loopbackSize()
 	cli, srv := udpPair(t, 11, nil)
 	el, cpu := loopbackTransfer(t, cli, srv, size, 42)
 	gb := float64(size) / 1e9
@@ -174,7 +181,7 @@ func benchLoopback(b *testing.B, send func(c *Stream, buf []byte) error) {
 		done <- err
 	}()
 	buf := make([]byte, chunk)
-	seeded(1).Read(buf)
+	seed.ChaCha8(1).Read(buf)
 	b.SetBytes(chunk)
 	b.ReportAllocs()
 	cpu0 := cpuTime(b)
@@ -206,13 +213,7 @@ func benchLoopback(b *testing.B, send func(c *Stream, buf []byte) error) {
 // its pace (the figure is logged beside TestLoopbackTransfer's).
 func TestLoopbackRekey(t *testing.T) {
 	leaktest.Check(t)
-	size := int64(1 << 30)
-	switch {
-	case testing.Short():
-		size = 32 << 20
-	case raceEnabled:
-		size = 256 << 20
-	}
+	size := loopbackSize()
 	cli, srv := udpPair(t, 13, func(c, s *Config) { c.Tunnel.RekeyAfter = 300 * time.Millisecond })
 	el, _ := loopbackTransfer(t, cli, srv, size, 43)
 	// The server counts a rekey after the client does, and the client keeps

@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wanopt/wanopt/internal/fdtest"
 	"github.com/wanopt/wanopt/internal/monotime"
 )
 
@@ -51,18 +52,7 @@ func TestSleeperRearmClears(t *testing.T) {
 
 func timerfdReadable(t *testing.T, s *sleeper) bool {
 	t.Helper()
-	var ready bool
-	if err := s.rc.Control(func(fd uintptr) {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 0)
-		if err != nil {
-			t.Errorf("poll: %v", err)
-		}
-		ready = n == 1 && fds[0].Revents&unix.POLLIN != 0
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return ready
+	return fdtest.Readable(t, s.rc)
 }
 
 // TestSleeperWakesOnce: a sleep is one call of read before it parks and

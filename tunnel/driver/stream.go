@@ -454,11 +454,7 @@ type deadline struct {
 func (d *deadline) set(t time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.gen++
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
-	}
+	d.cancelLocked()
 	if d.ch == nil || d.fired {
 		d.ch = make(chan struct{})
 		d.fired = false
@@ -497,6 +493,12 @@ func (d *deadline) wait() <-chan struct{} {
 func (d *deadline) stop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.cancelLocked()
+}
+
+// cancelLocked stops the pending timer and makes a callback already under
+// way a no-op (its generation no longer matches). d.mu must be held.
+func (d *deadline) cancelLocked() {
 	d.gen++
 	if d.timer != nil {
 		d.timer.Stop()

@@ -52,11 +52,7 @@ func TestStreamReset(t *testing.T) {
 
 	// Reset by the accepting side while the opener is blocked in Read.
 	c, s := openAccepted(t, cli, srv)
-	rerr := make(chan error, 1)
-	go func() {
-		_, err := c.Read(make([]byte, 10))
-		rerr <- err
-	}()
+	rerr := readOnce(c)
 	time.Sleep(50 * time.Millisecond) // let Read block
 	start := time.Now()
 	if err := s.Reset(CodeTCPReset); err != nil {

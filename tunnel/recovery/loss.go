@@ -43,12 +43,7 @@ func (s *Sender) OnAck(now monotime.Time, f *wire.AckFrame, ackedFn, lostFn func
 		return fmt.Errorf("recovery: ACK of packet %d, next to send is %d: %w", largest, s.ring.next, ErrAckUnsent)
 	}
 
-	ev := &s.ev
-	ev.Now = now
-	ev.Acked = ev.Acked[:0]
-	ev.Lost = ev.Lost[:0]
-	ev.PriorInFlight = s.bytesInFlight
-	ev.ECNCE = 0
+	ev := s.beginEvent(now)
 
 	largestNewlyAcked := false
 	var largestSent monotime.Time
@@ -117,6 +112,18 @@ func (s *Sender) OnAck(now monotime.Time, f *wire.AckFrame, ackedFn, lostFn func
 func (s *Sender) removeInFlight(p *sentPacket) {
 	s.bytesInFlight -= p.bytes
 	s.ackElicitingInFlight--
+}
+
+// beginEvent empties s.ev for the packets acked or lost at now, keeping
+// its slices' storage.
+func (s *Sender) beginEvent(now monotime.Time) *cc.AckEvent {
+	ev := &s.ev
+	ev.Now = now
+	ev.Acked = ev.Acked[:0]
+	ev.Lost = ev.Lost[:0]
+	ev.PriorInFlight = s.bytesInFlight
+	ev.ECNCE = 0
+	return ev
 }
 
 // finishEvent reports s.ev to the controller if it holds any packet,
@@ -287,12 +294,7 @@ func (s *Sender) OnTimeout(now monotime.Time, lostFn func(token uint64)) (probes
 		if now.Before(s.lossTime) {
 			return 0
 		}
-		ev := &s.ev
-		ev.Now = now
-		ev.Acked = ev.Acked[:0]
-		ev.Lost = ev.Lost[:0]
-		ev.PriorInFlight = s.bytesInFlight
-		ev.ECNCE = 0
+		s.beginEvent(now)
 		persistent := s.detectLost(now, lostFn)
 		s.finishEvent(now, persistent)
 		return 0

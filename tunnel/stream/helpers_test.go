@@ -3,6 +3,8 @@ package stream
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/wanopt/wanopt/internal/seed"
 )
 
 // newConn returns a ConnFlow for cfg with unlimited peer connection credit
@@ -38,11 +40,12 @@ func randBytes(rng *rand.Rand, n int) []byte {
 	return b
 }
 
-// newRand returns a seeded generator and logs the seed.
-func newRand(t testing.TB, seed uint64) *rand.Rand {
+// newRand returns a seeded generator and logs the seed, so a failure can be
+// replayed from it.
+func newRand(t testing.TB, sd uint64) *rand.Rand {
 	t.Helper()
-	t.Logf("seed %d", seed)
-	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	t.Logf("seed %d", sd)
+	return seed.Rand(sd)
 }
 
 // frame is a popped STREAM frame, copied out of the stream's buffer.

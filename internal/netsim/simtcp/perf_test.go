@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/netsim"
+	"github.com/wanopt/wanopt/internal/netsim/netsimtest"
 	"github.com/wanopt/wanopt/internal/netsim/simtcp"
 )
 
@@ -45,36 +46,15 @@ func flowDelivered(sim *netsim.Sim) uint64 {
 }
 
 func TestSteadyStateAllocatesNothing(t *testing.T) {
-	sim := saturatedTCP()
-	if err := sim.RunFor(5 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if n := testing.AllocsPerRun(3, func() {
-		if err := sim.RunFor(50 * time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-	}); n != 0 {
-		t.Errorf("%.1f allocations per 50 ms of a saturating TCP flow, want 0", n)
-	}
+	netsimtest.NoSteadyAllocs(t, saturatedTCP(), 5*time.Second, 50*time.Millisecond, "a saturating TCP flow")
 }
 
 // BenchmarkCubic250Mbit simulates 10 s of a CUBIC flow filling a 250 Mbit/s,
 // 100 ms path per op (about 208,000 segments), after a warm-up.
 func BenchmarkCubic250Mbit(b *testing.B) {
 	sim := saturatedTCP()
-	if err := sim.RunFor(10 * time.Second); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	e0 := sim.Events()
+	netsimtest.Run(b, sim, 10*time.Second)
 	d0 := flowDelivered(sim)
-	for b.Loop() {
-		if err := sim.RunFor(10 * time.Second); err != nil {
-			b.Fatal(err)
-		}
-	}
-	sec := b.Elapsed().Seconds()
-	b.ReportMetric(float64(sim.Events()-e0)/sec, "events/s")
-	b.ReportMetric(10*float64(b.N)/sec, "sim-s/s")
+	netsimtest.Bench(b, sim, 10*time.Second)
 	b.ReportMetric(float64(flowDelivered(sim)-d0)*8/(10*float64(b.N))/1e6, "delivered-Mbit/s")
 }
