@@ -98,7 +98,7 @@ test: vet fmt-check docs-check unit allocs flood bench-path ## the project's tes
 # The lab needs root: sudo when not already root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-lab-deps: ## install what the lab runs (iperf 2, iperf3, iproute2; nginx, curl, tcpdump for 'wanbench f5') if missing
+lab-deps: ## install what the lab runs (iperf 2, iperf3, iproute2; nginx, curl, tcpdump for 'wanbench file-mix') if missing
 	@need=""; for p in iperf:iperf iperf3:iperf3 ip:iproute2 nginx:nginx curl:curl tcpdump:tcpdump; do \
 		command -v $${p%%:*} >/dev/null 2>&1 || need="$$need $${p#*:}"; done; \
 	if [ -n "$$need" ]; then echo "installing:$$need"; \
@@ -114,7 +114,7 @@ baseline: build lab-deps ## plain-TCP baseline, full published experiment -> $(O
 	$(BIN)/wanbench baseline --out $(OUT)/baseline
 
 demo: build lab-deps ## the accelerated demo: plain TCP against wanopt at 200 ms, legacy endpoints -> $(OUT)/demo
-	$(SUDO) $(BIN)/wanbench cisco --rtt 200ms --profile legacy --runs 1 --bytes 25MB --out $(OUT)/demo
+	$(SUDO) $(BIN)/wanbench rtt-sweep --rtt 200ms --profile legacy --runs 1 --bytes 25MB --out $(OUT)/demo
 
 clean: ## remove build outputs
 	rm -rf $(BIN) $(OUT)

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/bench/report"
 )
 
 // An A/B compares two wanopt binaries at one point of the published test, a
@@ -17,10 +19,10 @@ import (
 // minutes by more than most changes move it, so the binaries' runs are
 // seconds apart (A B B A A B …), and each pair's difference is reported.
 
-// ABOptions configure CiscoAB: CiscoOptions at one RTT and one profile
+// ABOptions configure BinaryAB: RTTSweepOptions at one RTT and one profile
 // (Wanopt is binary A), and the binary to compare it with.
 type ABOptions struct {
-	CiscoOptions
+	RTTSweepOptions
 	// WanoptB is binary B.
 	WanoptB string
 	// Pairs is how many runs of each binary (default 6).
@@ -34,12 +36,12 @@ type ABOptions struct {
 // ABLeg is one measured run of one binary on a fresh pair of edges.
 type ABLeg struct {
 	// Binary is "a" or "b"; Pair counts from 1.
-	Binary string      `json:"binary"`
-	Pair   int         `json:"pair"`
-	Run    IperfResult `json:"run"`
+	Binary string              `json:"binary"`
+	Pair   int                 `json:"pair"`
+	Run    harness.IperfResult `json:"run"`
 	// EdgeCost is what each edge spent on the run.
 	EdgeCost
-	// The sending edge's tunnel during the run (see CiscoRow).
+	// The sending edge's tunnel during the run (see RTTSweepRow).
 	ProbeRTTs   int    `json:"probe_rtts"`
 	PacketsLost uint64 `json:"packets_lost"`
 }
@@ -59,7 +61,7 @@ type EdgeCost struct {
 }
 
 // edgeCost is EdgeCost for the edges' CPU over runs transfers.
-func edgeCost(near, far CPUTime, bytesPerStream int64, streams, runs int) EdgeCost {
+func edgeCost(near, far harness.CPUTime, bytesPerStream int64, streams, runs int) EdgeCost {
 	mb := payloadMB(bytesPerStream, streams, runs)
 	return EdgeCost{
 		NearCPUsPerGB:        cpuSecondsPerGB(near, bytesPerStream, streams, runs),
@@ -86,6 +88,9 @@ type ABMetric struct {
 	Pairs  int `json:"pairs"`
 }
 
+// ErrABOnePoint refuses an A/B at more than one RTT or profile.
+var ErrABOnePoint = errors.New("an A/B compares at one point: give one RTT and one profile (Published.RTTs, RTTSweepOptions.Profiles)")
+
 // ABResult is the whole comparison.
 type ABResult struct {
 	BinaryA        string  `json:"binary_a"`
@@ -101,13 +106,13 @@ type ABResult struct {
 	EdgeWeight     int     `json:"edge_cpu_weight,omitempty"`
 	LinkOffload    bool    `json:"link_offload,omitempty"`
 	// PlainMbps is plain TCP at this point, measured first (PlainRuns).
-	PlainMbps float64         `json:"plain_mbps"`
-	PlainRuns []IperfResult   `json:"plain_runs"`
-	Legs      []ABLeg         `json:"legs"`
-	Metrics   []ABMetric      `json:"metrics"`
-	Started   time.Time       `json:"started"`
-	Took      time.Duration   `json:"took_ns"`
-	Impair    LinkImpairments `json:"impairments"`
+	PlainMbps float64               `json:"plain_mbps"`
+	PlainRuns []harness.IperfResult `json:"plain_runs"`
+	Legs      []ABLeg               `json:"legs"`
+	Metrics   []ABMetric            `json:"metrics"`
+	Started   time.Time             `json:"started"`
+	Took      time.Duration         `json:"took_ns"`
+	Impair    LinkImpairments       `json:"impairments"`
 }
 
 // abOrder is the order of the binaries in pair p (from 0): A B, B A, …
@@ -118,10 +123,10 @@ func abOrder(p int) [2]string {
 	return [2]string{"b", "a"}
 }
 
-// CiscoAB alternates binaries A and B at one point of the published test on
+// BinaryAB alternates binaries A and B at one point of the published test on
 // one lab: plain TCP first (PlainRuns, default 1), then Pairs pairs of
 // wanopt runs in abOrder on fresh, warmed edges. A failed run ends it.
-func CiscoAB(ctx context.Context, o ABOptions) (ABResult, error) {
+func BinaryAB(ctx context.Context, o ABOptions) (ABResult, error) {
 	o.defaults()
 	if o.Pairs == 0 {
 		o.Pairs = 6
@@ -134,7 +139,7 @@ func CiscoAB(ctx context.Context, o ABOptions) (ABResult, error) {
 		LinkOffload: o.LinkOffload, Started: time.Now(), Impair: o.LinkImpairments}
 	switch {
 	case len(o.RTTs) != 1 || len(o.Profiles) != 1:
-		return res, errors.New("an A/B compares at one point: give one RTT and one profile (--rtt, --profile)")
+		return res, ErrABOnePoint
 	case o.Pairs < 2:
 		return res, fmt.Errorf("%d pairs: want at least 2 (a confidence interval needs two differences)", o.Pairs)
 	case o.WarmShare < 0 || o.WarmShare > 1:
@@ -151,7 +156,7 @@ func CiscoAB(ctx context.Context, o ABOptions) (ABResult, error) {
 			return res, fmt.Errorf("wanopt binary: %w", err)
 		}
 	}
-	if err := checkEdgeCPU(o.EdgeCPU, o.EdgeWeight); err != nil {
+	if err := harness.CheckEdgeCPU(o.EdgeCPU, o.EdgeWeight); err != nil {
 		return res, err
 	}
 	if err := o.LinkImpairments.Validate(); err != nil {
@@ -159,7 +164,7 @@ func CiscoAB(ctx context.Context, o ABOptions) (ABResult, error) {
 	}
 	rtt, prof := o.RTTs[0], o.Profiles[0]
 	res.RTTms, res.Profile = ms(rtt), prof.Name
-	l, srv, closeLab, err := iperfEdgesLab(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger, LinkOffload: o.LinkOffload})
+	l, srv, closeLab, err := harness.IperfEdgesLab(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger, LinkOffload: o.LinkOffload})
 	if err != nil {
 		return res, err
 	}
@@ -168,12 +173,12 @@ func CiscoAB(ctx context.Context, o ABOptions) (ABResult, error) {
 	if err := l.StartLink(ctx, ab, ba); err != nil {
 		return res, err
 	}
-	timeout := lossyRunTimeout(o.BytesPerStream*int64(o.Streams), float64(o.RateBps), o.Streams, rtt, o.LossPct+o.BurstLossPct)
-	run := func(what string, bytesPerStream int64) (IperfResult, error) {
-		if err := applyTCP(ctx, l, o.CC, prof); err != nil {
-			return IperfResult{}, err
+	timeout := harness.LossyRunTimeout(o.BytesPerStream*int64(o.Streams), float64(o.RateBps), o.Streams, rtt, o.LossPct+o.BurstLossPct)
+	run := func(what string, bytesPerStream int64) (harness.IperfResult, error) {
+		if err := harness.ApplyTCP(ctx, l, o.CC, prof); err != nil {
+			return harness.IperfResult{}, err
 		}
-		r, err := runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: bytesPerStream, Streams: o.Streams, Timeout: timeout, Upload: o.Upload})
+		r, err := harness.RunIperf(ctx, l, l.Client, srv, harness.IperfRun{BytesPerStream: bytesPerStream, Streams: o.Streams, Timeout: timeout, Upload: o.Upload})
 		if err != nil {
 			return r, fmt.Errorf("%s run: %w", what, err)
 		}
@@ -198,7 +203,7 @@ func CiscoAB(ctx context.Context, o ABOptions) (ABResult, error) {
 			if which == "b" {
 				bin = o.WanoptB
 			}
-			leg, err := abLeg(ctx, l, o.CiscoOptions, bin, warm, func(what string, bytes int64) (IperfResult, error) {
+			leg, err := abLeg(ctx, l, o.RTTSweepOptions, bin, warm, func(what string, bytes int64) (harness.IperfResult, error) {
 				return run(what+" "+which, bytes)
 			})
 			if err != nil {
@@ -215,10 +220,10 @@ func CiscoAB(ctx context.Context, o ABOptions) (ABResult, error) {
 
 // abLeg starts a fresh pair of edges of binary bin, warms its tunnel with
 // a transfer of warmBytes per stream, and measures one run through it.
-func abLeg(ctx context.Context, l *lab.Lab, o CiscoOptions, bin string, warmBytes int64, run func(what string, bytesPerStream int64) (IperfResult, error)) (ABLeg, error) {
+func abLeg(ctx context.Context, l *lab.Lab, o RTTSweepOptions, bin string, warmBytes int64, run func(what string, bytesPerStream int64) (harness.IperfResult, error)) (ABLeg, error) {
 	eo := o.edgeOptions(l)
 	eo.Wanopt = bin
-	edges, err := StartEdges(ctx, l, eo)
+	edges, err := harness.StartEdges(ctx, l, eo)
 	if err != nil {
 		return ABLeg{}, err
 	}
@@ -356,26 +361,25 @@ func tCrit95(dof int) float64 {
 
 // Markdown is the legs, then the comparison.
 func (r ABResult) Markdown() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "| pair | binary | wanopt Mbit/s | near CPU-s/GB | far CPU-s/GB | near / far wake-ups per MB (preemptions) | sender's ProbeRTTs, packets lost |\n")
-	fmt.Fprintf(&b, "|---:|---|---:|---:|---:|---:|---:|\n")
+	legs := report.NewTable(report.Num("pair"), report.Text("binary"), report.Num("wanopt Mbit/s"), report.Num("near CPU-s/GB"), report.Num("far CPU-s/GB"),
+		report.Num("near / far wake-ups per MB (preemptions)"), report.Num("sender's ProbeRTTs, packets lost"))
 	for _, l := range r.Legs {
-		fmt.Fprintf(&b, "| %d | %s | %.1f | %.2f | %.2f | %.0f (%.0f) / %.0f (%.0f) | %d, %d |\n", l.Pair, l.Binary, l.Run.Mbps,
+		legs.Addf("%d | %s | %.1f | %.2f | %.2f | %.0f (%.0f) / %.0f (%.0f) | %d, %d", l.Pair, l.Binary, l.Run.Mbps,
 			l.NearCPUsPerGB, l.FarCPUsPerGB, l.NearWakeupsPerMB, l.NearPreemptionsPerMB, l.FarWakeupsPerMB, l.FarPreemptionsPerMB, l.ProbeRTTs, l.PacketsLost)
 	}
-	fmt.Fprintf(&b, "\n| figure | a (mean) | b (mean) | b − a, mean of the pairs ± 95 %% | b − a / a | pairs where b is lower |\n")
-	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|\n")
+	cmp := report.NewTable(report.Text("figure"), report.Num("a (mean)"), report.Num("b (mean)"), report.Num("b − a, mean of the pairs ± 95 %"),
+		report.Num("b − a / a"), report.Num("pairs where b is lower"))
 	for _, m := range r.Metrics {
 		rel := "–"
 		if m.MeanA != 0 {
 			rel = fmt.Sprintf("%+.1f %%", 100*m.Diff/m.MeanA)
 		}
-		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %+.2f ± %.2f | %s | %d of %d |\n", m.Name, m.MeanA, m.MeanB, m.Diff, m.CI95, rel, m.BLower, m.Pairs)
+		cmp.Addf("%s | %.2f | %.2f | %+.2f ± %.2f | %s | %d of %d", m.Name, m.MeanA, m.MeanB, m.Diff, m.CI95, rel, m.BLower, m.Pairs)
 	}
-	return b.String()
+	return legs.Markdown() + "\n" + cmp.Markdown()
 }
 
 // WriteFiles writes ab.json and ab.md into dir.
 func (r ABResult) WriteFiles(dir string) error {
-	return writeReport(dir, "ab", r, r.Markdown(), nil)
+	return report.Write(dir, "ab", r, r.Markdown(), nil)
 }

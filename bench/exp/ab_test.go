@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wanopt/wanopt/bench/harness"
+	"github.com/wanopt/wanopt/bench/harness/labtest"
 )
 
 func TestABOrderAlternates(t *testing.T) {
@@ -42,7 +45,7 @@ func TestMeanCI95(t *testing.T) {
 // ran first, and a pair missing a leg counts in no figure.
 func TestABMetricsPairs(t *testing.T) {
 	leg := func(bin string, pair int, mbps, near, far float64) ABLeg {
-		return ABLeg{Binary: bin, Pair: pair, Run: IperfResult{Mbps: mbps}, EdgeCost: EdgeCost{NearCPUsPerGB: near, FarCPUsPerGB: far}}
+		return ABLeg{Binary: bin, Pair: pair, Run: harness.IperfResult{Mbps: mbps}, EdgeCost: EdgeCost{NearCPUsPerGB: near, FarCPUsPerGB: far}}
 	}
 	legs := []ABLeg{
 		leg("a", 1, 230, 4.0, 4.0), leg("b", 1, 231, 3.6, 4.1),
@@ -72,40 +75,40 @@ func TestABMetricsPairs(t *testing.T) {
 	}
 }
 
-// TestCiscoABRefusesBeforeTheLab: settings an A/B cannot measure are
+// TestBinaryABRefusesBeforeTheLab: settings an A/B cannot measure are
 // refused with a reason before anything starts (no root needed).
-func TestCiscoABRefusesBeforeTheLab(t *testing.T) {
+func TestBinaryABRefusesBeforeTheLab(t *testing.T) {
 	one := Published{RTTs: []time.Duration{0}, Runs: 1}
 	for _, c := range []struct {
 		name string
 		o    ABOptions
 		want string
 	}{
-		{"two RTTs", ABOptions{CiscoOptions: CiscoOptions{Published: Published{RTTs: []time.Duration{0, 50 * time.Millisecond}}, Profiles: []Profile{Modern}, Wanopt: "x"}, WanoptB: "y"}, "one RTT and one profile"},
-		{"two profiles", ABOptions{CiscoOptions: CiscoOptions{Published: one, Wanopt: "x"}, WanoptB: "y"}, "one RTT and one profile"},
-		{"one pair", ABOptions{CiscoOptions: CiscoOptions{Published: one, Profiles: []Profile{Modern}, Wanopt: "x"}, WanoptB: "y", Pairs: 1}, "at least 2"},
-		{"outage", ABOptions{CiscoOptions: CiscoOptions{Published: one, Profiles: []Profile{Modern}, Wanopt: "x", LinkImpairments: LinkImpairments{OutageAt: time.Second, OutageFor: time.Second}}, WanoptB: "y"}, "no outage"},
-		{"transparent", ABOptions{CiscoOptions: CiscoOptions{Published: one, Profiles: []Profile{Modern}, Wanopt: "x", Transparent: true}, WanoptB: "y"}, "kernel egress"},
-		{"missing binary", ABOptions{CiscoOptions: CiscoOptions{Published: one, Profiles: []Profile{Modern}, Wanopt: "/nonexistent/wanopt"}, WanoptB: "y"}, "wanopt binary"},
+		{"two RTTs", ABOptions{RTTSweepOptions: RTTSweepOptions{Published: Published{RTTs: []time.Duration{0, 50 * time.Millisecond}}, Profiles: []harness.Profile{harness.Modern}, Wanopt: "x"}, WanoptB: "y"}, "one RTT and one profile"},
+		{"two profiles", ABOptions{RTTSweepOptions: RTTSweepOptions{Published: one, Wanopt: "x"}, WanoptB: "y"}, "one RTT and one profile"},
+		{"one pair", ABOptions{RTTSweepOptions: RTTSweepOptions{Published: one, Profiles: []harness.Profile{harness.Modern}, Wanopt: "x"}, WanoptB: "y", Pairs: 1}, "at least 2"},
+		{"outage", ABOptions{RTTSweepOptions: RTTSweepOptions{Published: one, Profiles: []harness.Profile{harness.Modern}, Wanopt: "x", LinkImpairments: LinkImpairments{OutageAt: time.Second, OutageFor: time.Second}}, WanoptB: "y"}, "no outage"},
+		{"transparent", ABOptions{RTTSweepOptions: RTTSweepOptions{Published: one, Profiles: []harness.Profile{harness.Modern}, Wanopt: "x", Transparent: true}, WanoptB: "y"}, "kernel egress"},
+		{"missing binary", ABOptions{RTTSweepOptions: RTTSweepOptions{Published: one, Profiles: []harness.Profile{harness.Modern}, Wanopt: "/nonexistent/wanopt"}, WanoptB: "y"}, "wanopt binary"},
 	} {
-		_, err := CiscoAB(context.Background(), c.o)
+		_, err := BinaryAB(context.Background(), c.o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err %v, want one that says %q", c.name, err, c.want)
 		}
 	}
 }
 
-// TestCiscoABInLab runs a short comparison on the lab (one binary as A and
+// TestBinaryABInLab runs a short comparison on the lab (one binary as A and
 // B, two pairs): legs in abOrder, each with a throughput and edge costs.
-func TestCiscoABInLab(t *testing.T) {
-	needLab(t, "iperf iproute2", "iperf", "ip")
-	wanopt := filepath.Join(buildCommands(t, "wanopt"), "wanopt")
-	t.Setenv(linkHelperEnv, "1")
+func TestBinaryABInLab(t *testing.T) {
+	labtest.NeedLab(t, "iperf iproute2", "iperf", "ip")
+	wanopt := filepath.Join(labtest.BuildCommands(t, "wanopt"), "wanopt")
+	t.Setenv(labtest.LinkEnv, "1")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	o := ABOptions{CiscoOptions: CiscoOptions{Published: Published{RTTs: []time.Duration{0}, BytesPerStream: 4 << 20,
-		LinkCommand: []string{os.Args[0]}}, Profiles: []Profile{Modern}, Wanopt: wanopt}, WanoptB: wanopt, Pairs: 2}
-	res, err := CiscoAB(ctx, o)
+	o := ABOptions{RTTSweepOptions: RTTSweepOptions{Published: Published{RTTs: []time.Duration{0}, BytesPerStream: 4 << 20,
+		LinkCommand: []string{os.Args[0]}}, Profiles: []harness.Profile{harness.Modern}, Wanopt: wanopt}, WanoptB: wanopt, Pairs: 2}
+	res, err := BinaryAB(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/internal/netsim"
 )
 
@@ -161,7 +162,7 @@ func labTwinBars(o BarsOptions, add func(Bar)) error {
 		if err != nil && !incomplete {
 			return fmt.Errorf("bar %s: %w", tw.id, err)
 		}
-		limit := GoodputLimitMbps(float64(so.RateBps))
+		limit := harness.GoodputLimitMbps(float64(so.RateBps))
 		v := r.GoodputMbps / limit
 		b := Bar{ID: tw.id, Scenario: tw.scenario, Metric: "goodput / link's goodput limit", Value: v,
 			Target: fmt.Sprintf(">= %.2f", tw.min), Pass: v >= tw.min && !incomplete,

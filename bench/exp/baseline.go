@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 )
@@ -13,13 +14,13 @@ import (
 // BaselineOptions configure Baseline; zero values are the published ones.
 type BaselineOptions struct {
 	Published
-	CCs      []string  // kernel congestion controls; default cubic, bbr
-	Profiles []Profile // default Modern
+	CCs      []string          // kernel congestion controls; default cubic, bbr
+	Profiles []harness.Profile // default Modern
 	// CaptureDir, if set, receives a header capture of the first run of
 	// every point on both sides of the link, for 'wanopt analyze'.
 	CaptureDir string
 	// Progress, if set, is called after every run.
-	Progress func(done, total int, p Point, run IperfResult)
+	Progress func(done, total int, p Point, run harness.IperfResult)
 }
 
 // Point names one setting of the experiment.
@@ -33,9 +34,9 @@ type Point struct {
 // and the lowest run, average the rest) and the runs behind it.
 type Row struct {
 	Point
-	Mbps    float64       `json:"mbps"`
-	Seconds float64       `json:"seconds"`
-	Runs    []IperfResult `json:"runs"`
+	Mbps    float64               `json:"mbps"`
+	Seconds float64               `json:"seconds"`
+	Runs    []harness.IperfResult `json:"runs"`
 }
 
 // BaselineResult is the whole experiment.
@@ -53,7 +54,7 @@ func (o *BaselineOptions) defaults() {
 		o.CCs = []string{"cubic", "bbr"}
 	}
 	if len(o.Profiles) == 0 {
-		o.Profiles = []Profile{Modern}
+		o.Profiles = []harness.Profile{harness.Modern}
 	}
 }
 
@@ -63,7 +64,7 @@ func (o *BaselineOptions) defaults() {
 func Baseline(ctx context.Context, o BaselineOptions) (BaselineResult, error) {
 	o.defaults()
 	res := BaselineResult{RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, BytesPerStream: o.BytesPerStream, Streams: o.Streams}
-	restore, err := allowCongestionControl(o.CCs...)
+	restore, err := harness.AllowCongestionControl(o.CCs...)
 	if err != nil {
 		return res, err
 	}
@@ -73,7 +74,7 @@ func Baseline(ctx context.Context, o BaselineOptions) (BaselineResult, error) {
 		return res, err
 	}
 	defer l.Close()
-	srv, err := startIperfServer(ctx, l, l.Server)
+	srv, err := harness.StartIperfServer(ctx, l, l.Server)
 	if err != nil {
 		return res, err
 	}
@@ -88,24 +89,24 @@ func Baseline(ctx context.Context, o BaselineOptions) (BaselineResult, error) {
 			for _, cc := range o.CCs {
 				row := Row{Point: Point{RTTms: ms(rtt), CC: cc, Profile: prof.Name}}
 				for run := 0; run < o.Runs; run++ {
-					if err := applyTCP(ctx, l, cc, prof); err != nil {
+					if err := harness.ApplyTCP(ctx, l, cc, prof); err != nil {
 						return res, err
 					}
-					var caps []*capture
+					var caps []*harness.Capture
 					if o.CaptureDir != "" && run == 0 {
 						for _, h := range []*lab.Host{l.Client, l.Server} {
 							name := fmt.Sprintf("rtt%.0fms-%s-%s-%s.pcap", ms(rtt), cc, prof.Name, h.Role)
-							c, err := startCapture(ctx, l, h, "wan0", filepath.Join(o.CaptureDir, name))
+							c, err := harness.StartCapture(ctx, l, h, "wan0", filepath.Join(o.CaptureDir, name))
 							if err != nil {
 								return res, err
 							}
 							caps = append(caps, c)
 						}
 					}
-					timeout := runTimeout(o.BytesPerStream*int64(o.Streams), float64(o.RateBps))
-					r, err := runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.BytesPerStream, Streams: o.Streams, Timeout: timeout})
+					timeout := harness.RunTimeout(o.BytesPerStream*int64(o.Streams), float64(o.RateBps))
+					r, err := harness.RunIperf(ctx, l, l.Client, srv, harness.IperfRun{BytesPerStream: o.BytesPerStream, Streams: o.Streams, Timeout: timeout})
 					for _, c := range caps {
-						if cerr := c.stop(); cerr != nil && err == nil {
+						if cerr := c.Stop(); cerr != nil && err == nil {
 							err = cerr
 						}
 					}
@@ -130,9 +131,9 @@ func Baseline(ctx context.Context, o BaselineOptions) (BaselineResult, error) {
 
 // trimmedMean drops the fastest and the slowest run (when there are at
 // least three) and averages the rest, as the published test did.
-func trimmedMean(runs []IperfResult) (mbps, seconds float64) {
+func trimmedMean(runs []harness.IperfResult) (mbps, seconds float64) {
 	s := slices.Clone(runs)
-	slices.SortFunc(s, func(a, b IperfResult) int {
+	slices.SortFunc(s, func(a, b harness.IperfResult) int {
 		switch {
 		case a.Mbps < b.Mbps:
 			return -1

@@ -1,6 +1,3 @@
-// Package exp holds the lab experiments behind 'wanbench': the emulator's
-// self-check and the plain-TCP baseline of the published test, each
-// building its lab, measuring, and returning figures for reports.
 package exp
 
 import (

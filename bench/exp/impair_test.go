@@ -90,7 +90,7 @@ func TestLinkImpairmentsValidate(t *testing.T) {
 // The lab and the simulator get the same impairments, each in its units.
 func TestImpairmentsReachBothLinks(t *testing.T) {
 	m := LinkImpairments{LossPct: 1, Jitter: 10 * time.Millisecond, ReorderPct: 1, DupPct: 0.1, BurstLossPct: 2, BurstLen: 4}
-	o := CiscoOptions{LinkImpairments: m, Seed: 7, QueueDelay: 50 * time.Millisecond}
+	o := RTTSweepOptions{LinkImpairments: m, Seed: 7, QueueDelay: 50 * time.Millisecond}
 	o.Published.defaults()
 	ab, ba := o.linkConfig(100 * time.Millisecond)
 	if ab.Seed != 7 || ba.Seed != 8 {

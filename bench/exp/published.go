@@ -1,11 +1,7 @@
 package exp
 
 import (
-	"encoding/json"
-	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 )
 
@@ -46,26 +42,4 @@ func (p *Published) defaults() {
 	if p.Logger == nil {
 		p.Logger = slog.New(slog.DiscardHandler)
 	}
-}
-
-// writeReport writes v as NAME.json, md as NAME.md and, if chart is not
-// nil, the chart as NAME.png into dir.
-func writeReport(dir, name string, v any, md string, chart func(path string) error) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create output folder: %w", err)
-	}
-	js, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, name+".json"), js, 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, name+".md"), []byte(md), 0o644); err != nil {
-		return err
-	}
-	if chart == nil {
-		return nil
-	}
-	return chart(filepath.Join(dir, name+".png"))
 }

@@ -3,32 +3,26 @@ package exp
 import (
 	"fmt"
 	"image/color"
-	"math"
-	"strconv"
 	"strings"
 
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
+	"github.com/wanopt/wanopt/bench/report"
 )
 
 // Published reference points for plain TCP in the reproduced test (the
 // 200-250 ms range drawn at its middle).
-var publishedPlainTCP = plotter.XYs{{X: 0, Y: 248}, {X: 200, Y: 61}, {X: 250, Y: 61}}
+var publishedPlainTCP = []report.XY{{X: 0, Y: 248}, {X: 200, Y: 61}, {X: 250, Y: 61}}
 
 // Markdown renders the baseline as a markdown table.
 func (r BaselineResult) Markdown() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "| RTT ms | cc | profile | Mbit/s | seconds | runs (Mbit/s) |\n|---:|---|---|---:|---:|---|\n")
+	t := report.NewTable(report.Num("RTT ms"), report.Text("cc"), report.Text("profile"), report.Num("Mbit/s"), report.Num("seconds"), report.Text("runs (Mbit/s)"))
 	for _, row := range r.Rows {
 		runs := make([]string, len(row.Runs))
 		for i, x := range row.Runs {
 			runs[i] = fmt.Sprintf("%.0f", x.Mbps)
 		}
-		fmt.Fprintf(&b, "| %.0f | %s | %s | %.1f | %.2f | %s |\n", row.RTTms, row.CC, row.Profile, row.Mbps, row.Seconds, strings.Join(runs, " "))
+		t.Addf("%.0f | %s | %s | %.1f | %.2f | %s", row.RTTms, row.CC, row.Profile, row.Mbps, row.Seconds, strings.Join(runs, " "))
 	}
-	return b.String()
+	return t.Markdown()
 }
 
 // Line is the closing key=value summary: the figure at the first and the
@@ -43,66 +37,46 @@ func (r BaselineResult) Line() string {
 
 // WriteFiles writes baseline.json, baseline.md and baseline.png into dir.
 func (r BaselineResult) WriteFiles(dir string) error {
-	return writeReport(dir, "baseline", r, r.Markdown(), r.chart)
+	return report.Write(dir, "baseline", r, r.Markdown(), r.Chart())
 }
 
-func (r BaselineResult) chart(path string) error {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Plain TCP over a %.0f Mbit/s link: iperf -P %d -R, %d MiB per stream", r.RateMbps, r.Streams, r.BytesPerStream>>20)
-	p.X.Label.Text = "RTT (ms)"
-	p.Y.Label.Text = "throughput (Mbit/s)"
-	p.Y.Min, p.Y.Max = 0, r.RateMbps*1.05
-	p.X.Min, p.X.Max = -10, 260
-	p.Y.Tick.Marker = stepTicks(50)
-	p.X.Tick.Marker = stepTicks(50)
-	p.Add(plotter.NewGrid())
-	p.Legend.Top = false
-	p.Legend.Left = true
-
-	series := map[string]plotter.XYs{}
+// Chart draws throughput against RTT per congestion control and profile,
+// with the published plain-TCP figures.
+func (r BaselineResult) Chart() *report.Chart {
+	p := report.Panel{
+		Title:  fmt.Sprintf("Plain TCP over a %.0f Mbit/s link: iperf -P %d -R, %d MiB per stream", r.RateMbps, r.Streams, r.BytesPerStream>>20),
+		XLabel: "RTT (ms)", YLabel: "throughput (Mbit/s)",
+		XMin: -10, XMax: 260, YMin: 0, YMax: r.RateMbps * 1.05, XStep: 50, YStep: 50, LegendLeft: true,
+	}
+	series := map[string][]report.XY{}
 	var order []string
 	for _, row := range r.Rows {
 		k := row.CC + " (" + row.Profile + ")"
 		if _, ok := series[k]; !ok {
 			order = append(order, k)
 		}
-		series[k] = append(series[k], plotter.XY{X: row.RTTms, Y: row.Mbps})
-	}
-	palette := []color.Color{
-		color.RGBA{R: 31, G: 119, B: 180, A: 255}, color.RGBA{R: 255, G: 127, B: 14, A: 255},
-		color.RGBA{R: 44, G: 160, B: 44, A: 255}, color.RGBA{R: 148, G: 103, B: 189, A: 255},
+		series[k] = append(series[k], report.XY{X: row.RTTms, Y: row.Mbps})
 	}
 	for i, k := range order {
-		l, s, err := plotter.NewLinePoints(series[k])
-		if err != nil {
-			return err
-		}
-		l.Color = palette[i%len(palette)]
-		l.Width = vg.Points(2)
-		s.Color = l.Color
-		p.Add(l, s)
-		p.Legend.Add("measured, "+k, l, s)
+		p.Series = append(p.Series, report.Series{Name: "measured, " + k, Points: series[k], Color: palette[i%len(palette)]})
 	}
-	pub, err := plotter.NewScatter(publishedPlainTCP)
-	if err != nil {
-		return err
-	}
-	pub.GlyphStyle.Shape = draw.CrossGlyph{}
-	pub.GlyphStyle.Radius = vg.Points(5)
-	pub.Color = color.Black
-	p.Add(pub)
-	p.Legend.Add("published plain TCP", pub)
-	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+	p.Series = append(p.Series, publishedSeries("published plain TCP", publishedPlainTCP, report.Cross))
+	return &report.Chart{Panels: []report.Panel{p}, Width: 8, Height: 5}
 }
 
-// stepTicks labels an axis every step units.
-type stepTicks float64
+// palette colours a chart's series in turn.
+var palette = []color.Color{
+	color.RGBA{R: 31, G: 119, B: 180, A: 255}, color.RGBA{R: 255, G: 127, B: 14, A: 255},
+	color.RGBA{R: 44, G: 160, B: 44, A: 255}, color.RGBA{R: 148, G: 103, B: 189, A: 255},
+}
 
-func (s stepTicks) Ticks(min, max float64) []plot.Tick {
-	var t []plot.Tick
-	for v := math.Ceil(min/float64(s)) * float64(s); v <= max; v += float64(s) {
-		v += 0 // no "-0" label
-		t = append(t, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
-	}
-	return t
+// profileColors colour the endpoint profiles alike in every chart.
+var profileColors = map[string]color.Color{
+	"modern": color.RGBA{R: 31, G: 119, B: 180, A: 255},
+	"legacy": color.RGBA{R: 214, G: 39, B: 40, A: 255},
+}
+
+// publishedSeries marks published reference figures.
+func publishedSeries(name string, xys []report.XY, g report.Glyph) report.Series {
+	return report.Series{Name: name, Points: xys, Kind: report.Points, Glyph: g, Radius: 5, Color: color.Black}
 }

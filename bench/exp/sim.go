@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/internal/monotime"
 	"github.com/wanopt/wanopt/internal/netsim"
 	"github.com/wanopt/wanopt/internal/netsim/simtcp"
@@ -97,7 +98,7 @@ type simOutage struct {
 	delivered func() int64
 	last      int64
 	lastAt    monotime.Time
-	iv        []RateInterval
+	iv        []harness.RateInterval
 }
 
 // trackOutage places o's outage on links, OutageAt from now, and samples
@@ -113,7 +114,7 @@ func trackOutage(sim *netsim.Sim, o SimOptions, links []*netsim.Link, delivered 
 		cfg.Outages = []netsim.Outage{{Start: el + o.OutageAt, End: el + o.OutageAt + o.OutageFor}}
 		l.SetConfig(cfg)
 	}
-	t := &simOutage{sim: sim, o: o, start: sim.Now(), step: ReportInterval(o.RTT), delivered: delivered}
+	t := &simOutage{sim: sim, o: o, start: sim.Now(), step: harness.ReportInterval(o.RTT), delivered: delivered}
 	t.last, t.lastAt = delivered(), t.start
 	var tick func()
 	tick = func() {
@@ -128,7 +129,7 @@ func trackOutage(sim *netsim.Sim, o SimOptions, links []*netsim.Link, delivered 
 func (t *simOutage) sample() {
 	now, n := t.sim.Now(), t.delivered()
 	if now > t.lastAt {
-		t.iv = append(t.iv, RateInterval{StartS: t.lastAt.Sub(t.start).Seconds(), EndS: now.Sub(t.start).Seconds(),
+		t.iv = append(t.iv, harness.RateInterval{StartS: t.lastAt.Sub(t.start).Seconds(), EndS: now.Sub(t.start).Seconds(),
 			Mbps: float64(n-t.last) * 8 / now.Sub(t.lastAt).Seconds() / 1e6})
 	}
 	t.last, t.lastAt = n, now
@@ -142,12 +143,12 @@ func (t *simOutage) fill(r *SimResult, elapsed time.Duration) {
 	}
 	if end := t.start.Add(elapsed); end.Sub(t.lastAt) >= t.step/2 {
 		n := t.delivered()
-		t.iv = append(t.iv, RateInterval{StartS: t.lastAt.Sub(t.start).Seconds(), EndS: elapsed.Seconds(),
+		t.iv = append(t.iv, harness.RateInterval{StartS: t.lastAt.Sub(t.start).Seconds(), EndS: elapsed.Seconds(),
 			Mbps: float64(n-t.last) * 8 / end.Sub(t.lastAt).Seconds() / 1e6})
 	}
 	r.OutageStartS = t.o.OutageAt.Seconds()
 	r.OutageEndS = (t.o.OutageAt + t.o.OutageFor).Seconds()
-	r.RecoveryS = recoveryTime(t.iv, r.OutageEndS, RecoveryBar*GoodputLimitMbps(float64(t.o.RateBps)))
+	r.RecoveryS = harness.RecoveryTime(t.iv, r.OutageEndS, harness.RecoveryBar*harness.GoodputLimitMbps(float64(t.o.RateBps)))
 }
 
 // startupReset clears the bottleneck's queue-delay statistics once startup

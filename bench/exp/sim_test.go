@@ -3,6 +3,8 @@ package exp
 import (
 	"testing"
 	"time"
+
+	"github.com/wanopt/wanopt/bench/harness"
 )
 
 // Plain TCP with 3 MiB buffers on 250 Mbit/s × 200 ms is window-limited to
@@ -103,7 +105,7 @@ func TestSimOutage(t *testing.T) {
 		// Plain CUBIC restarts from a tiny window after its backed-off
 		// timeouts and may not reach the bar before the end (NotRecovered);
 		// the tunnel must.
-		if r.RecoveryS == NotRecovered && run.name == "plain TCP" {
+		if r.RecoveryS == harness.NotRecovered && run.name == "plain TCP" {
 			continue
 		}
 		if r.RecoveryS <= 0 || r.RecoveryS > r.Seconds-r.OutageEndS+0.001 {

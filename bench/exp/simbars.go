@@ -2,9 +2,9 @@ package exp
 
 import (
 	"fmt"
-	"github.com/wanopt/wanopt/edge/share"
 	"time"
 
+	"github.com/wanopt/wanopt/edge/share"
 	"github.com/wanopt/wanopt/internal/monotime"
 	"github.com/wanopt/wanopt/internal/netsim"
 	"github.com/wanopt/wanopt/internal/netsim/simtcp"
@@ -40,6 +40,20 @@ func warmTunnel(o SimOptions) (*netsim.Sim, *netsim.Link, *tunnelPair, error) {
 		return nil, nil, nil, fmt.Errorf("warm-up transfer: %v %v", err, b.failed)
 	}
 	return sim, fwd, tp, nil
+}
+
+// openOnEstablished runs one endless stream over the pair, opened as soon
+// as its tunnel is established.
+func openOnEstablished(tp *tunnelPair) *bulk {
+	b := newBulk(tp.cli, tp.srv, 1, endless)
+	tp.ce.onEvent = func(now monotime.Time, ev tunnelEvent) {
+		if ev.Kind == eventEstablished {
+			b.open(now)
+		}
+		b.onClient(now, ev)
+	}
+	tp.se.onEvent = b.onServer
+	return b
 }
 
 // SimRamp measures how fast a new stream on a warm connection reaches the
@@ -105,14 +119,7 @@ func SimShare(o SimOptions, competitor string, d time.Duration) (first, second f
 	if err != nil {
 		return 0, 0, err
 	}
-	ba := newBulk(a.cli, a.srv, 1, endless)
-	a.ce.onEvent = func(now monotime.Time, ev tunnelEvent) {
-		if ev.Kind == eventEstablished {
-			ba.open(now)
-		}
-		ba.onClient(now, ev)
-	}
-	a.se.onEvent = ba.onServer
+	ba := openOnEstablished(a)
 	var secondBytes func() int64
 	switch competitor {
 	case "tunnel":
@@ -120,14 +127,7 @@ func SimShare(o SimOptions, competitor string, d time.Duration) (first, second f
 		if err != nil {
 			return 0, 0, err
 		}
-		bb := newBulk(b.cli, b.srv, 1, endless)
-		b.ce.onEvent = func(now monotime.Time, ev tunnelEvent) {
-			if ev.Kind == eventEstablished {
-				bb.open(now)
-			}
-			bb.onClient(now, ev)
-		}
-		b.se.onEvent = bb.onServer
+		bb := openOnEstablished(b)
 		secondBytes = func() int64 { return bb.received }
 	case "cubic":
 		s, r := simtcp.NewPair(simtcp.Config{TotalBytes: -1, Controller: simtcp.NewCubic(1448)})

@@ -2,13 +2,13 @@ package exp
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/wanopt/wanopt/internal/monotime"
 	"github.com/wanopt/wanopt/internal/netsim"
+	"github.com/wanopt/wanopt/internal/seed"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/wire"
@@ -45,15 +45,6 @@ func (e *simConn) drain(now monotime.Time) {
 			e.onEvent(now, ev)
 		}
 	}
-}
-
-// seeded returns a deterministic randomness source.
-func seeded(seed uint64, salt uint64) *rand.ChaCha8 {
-	var s [32]byte
-	for i := range 8 {
-		s[i] = byte((seed ^ salt) >> (8 * i))
-	}
-	return rand.NewChaCha8(s)
 }
 
 func congestionByName(name string) (tunnel.CongestionControl, error) {
@@ -180,13 +171,13 @@ type tunnelPair struct {
 // newTunnelPair makes a client and server with keys and randomness derived
 // from the seed and salt, and adds them to sim as a flow over fwd and rev.
 func newTunnelPair(sim *netsim.Sim, fwd, rev *netsim.Link, o SimOptions, cong tunnel.CongestionControl, salt uint64) (*tunnelPair, error) {
-	keys := seeded(o.Seed, 0x6b6579+salt)
+	keys := seed.ChaCha8(o.Seed ^ (0x6b6579 + salt))
 	ck, _ := crypt.GenerateKey(keys)
 	sk, _ := crypt.GenerateKey(keys)
 	cliCfg := tunnel.Config{PrivateKey: ck, PeerPublicKey: sk.PublicKey(), HandshakeTimestamp: 1,
-		Congestion: cong, FixedRateBps: uint64(o.RateBps), Rand: seeded(o.Seed, 0xc1+salt)}
+		Congestion: cong, FixedRateBps: uint64(o.RateBps), Rand: seed.ChaCha8(o.Seed ^ (0xc1 + salt))}
 	srvCfg := tunnel.Config{PrivateKey: sk, PeerPublicKey: ck.PublicKey(),
-		Congestion: cong, FixedRateBps: uint64(o.RateBps), Rand: seeded(o.Seed, 0x5e+salt)}
+		Congestion: cong, FixedRateBps: uint64(o.RateBps), Rand: seed.ChaCha8(o.Seed ^ (0x5e + salt))}
 	if o.WANRateHint {
 		cliCfg.InitialBandwidthBps, srvCfg.InitialBandwidthBps = uint64(o.RateBps), uint64(o.RateBps)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/bench/harness/labtest"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/tunnel"
@@ -46,7 +47,7 @@ func TestTunnelThroughLabLink(t *testing.T) {
 	link := wanem.Config{Delay: 50 * time.Millisecond, LossPct: 1, RateBps: 100e6, QueueBytes: 2_500_000}
 	ba := link
 	ba.Seed = 2
-	l := newLab(t, ctx, lab.Direct, link, ba)
+	l := labtest.NewLab(t, ctx, lab.Direct, link, ba)
 	ck, _ := crypt.GenerateKey(rand.Reader)
 	sk, _ := crypt.GenerateKey(rand.Reader)
 	srvAddr := netip.AddrPortFrom(l.Server.Addr, 7400)

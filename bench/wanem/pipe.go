@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/internal/monotime"
+	"github.com/wanopt/wanopt/internal/seed"
 )
 
 // departure is a packet's size and the time its last bit leaves the
@@ -133,11 +134,6 @@ func isFragment(pkt []byte) bool {
 	return false
 }
 
-// chance reports true with probability pct/100.
-func chance(r *rand.Rand, pct float64) bool {
-	return pct > 0 && r.Float64()*100 < pct
-}
-
 // Enqueue offers pkt, which arrived at now, to the pipe. The pipe copies
 // pkt; the caller keeps it. A drop shows only in the Counters.
 func (p *Pipe) Enqueue(now monotime.Time, pkt []byte) {
@@ -160,7 +156,7 @@ func (p *Pipe) Enqueue(now monotime.Time, pkt []byte) {
 		p.c.MTUDrops++
 		return
 	}
-	if chance(p.lossRng, p.cfg.LossPct) {
+	if seed.Chance(p.lossRng, p.cfg.LossPct) {
 		p.c.Lost++
 		return
 	}
@@ -216,8 +212,8 @@ func (p *Pipe) Enqueue(now monotime.Time, pkt []byte) {
 		release = release.Add(time.Duration(p.jitterRng.Int64N(int64(j) + 1)))
 	}
 	release = max(release, p.lastRelease)
-	reorder := chance(p.reorderRng, p.cfg.ReorderPct)
-	dup := chance(p.dupRng, p.cfg.DupPct)
+	reorder := seed.Chance(p.reorderRng, p.cfg.ReorderPct)
+	dup := seed.Chance(p.dupRng, p.cfg.DupPct)
 	if reorder {
 		p.c.Reordered++
 		release = release.Add(p.reorderDelay)
@@ -254,7 +250,7 @@ func (p *Pipe) rewrite(buf []byte) ([]byte, int) {
 	if p.cfg.WindowClamp > 0 && clampWindow(buf, uint32(p.cfg.WindowClamp), &p.scales) {
 		did |= rewroteWindow
 	}
-	if p.cfg.TamperUDPPct > 0 && isUDP(buf) && chance(p.tamperRng, p.cfg.TamperUDPPct) && tamperUDP(buf) {
+	if p.cfg.TamperUDPPct > 0 && isUDP(buf) && seed.Chance(p.tamperRng, p.cfg.TamperUDPPct) && tamperUDP(buf) {
 		did |= rewroteUDP
 	}
 	return buf, did

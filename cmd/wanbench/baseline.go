@@ -7,28 +7,22 @@ import (
 	"os"
 	"time"
 
-	"github.com/spf13/pflag"
 	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 )
 
 func runBaseline(ctx context.Context, log *slog.Logger, args []string) error {
-	fs := pflag.NewFlagSet("baseline", pflag.ContinueOnError)
+	fs := flags("baseline", "")
 	pf := addPublishedFlags(fs, "baseline", []string{"modern"})
 	ccs := fs.StringSlice("cc", []string{"cubic", "bbr"}, "kernel congestion controls")
 	captureDir := fs.String("capture", "", "folder for header captures (pcap) of each point's first run, client and server side, for 'wanopt analyze'")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *pf.replot != "" {
-		return replot[exp.BaselineResult](*pf.replot, *pf.out)
-	}
-	pub, profiles, err := pf.settings(log)
-	if err != nil {
+	pub, profiles, done, err := parsePublished[exp.BaselineResult](fs, pf, args, log)
+	if done {
 		return err
 	}
 	o := exp.BaselineOptions{Published: pub, CCs: *ccs, Profiles: profiles, CaptureDir: *captureDir}
 	start := time.Now()
-	o.Progress = func(done, total int, p exp.Point, r exp.IperfResult) {
+	o.Progress = func(done, total int, p exp.Point, r harness.IperfResult) {
 		fmt.Fprintf(os.Stderr, "[%3d/%d %4.0fs] rtt=%gms cc=%s profile=%s: %.1f Mbit/s in %.2f s\n",
 			done, total, time.Since(start).Seconds(), p.RTTms, p.CC, p.Profile, r.Mbps, r.Seconds)
 	}

@@ -6,16 +6,15 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/spf13/pflag"
 	"github.com/wanopt/wanopt/bench/exp"
 )
 
 func runCheck(ctx context.Context, log *slog.Logger, args []string) error {
-	fs := pflag.NewFlagSet("check", pflag.ContinueOnError)
+	fs := flags("check", "")
 	rtt := fs.Duration("rtt", 200*time.Millisecond, "round-trip time to emulate")
 	rateS := fs.String("rate", "250mbit", "link rate (IP bytes), e.g. 1gbit, 250mbit")
 	secs := fs.Duration("duration", 3*time.Second, "how long the rate flow runs")
-	if err := fs.Parse(args); err != nil {
+	if help, err := parse(fs, args); help || err != nil {
 		return err
 	}
 	rate, err := parseRate(*rateS)

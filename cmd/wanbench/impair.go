@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
 	"github.com/wanopt/wanopt/bench/exp"
 	"github.com/wanopt/wanopt/bench/wanem"
 )

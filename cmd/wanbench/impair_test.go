@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
 	"github.com/wanopt/wanopt/bench/exp"
 )
 

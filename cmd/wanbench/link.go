@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/spf13/pflag"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 )
@@ -17,7 +16,7 @@ import (
 // way, "down" and "up" lines on standard input then take the link down and
 // up (see lab.RunLinkSpec).
 func runLink(ctx context.Context, args []string) error {
-	fs := pflag.NewFlagSet("link", pflag.ContinueOnError)
+	fs := flags("link", "")
 	a := fs.String("a", "", "one end: NETNS:TUNDEV (an existing TUN device)")
 	b := fs.String("b", "", "other end: NETNS:TUNDEV")
 	delay := fs.Duration("delay", 0, "one-way propagation delay (RTT is twice this)")
@@ -28,7 +27,7 @@ func runLink(ctx context.Context, args []string) error {
 	reorderS := fs.String("reorder", "0", "share of packets held back so later ones overtake them")
 	dupS := fs.String("dup", "0", "share of packets duplicated")
 	seed := fs.Int64("seed", 1, "random seed")
-	if err := fs.Parse(args); err != nil {
+	if help, err := parse(fs, args); help || err != nil {
 		return err
 	}
 	if *a == "" && *b == "" {

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
 	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 )
 
 // publishedFlags are the flags 'baseline' and 'cisco' share: the published
@@ -41,7 +43,7 @@ func addPublishedFlags(fs *pflag.FlagSet, name string, profiles []string) *publi
 
 // settings turns the parsed flags into the experiments' shared settings
 // and profiles; --quick changes runs and bytes unless they were given.
-func (f *publishedFlags) settings(log *slog.Logger) (exp.Published, []exp.Profile, error) {
+func (f *publishedFlags) settings(log *slog.Logger) (exp.Published, []harness.Profile, error) {
 	p := exp.Published{RTTs: *f.rtts, Runs: *f.runs, Logger: log}
 	var err error
 	if p.BytesPerStream, err = parseBytes(*f.bytes); err != nil {
@@ -64,9 +66,9 @@ func (f *publishedFlags) settings(log *slog.Logger) (exp.Published, []exp.Profil
 	if p.RateBps == 0 {
 		return p, nil, fmt.Errorf("--rate %q: the experiment needs a capped link", *f.rate)
 	}
-	var profiles []exp.Profile
+	var profiles []harness.Profile
 	for _, name := range *f.profiles {
-		pr, err := exp.ProfileByName(name)
+		pr, err := harness.ProfileByName(name)
 		if err != nil {
 			return p, nil, err
 		}
@@ -78,15 +80,30 @@ func (f *publishedFlags) settings(log *slog.Logger) (exp.Published, []exp.Profil
 	return p, profiles, nil
 }
 
-// report is what an experiment's result can do with itself.
-type report interface {
+// parsePublished parses the args of an experiment on the published
+// settings into those settings and the endpoint profiles. done says the
+// command has nothing more to do: --help was answered, or --replot redrew
+// a saved R.
+func parsePublished[R result](fs *pflag.FlagSet, pf *publishedFlags, args []string, log *slog.Logger) (pub exp.Published, profiles []harness.Profile, done bool, err error) {
+	if help, err := parse(fs, args); help || err != nil {
+		return pub, nil, true, err
+	}
+	if *pf.replot != "" {
+		return pub, nil, true, replot[R](*pf.replot, *pf.out)
+	}
+	pub, profiles, err = pf.settings(log)
+	return pub, profiles, err != nil, err
+}
+
+// result is what an experiment's result can do with itself.
+type result interface {
 	WriteFiles(dir string) error
 	Markdown() string
 	Line() string
 }
 
 // replot redraws a result saved as JSON (--replot) into out.
-func replot[R report](path, out string) error {
+func replot[R result](path, out string) error {
 	js, err := os.ReadFile(path)
 	if err != nil {
 		return err

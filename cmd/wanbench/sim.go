@@ -7,12 +7,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
 	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 )
 
 func runSim(ctx context.Context, args []string) error {
-	fs := pflag.NewFlagSet("sim", pflag.ContinueOnError)
+	fs := flags("sim", "")
 	rateS := fs.String("rate", "250mbit", "bottleneck rate")
 	rtt := fs.Duration("rtt", 200*time.Millisecond, "round-trip propagation delay")
 	imp := addImpairmentFlags(fs)
@@ -28,7 +28,7 @@ func runSim(ctx context.Context, args []string) error {
 	shareTunnels := fs.Int("share-tunnels", 0, "instead of one scenario: this many tunnels share the bottleneck (the twin of 'wanbench hub'), each starting --stagger after the one before; prints each one's share of the fair share over 30 s after 20 s")
 	hubShare := fs.Bool("hub-share", false, "with --share-tunnels: cap the tunnels as a hub told the link's rate does (wanopt run --hub-rate)")
 	stagger := fs.Duration("stagger", 0, "with --share-tunnels: the delay between the tunnels' starts")
-	if err := fs.Parse(args); err != nil {
+	if help, err := parse(fs, args); help || err != nil {
 		return err
 	}
 	if *bars {
@@ -102,7 +102,7 @@ func runSim(ctx context.Context, args []string) error {
 			switch {
 			case r.OutageEndS == 0:
 				fmt.Print(" – |")
-			case r.RecoveryS == exp.NotRecovered:
+			case r.RecoveryS == harness.NotRecovered:
 				fmt.Print(" never |")
 			default:
 				fmt.Printf(" %.1f |", r.RecoveryS)
@@ -130,7 +130,7 @@ func runSim(ctx context.Context, args []string) error {
 	}
 	if outage {
 		fmt.Printf("\nrecovery: seconds from the link's return (%v after the measured transfer started) until a %v interval reached 80%% of the link's goodput limit (rate x 1448/1500); never: not before the transfer ended; –: the transfer ended before the outage\n",
-			o.OutageAt+o.OutageFor, exp.ReportInterval(o.RTT))
+			o.OutageAt+o.OutageFor, harness.ReportInterval(o.RTT))
 	}
 	fmt.Println()
 	fmt.Println(r.Line())

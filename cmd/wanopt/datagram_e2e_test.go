@@ -19,7 +19,7 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 
-	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/dgram"
@@ -43,7 +43,7 @@ func TestEdgeDatagrams(t *testing.T) {
 	defer cancel()
 	rtt := 100 * time.Millisecond
 	link := wanem.Config{Delay: rtt / 2, RateBps: 100_000_000}
-	e := startEdgeLab(t, ctx, link, link, exp.EdgeOptions{
+	e := startEdgeLab(t, ctx, link, link, harness.EdgeOptions{
 		Allow: []string{"198.18.2.2/32"},
 		// The tunnel starts at the link's rate: datagrams do not wait for
 		// congestion control, so on a cold tunnel BBR's startup would
@@ -369,7 +369,7 @@ func dropCounts(ctx context.Context, l *lab.Lab) map[string]uint64 {
 		if err != nil {
 			continue
 		}
-		for name, n := range exp.ProcNetCounters(string(out), "Udp") {
+		for name, n := range harness.ProcNetCounters(string(out), "Udp") {
 			if strings.HasSuffix(name, "Errors") && n > 0 {
 				m[h.Role+" udp "+name] = n
 			}

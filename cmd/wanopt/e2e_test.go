@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/analyze"
-	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/edge/control"
@@ -104,7 +104,7 @@ func TestEndToEnd(t *testing.T) {
 
 	// The edges.
 	capture := filepath.Join(t.TempDir(), "capture")
-	edges := startEdges(t, ctx, l, exp.EdgeOptions{Up: 15 * time.Second,
+	edges := startEdges(t, ctx, l, harness.EdgeOptions{Up: 15 * time.Second,
 		Allow:    []string{fmt.Sprintf("198.18.2.2/32:%d,%d,%d", echoPort, closedPort, iperfPort)},
 		NearArgs: []string{"--capture", capture}})
 
@@ -321,11 +321,11 @@ func buildWanopt(t *testing.T, ctx context.Context, dir string) string {
 // startHub builds the wanopt binary and starts a hub and its branches in
 // l with the bench's harness (o.Wanopt and o.Dir are filled in). They are
 // stopped when the test ends, and their logs shown if it failed.
-func startHub(t *testing.T, ctx context.Context, l *lab.Lab, o exp.HubOptions) *exp.Hub {
+func startHub(t *testing.T, ctx context.Context, l *lab.Lab, o harness.HubOptions) *harness.Hub {
 	t.Helper()
 	o.Dir = t.TempDir()
 	o.Wanopt = buildWanopt(t, ctx, o.Dir)
-	hub, err := exp.StartHub(ctx, l, o)
+	hub, err := harness.StartHub(ctx, l, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func startHub(t *testing.T, ctx context.Context, l *lab.Lab, o exp.HubOptions) *
 		if t.Failed() {
 			names := []string{"hub"}
 			for i := range o.Branches {
-				names = append(names, exp.BranchName(i))
+				names = append(names, harness.BranchName(i))
 			}
 			for _, n := range names {
 				t.Logf("%s's log (tail):\n%s", n, hub.Log(n, 3000))
@@ -361,12 +361,12 @@ func allowPing(t *testing.T, ctx context.Context, l *lab.Lab, h *lab.Host, allow
 // bench's harness (o.Wanopt and o.Dir are filled in; the edges log at
 // debug level). They are stopped when the test ends, and their logs shown
 // if it failed.
-func startEdges(t *testing.T, ctx context.Context, l *lab.Lab, o exp.EdgeOptions) *exp.Edges {
+func startEdges(t *testing.T, ctx context.Context, l *lab.Lab, o harness.EdgeOptions) *harness.Edges {
 	t.Helper()
 	o.Dir = t.TempDir()
 	o.Wanopt = buildWanopt(t, ctx, o.Dir)
 	o.Args = append([]string{"--log-level", "debug"}, o.Args...)
-	edges, err := exp.StartEdges(ctx, l, o)
+	edges, err := harness.StartEdges(ctx, l, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +387,7 @@ func startEdges(t *testing.T, ctx context.Context, l *lab.Lab, o exp.EdgeOptions
 
 // stopEdges stops both edges with SIGTERM and expects a clean exit within
 // 5 s, after which their control sockets are gone.
-func stopEdges(t *testing.T, edges *exp.Edges) {
+func stopEdges(t *testing.T, edges *harness.Edges) {
 	t.Helper()
 	if err := edges.Stop(); err != nil {
 		t.Error(err)
@@ -479,12 +479,12 @@ func runIperf(t *testing.T, ctx context.Context, l *lab.Lab) float64 {
 }
 
 // edgeLab is an edges lab with two running wanopt edges (see
-// exp.StartEdges): the near edge in edgeA intercepting on TUN wo0, the far
+// harness.StartEdges): the near edge in edgeA intercepting on TUN wo0, the far
 // edge in edgeB connecting flows to the echo, whoami and source servers in
 // the server namespace (run by this process).
 type edgeLab struct {
 	l     *lab.Lab
-	edges *exp.Edges
+	edges *harness.Edges
 }
 
 // sock is the control socket of the "near" or "far" edge.
@@ -494,7 +494,7 @@ func (e *edgeLab) sock(side string) string { return e.edges.Socket(side) }
 // echo, a whoami and a source server, and the edges with o (the far edge
 // allows the servers' ports unless o.Allow says otherwise). It skips
 // without root or the ip command.
-func startEdgeLab(t *testing.T, ctx context.Context, ab, ba wanem.Config, o exp.EdgeOptions) *edgeLab {
+func startEdgeLab(t *testing.T, ctx context.Context, ab, ba wanem.Config, o harness.EdgeOptions) *edgeLab {
 	t.Helper()
 	needLab(t)
 	l := newLab(t, ctx, ab, ba)
@@ -601,7 +601,7 @@ func TestEdgeLossyLink(t *testing.T) {
 	link := wanem.Config{Delay: 50 * time.Millisecond, LossPct: 1, RateBps: 100_000_000}
 	ab, ba := link, link
 	ab.Seed, ba.Seed = 1, 2
-	e := startEdgeLab(t, ctx, ab, ba, exp.EdgeOptions{})
+	e := startEdgeLab(t, ctx, ab, ba, harness.EdgeOptions{})
 
 	t.Run("8MB each way at 1% loss", func(t *testing.T) {
 		const size = 8 << 20
@@ -733,7 +733,7 @@ func TestEdgeTransparent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	link := wanem.Config{Delay: 50 * time.Millisecond, RateBps: 100e6}
-	e := startEdgeLab(t, ctx, link, link, exp.EdgeOptions{Transparent: true})
+	e := startEdgeLab(t, ctx, link, link, harness.EdgeOptions{Transparent: true})
 
 	seen, local := whoami(t, ctx, e.l.Client.NS)
 	t.Logf("the server saw the connection from %s; the client's end is %s", seen, local)
@@ -771,7 +771,7 @@ func TestEdgeFarRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	link := wanem.Config{Delay: 25 * time.Millisecond, RateBps: 100e6}
-	e := startEdgeLab(t, ctx, link, link, exp.EdgeOptions{})
+	e := startEdgeLab(t, ctx, link, link, harness.EdgeOptions{})
 	if seen, _ := whoami(t, ctx, e.l.Client.NS); !strings.HasPrefix(seen, "198.18.2.1:") {
 		t.Errorf("with kernel egress the server saw the connection from %s, want the far edge's LAN address 198.18.2.1", seen)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/internal/tcptest"
 )
@@ -40,7 +40,7 @@ func TestEdgeHubLab(t *testing.T) {
 	serveIn(t, l.Server.NS, forbiddenPort, tcptest.Echo) // branch a's only
 	serveIn(t, l.Server.NS, sourcePort, handleSource)
 	serveUDPEcho(t, l.Server.NS, udpEchoPort) // branch a's only
-	hub := startHub(t, ctx, l, exp.HubOptions{Branches: 3, Listed: 2,
+	hub := startHub(t, ctx, l, harness.HubOptions{Branches: 3, Listed: 2,
 		Lines: []string{fmt.Sprintf("allow = 198.18.2.2/32:%d,%d", echoPort, sourcePort), fmt.Sprintf("branch-allow = a:198.18.2.2/32:%d", forbiddenPort),
 			fmt.Sprintf("branch-allow = a:198.18.2.2/32:%d", udpEchoPort)}})
 	names := []string{"a", "b", "c"}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/edge/control"
@@ -62,7 +62,7 @@ func TestEdgeIPv6(t *testing.T) {
 			if err := l.StartLink(ctx, link, link); err != nil {
 				t.Fatal(err)
 			}
-			edges := startEdges(t, ctx, l, exp.EdgeOptions{
+			edges := startEdges(t, ctx, l, harness.EdgeOptions{
 				IPv6: true, TunnelIPv6: tc.tunnel6,
 				Allow: []string{l.Server.Addr6.String() + "/128"},
 				// The tunnel starts at the link's rate, so the first

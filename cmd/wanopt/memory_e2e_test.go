@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/edge"
 	"github.com/wanopt/wanopt/edge/control"
@@ -44,7 +44,7 @@ func TestEdgeMemoryBudget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	link := wanem.Config{Delay: 10 * time.Millisecond, RateBps: 200_000_000}
-	e := startEdgeLab(t, ctx, link, link, exp.EdgeOptions{
+	e := startEdgeLab(t, ctx, link, link, harness.EdgeOptions{
 		Args:  []string{"--memory-mib", fmt.Sprint(budgetMiB)},
 		Allow: []string{fmt.Sprintf("198.18.2.2/32:%d,%d", echoPort, stallPort)},
 	})

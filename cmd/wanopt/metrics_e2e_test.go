@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 )
@@ -75,7 +75,7 @@ func TestEdgeMetrics(t *testing.T) {
 	defer cancel()
 	const rateBps = 100e6
 	link := wanem.Config{Delay: 25 * time.Millisecond, RateBps: rateBps}
-	e := startEdgeLab(t, ctx, link, link, exp.EdgeOptions{FarArgs: []string{"--metrics", metricsAddr}})
+	e := startEdgeLab(t, ctx, link, link, harness.EdgeOptions{FarArgs: []string{"--metrics", metricsAddr}})
 	ns := e.l.EdgeB.NS
 
 	c, err := dialIn(ctx, e.l.Client.NS, sourcePort, 10*time.Second)

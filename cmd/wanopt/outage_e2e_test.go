@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/edge/control"
 )
@@ -161,7 +161,7 @@ func TestEdgeOutage(t *testing.T) {
 	link := wanem.Config{Delay: 50 * time.Millisecond, RateBps: rate}
 	ab, ba := link, link
 	ab.Seed, ba.Seed = 1, 2
-	e := startEdgeLab(t, ctx, ab, ba, exp.EdgeOptions{})
+	e := startEdgeLab(t, ctx, ab, ba, harness.EdgeOptions{})
 	goodputLimit := rate * 1448.0 / 1500
 	for i, outage := range []time.Duration{5 * time.Second, 60 * time.Second} {
 		// 2 s before the outage and about 6 s after it at the link rate.
@@ -195,7 +195,7 @@ func TestEdgePeerTimeout(t *testing.T) {
 	ab, ba := link, link
 	ab.Seed, ba.Seed = 1, 2
 	short := []string{"--peer-timeout", "5s"}
-	e := startEdgeLab(t, ctx, ab, ba, exp.EdgeOptions{Args: short})
+	e := startEdgeLab(t, ctx, ab, ba, harness.EdgeOptions{Args: short})
 
 	c, err := dialIn(ctx, e.l.Client.NS, sourcePort, 10*time.Second)
 	if err != nil {

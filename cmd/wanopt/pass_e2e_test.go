@@ -15,7 +15,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/edge/control"
@@ -46,7 +46,7 @@ func TestEdgePassTCP(t *testing.T) {
 	l := newLab(t, ctx, link, link)
 	serveIn(t, l.Server.NS, passPort, handleTCPView)
 	serveIn(t, l.Server.NS, optimisePort, handleTCPView)
-	edges := startEdges(t, ctx, l, exp.EdgeOptions{Transparent: true,
+	edges := startEdges(t, ctx, l, harness.EdgeOptions{Transparent: true,
 		Allow:    []string{fmt.Sprintf("198.18.2.2/32:%d,%d", passPort, optimisePort)},
 		NearArgs: []string{"--near-rule", fmt.Sprintf("pass:tcp:198.18.2.2/32:%d", passPort)}})
 
@@ -127,7 +127,7 @@ func TestEdgePassTCP(t *testing.T) {
 	// A far edge with kernel egress has no TUN to send the client's own
 	// packets from: the passed SYNs are counted as unsupported there and
 	// the connection fails, while an optimised one still works.
-	edges = startEdges(t, ctx, l, exp.EdgeOptions{
+	edges = startEdges(t, ctx, l, harness.EdgeOptions{
 		Allow:    []string{fmt.Sprintf("198.18.2.2/32:%d,%d", passPort, optimisePort)},
 		NearArgs: []string{"--near-rule", fmt.Sprintf("pass:tcp:198.18.2.2/32:%d", passPort)}})
 	if c, err := dialIn(ctx, l.Client.NS, passPort, 2*time.Second); err == nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/tunnel"
@@ -27,7 +27,7 @@ func TestEdgePathMTU(t *testing.T) {
 	link := wanem.Config{Delay: 50 * time.Millisecond, RateBps: 100_000_000, MTU: small}
 	ab, ba := link, link
 	ab.Seed, ba.Seed = 1, 2
-	e := startEdgeLab(t, ctx, ab, ba, exp.EdgeOptions{})
+	e := startEdgeLab(t, ctx, ab, ba, harness.EdgeOptions{})
 	wantSmall := tunnel.MaxUDPPayloadBytesForMTU(e.l.EdgeB.Addr, small)
 	wantLarge := tunnel.MaxUDPPayloadBytesForMTU(e.l.EdgeB.Addr, large)
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 	"github.com/wanopt/wanopt/dgram"
@@ -51,7 +51,7 @@ func TestEdgeTransparentDatagrams(t *testing.T) {
 	for _, a := range []netip.Addr{srv4, srv6} {
 		serveUDPWhoamiAt(t, l.Server.NS, netip.AddrPortFrom(a, udpWhoamiPort))
 	}
-	edges := startEdges(t, ctx, l, exp.EdgeOptions{Transparent: true, IPv6: true,
+	edges := startEdges(t, ctx, l, harness.EdgeOptions{Transparent: true, IPv6: true,
 		Allow: []string{"198.18.2.2/32", srv6.String() + "/128"},
 		// The tunnel starts at the link's rate (see TestEdgeDatagrams).
 		Args:    []string{"--wan-rate", "100mbit"},
@@ -181,7 +181,7 @@ func TestEdgeHubTransparentDatagrams(t *testing.T) {
 	l := newLab(t, ctx, link, link)
 	srv := netip.AddrPortFrom(netip.MustParseAddr("198.18.2.2"), udpWhoamiPort)
 	serveUDPWhoamiAt(t, l.Server.NS, srv)
-	hub := startHub(t, ctx, l, exp.HubOptions{Branches: 2, Transparent: true,
+	hub := startHub(t, ctx, l, harness.HubOptions{Branches: 2, Transparent: true,
 		Lines: []string{"allow = 198.18.2.2/32", "wan-rate = 100mbit"}})
 	names := []string{"a", "b"}
 	allowPing(t, ctx, l, l.EdgeB, false)

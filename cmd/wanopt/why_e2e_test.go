@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/wanem"
 )
 
@@ -35,7 +35,7 @@ func TestEdgeFlowsWhy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	link := wanem.Config{Delay: 10 * time.Millisecond, RateBps: 50_000_000}
-	e := startEdgeLab(t, ctx, link, link, exp.EdgeOptions{
+	e := startEdgeLab(t, ctx, link, link, harness.EdgeOptions{
 		Allow: []string{fmt.Sprintf("198.18.2.2/32:%d,%d", sourcePort, slowPort)}})
 	serveIn(t, e.l.Server.NS, slowPort, handleSlowSource)
 

@@ -8,18 +8,14 @@ import (
 	"os"
 	"time"
 
-	"github.com/spf13/pflag"
 	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 )
 
-// runCisco is 'wanbench cisco': the published experiment with plain TCP
+// runRTTSweep is 'wanbench rtt-sweep' (also 'cisco'): the published experiment with plain TCP
 // and through a pair of wanopt edges, side by side on the edges lab.
-func runCisco(ctx context.Context, log *slog.Logger, args []string) error {
-	fs := pflag.NewFlagSet("cisco", pflag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, `Usage: wanbench cisco [flags]
-
-The published test (link capped at 250 Mbit/s, 2 MB queue, iperf 2
+func runRTTSweep(ctx context.Context, log *slog.Logger, args []string) error {
+	fs := flags("rtt-sweep", `The published test (link capped at 250 Mbit/s, 2 MB queue, iperf 2
 'iperf -c SERVER -n 100MB -P 4 -R', 5 runs, highest and lowest dropped)
 on the edges lab: plain TCP through edges that only forward, then through a
 pair of wanopt edges (the first run on a cold tunnel reported apart). Needs
@@ -35,11 +31,7 @@ get back to 80 % of the link's goodput limit (rate x 1448/1500).
 With --upload the client sends (iperf without -R), as a backup does, and
 every figure is the iperf server's: the client's own counts the bytes its
 socket took, which through the edges run megabytes ahead of the link.
-
-Flags:
 `)
-		fs.PrintDefaults()
-	}
 	pf := addPublishedFlags(fs, "cisco", []string{"modern", "legacy"})
 	cc := fs.String("cc", "cubic", "the end hosts' kernel congestion control")
 	wanopt := fs.String("wanopt", "", "the wanopt binary (default: next to wanbench, else on PATH)")
@@ -58,20 +50,8 @@ Flags:
 	plainRuns := fs.Int("plain-runs", 0, "plain-TCP runs per point (default --runs): on a lossy link one plain run can take minutes")
 	wanoptB := fs.String("wanopt-b", "", "compare the wanopt binary `B` with --wanopt (A) instead: at one --rtt and one --profile, one plain run (--plain-runs), then --pairs runs of each binary alternated A B B A …, each on a fresh pair of edges; the table gives each pair's figures and the mean difference with its 95 % interval (--runs is not used)")
 	pairs := fs.Int("pairs", 6, "with --wanopt-b: runs of each binary")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if *pf.replot != "" {
-		return replot[exp.CiscoResult](*pf.replot, *pf.out)
-	}
-	pub, profiles, err := pf.settings(log)
-	if err != nil {
+	pub, profiles, done, err := parsePublished[exp.RTTSweepResult](fs, pf, args, log)
+	if done {
 		return err
 	}
 	if *streams < 1 {
@@ -80,7 +60,7 @@ Flags:
 	pub.Streams = *streams
 	var queueDelay time.Duration
 	if *queueS != "" {
-		// Given as time, the queue is CiscoOptions.QueueDelay.
+		// Given as time, the queue is RTTSweepOptions.QueueDelay.
 		if pub.QueueBytes, queueDelay, err = parseQueue(*queueS); err != nil {
 			return fmt.Errorf("--queue: %w", err)
 		}
@@ -88,7 +68,7 @@ Flags:
 	if *plainRuns < 0 {
 		return fmt.Errorf("--plain-runs %d: want 1 or more (0: as --runs)", *plainRuns)
 	}
-	o := exp.CiscoOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns, WANRateHint: *wanRateHint, EdgeCPU: *edgeCPU, EdgeWeight: *edgeWeight, EdgeProcs: *edgeProcs, LinkOffload: *linkOffload, EdgesApart: *edgesApart, Upload: *upload}
+	o := exp.RTTSweepOptions{Published: pub, Profiles: profiles, CC: *cc, Seed: *seed, QueueDelay: queueDelay, PlainRuns: *plainRuns, WANRateHint: *wanRateHint, EdgeCPU: *edgeCPU, EdgeWeight: *edgeWeight, EdgeProcs: *edgeProcs, LinkOffload: *linkOffload, EdgesApart: *edgesApart, Upload: *upload}
 	if o.LinkImpairments, err = imp.impairments(); err != nil {
 		return err
 	}
@@ -99,21 +79,21 @@ Flags:
 	default:
 		return fmt.Errorf("--egress %q: want kernel or transparent", *egressMode)
 	}
-	if o.Wanopt, err = exp.FindWanopt(*wanopt); err != nil {
+	if o.Wanopt, err = findWanopt(*wanopt); err != nil {
 		return err
 	}
 	if *wanoptB != "" {
-		return runCiscoAB(ctx, exp.ABOptions{CiscoOptions: o, WanoptB: *wanoptB, Pairs: *pairs}, *pf.out)
+		return runBinaryAB(ctx, exp.ABOptions{RTTSweepOptions: o, WanoptB: *wanoptB, Pairs: *pairs}, *pf.out)
 	}
 	start := time.Now()
-	o.Progress = func(done, total int, p exp.Point, what string, r exp.IperfResult) {
+	o.Progress = func(done, total int, p exp.Point, what string, r harness.IperfResult) {
 		head := fmt.Sprintf("[%3d/%d %4.0fs] rtt=%gms profile=%s %-9s", done, total, time.Since(start).Seconds(), p.RTTms, p.Profile, what+":")
 		var outage string
 		switch {
 		case !o.HasOutage():
 		case r.OutageEndS == 0:
 			outage = "; ended before the outage"
-		case r.RecoveryS == exp.NotRecovered:
+		case r.RecoveryS == harness.NotRecovered:
 			outage = fmt.Sprintf("; outage %.1f-%.1f s, not back at 80%% of the link before the end", r.OutageStartS, r.OutageEndS)
 		case r.RecoveryS > 0:
 			outage = fmt.Sprintf("; outage %.1f-%.1f s, recovered in %.1f s", r.OutageStartS, r.OutageEndS, r.RecoveryS)
@@ -124,7 +104,7 @@ Flags:
 		}
 		fmt.Fprintf(os.Stderr, "%s %6.1f Mbit/s in %.2f s%s\n", head, r.Mbps, r.Seconds, outage)
 	}
-	res, err := exp.Cisco(ctx, o)
+	res, err := exp.RTTSweep(ctx, o)
 	if err != nil {
 		if len(res.Rows) == 0 {
 			return err
@@ -189,14 +169,17 @@ func fmtRefs(m map[string]float64) string {
 	return s
 }
 
-// runCiscoAB is 'wanbench cisco --wanopt-b': binaries A and B alternated
-// at one point (exp.CiscoAB).
-func runCiscoAB(ctx context.Context, o exp.ABOptions, out string) error {
+// runBinaryAB is 'wanbench cisco --wanopt-b': binaries A and B alternated
+// at one point (exp.BinaryAB).
+func runBinaryAB(ctx context.Context, o exp.ABOptions, out string) error {
 	start := time.Now()
-	o.Progress = func(_, _ int, p exp.Point, what string, r exp.IperfResult) {
+	o.Progress = func(_, _ int, p exp.Point, what string, r harness.IperfResult) {
 		fmt.Fprintf(os.Stderr, "[%4.0fs] rtt=%gms profile=%s %-9s %6.1f Mbit/s in %.2f s\n", time.Since(start).Seconds(), p.RTTms, p.Profile, what+":", r.Mbps, r.Seconds)
 	}
-	res, err := exp.CiscoAB(ctx, o)
+	res, err := exp.BinaryAB(ctx, o)
+	if errors.Is(err, exp.ErrABOnePoint) {
+		err = fmt.Errorf("%w: one --rtt and one --profile", err)
+	}
 	if err != nil {
 		if len(res.Legs) > 0 {
 			fmt.Print(res.Markdown())

@@ -2,25 +2,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/spf13/pflag"
 	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 )
 
-// runF5 is 'wanbench f5': the F5 TCP-profile lab's file mix fetched over
+// runFileMix is 'wanbench file-mix' (also 'f5'): the file-mix lab's files fetched over
 // HTTP, plain TCP and wanopt side by side on the edges lab.
-func runF5(ctx context.Context, log *slog.Logger, args []string) error {
-	fs := pflag.NewFlagSet("f5", pflag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, `Usage: wanbench f5 [flags]
-
-The F5 TCP-profile lab on the edges lab: nginx on the server serves a fixed
+func runFileMix(ctx context.Context, log *slog.Logger, args []string) error {
+	fs := flags("file-mix", `The file-mix lab (after F5's TCP-profile test) on the edges lab: nginx on the server serves a fixed
 mix of 24 files from 16 KiB to 3 MiB (27 MiB in all), and curl on the client
 fetches all of it over one keep-alive connection, and over 4 connections in
 parallel, each fetching a quarter. Plain TCP goes through edges that only
@@ -32,11 +27,7 @@ Reported: the median seconds, the ideal time (the bytes at the link rate
 plus one round trip per request of the longest chain) and the zero windows.
 Needs root, nginx, curl, tcpdump and a wanopt binary (--wanopt, next to
 wanbench, or on PATH).
-
-Flags:
 `)
-		fs.PrintDefaults()
-	}
 	rtts := fs.DurationSlice("rtt", []time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}, "RTTs to test")
 	runs := fs.Int("runs", 3, "fetches per point and path (the median is reported)")
 	rate := fs.String("rate", "250mbit", "link rate")
@@ -48,22 +39,16 @@ Flags:
 	keep := fs.Bool("keep-captures", false, "keep every run's capture (far edge's LAN side) in OUT/captures, for 'wanopt analyze'")
 	out := fs.String("out", "out/f5", "folder for f5.json, .md and .png")
 	replotFrom := fs.String("replot", "", "redraw the table and chart from an f5.json into --out, without measuring")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return nil
-		}
+	if help, err := parse(fs, args); help || err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
 	if *replotFrom != "" {
-		return replot[exp.F5Result](*replotFrom, *out)
+		return replot[exp.FileMixResult](*replotFrom, *out)
 	}
 	if *runs < 1 {
 		return fmt.Errorf("--runs %d: want at least 1", *runs)
 	}
-	o := exp.F5Options{RTTs: *rtts, Runs: *runs, Conns: *conns, CC: *cc, EdgeArgs: *edgeArgs, Logger: log}
+	o := exp.FileMixOptions{RTTs: *rtts, Runs: *runs, Conns: *conns, CC: *cc, EdgeArgs: *edgeArgs, Logger: log}
 	var err error
 	if o.RateBps, err = parseRate(*rate); err != nil {
 		return err
@@ -72,7 +57,7 @@ Flags:
 		return fmt.Errorf("--rate %q: the experiment needs a capped link", *rate)
 	}
 	for _, name := range *profiles {
-		p, err := exp.ProfileByName(name)
+		p, err := harness.ProfileByName(name)
 		if err != nil {
 			return err
 		}
@@ -84,11 +69,11 @@ Flags:
 	if o.LinkCommand, err = selfLinkCommand(); err != nil {
 		return err
 	}
-	if o.Wanopt, err = exp.FindWanopt(*wanopt); err != nil {
+	if o.Wanopt, err = findWanopt(*wanopt); err != nil {
 		return err
 	}
 	start := time.Now()
-	o.Progress = func(done, total int, row exp.F5Row, what string, r exp.F5Run) {
+	o.Progress = func(done, total int, row exp.FileMixRow, what string, r exp.FileMixRun) {
 		var lost string
 		if r.CaptureDropped > 0 {
 			lost = fmt.Sprintf(" (the capture lost %d packets)", r.CaptureDropped)
@@ -96,7 +81,7 @@ Flags:
 		fmt.Fprintf(os.Stderr, "[%3d/%d %4.0fs] rtt=%gms profile=%s conns=%d %-7s %6.2f s (ideal %.2f s), %d zero windows toward the server of %d segments%s\n",
 			done, total, time.Since(start).Seconds(), row.RTTms, row.Profile, row.Conns, what+":", r.Seconds, row.IdealS, r.ZeroWindows, r.ToServer, lost)
 	}
-	res, err := exp.F5(ctx, o)
+	res, err := exp.FileMix(ctx, o)
 	if err != nil {
 		if len(res.Rows) == 0 {
 			return err

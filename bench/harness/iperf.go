@@ -1,4 +1,4 @@
-package exp
+package harness
 
 import (
 	"bufio"
@@ -19,9 +19,9 @@ import (
 	"github.com/wanopt/wanopt/bench/lab"
 )
 
-// iperfServer is an iperf 2 server running in a lab host. iperf 2.1.8's
+// IperfServer is an iperf 2 server running in a lab host. iperf 2.1.8's
 // server sometimes aborts after a peer reset; ensure restarts it.
-type iperfServer struct {
+type IperfServer struct {
 	lab  *lab.Lab
 	host *lab.Host
 
@@ -59,16 +59,16 @@ func (t *lockedText) since(mark int) string {
 	return t.b.String()[mark:]
 }
 
-func startIperfServer(ctx context.Context, l *lab.Lab, h *lab.Host) (*iperfServer, error) {
+func StartIperfServer(ctx context.Context, l *lab.Lab, h *lab.Host) (*IperfServer, error) {
 	if _, err := exec.LookPath("iperf"); err != nil {
 		return nil, errors.New("iperf (version 2) not found: apt-get install iperf")
 	}
-	s := &iperfServer{lab: l, host: h}
+	s := &IperfServer{lab: l, host: h}
 	return s, s.ensure(ctx)
 }
 
 // ensure (re)starts the server if it is not running.
-func (s *iperfServer) ensure(ctx context.Context) error {
+func (s *IperfServer) ensure(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
@@ -104,7 +104,7 @@ func (s *iperfServer) ensure(ctx context.Context) error {
 }
 
 // kill ends the server (ensure starts a new one) and waits for it.
-func (s *iperfServer) kill() {
+func (s *IperfServer) kill() {
 	s.mu.Lock()
 	cmd, exited := s.cmd, s.exited
 	s.mu.Unlock()
@@ -115,8 +115,8 @@ func (s *iperfServer) kill() {
 	<-exited
 }
 
-// errUploadOutage refuses an upload with an outage.
-var errUploadOutage = errors.New("an upload with an outage: the recovery is timed from the iperf client's interval reports, which for an upload count bytes its socket took, not bytes delivered; measure outages with downloads")
+// ErrUploadOutage refuses an upload with an outage.
+var ErrUploadOutage = errors.New("an upload with an outage: the recovery is timed from the iperf client's interval reports, which for an upload count bytes its socket took, not bytes delivered; measure outages with downloads")
 
 // serverReportWait bounds the wait for the server's report once the
 // client has exited (a round trip and the edges' buffers later).
@@ -124,7 +124,7 @@ const serverReportWait = 10 * time.Second
 
 // report waits up to wait for the server's report of the transfer after
 // mark in its output, and returns that output.
-func (s *iperfServer) report(ctx context.Context, mark, streams int, wait time.Duration) (string, error) {
+func (s *IperfServer) report(ctx context.Context, mark, streams int, wait time.Duration) (string, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		out := s.stdout.since(mark)
@@ -143,7 +143,7 @@ func (s *iperfServer) report(ctx context.Context, mark, streams int, wait time.D
 }
 
 // died reports whether the server exited (it should run until stopped).
-func (s *iperfServer) died() bool {
+func (s *IperfServer) died() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
@@ -163,7 +163,7 @@ type IperfResult struct {
 	Seconds float64 `json:"seconds"` // iperf's [SUM] interval
 	Mbps    float64 `json:"mbps"`    // Bytes*8/Seconds/1e6
 	// Retried counts the attempts that failed before this one, and
-	// RetryReason is the last failure (see runIperf).
+	// RetryReason is the last failure (see RunIperf).
 	Retried     int    `json:"retried,omitempty"`
 	RetryReason string `json:"retry_reason,omitempty"`
 	// Failed is set when a run with an outage did not complete: a result,
@@ -185,8 +185,8 @@ type IperfResult struct {
 	Intervals []RateInterval `json:"intervals,omitempty"`
 }
 
-// iperfRun describes one measured transfer for runIperf.
-type iperfRun struct {
+// IperfRun describes one measured transfer for RunIperf.
+type IperfRun struct {
 	BytesPerStream int64
 	Streams        int
 	Timeout        time.Duration
@@ -202,16 +202,16 @@ type iperfRun struct {
 	Upload bool
 }
 
-// runTimeout bounds one iperf run: a minute plus the bytes at a twelfth of
+// RunTimeout bounds one iperf run: a minute plus the bytes at a twelfth of
 // the link (plain TCP with 512 KB windows at 250 ms gets a sixth).
-func runTimeout(bytes int64, rateBps float64) time.Duration {
-	return lossyRunTimeout(bytes, rateBps, 1, 0, 0)
+func RunTimeout(bytes int64, rateBps float64) time.Duration {
+	return LossyRunTimeout(bytes, rateBps, 1, 0, 0)
 }
 
-// lossyRunTimeout is runTimeout on a link that loses lossPct of packets:
+// LossyRunTimeout is RunTimeout on a link that loses lossPct of packets:
 // plain TCP then gets at most about MSS/RTT·√(3/2)/√p per stream (Mathis
 // et al.); the floor is lowered to half of that for all streams.
-func lossyRunTimeout(bytes int64, rateBps float64, streams int, rtt time.Duration, lossPct float64) time.Duration {
+func LossyRunTimeout(bytes int64, rateBps float64, streams int, rtt time.Duration, lossPct float64) time.Duration {
 	floorBps := max(2e6, rateBps/12)
 	if lossPct > 0 {
 		p := min(lossPct, 100) / 100
@@ -432,14 +432,14 @@ func runOutage(ctx context.Context, l *lab.Lab, start time.Time, at, dur time.Du
 	return ot
 }
 
-// runIperf runs 'iperf -c server -n N -P streams -R' from client (without
+// RunIperf runs 'iperf -c server -n N -P streams -R' from client (without
 // -R for an upload). Without an outage, it retries up to twice with a
 // restarted server (iperf 2.1.8 bugs); with one, a failed run is a result
 // with Failed set. The error is for what stops the experiment.
-func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServer, run iperfRun) (IperfResult, error) {
+func RunIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *IperfServer, run IperfRun) (IperfResult, error) {
 	outage := run.OutageFor > 0
 	if outage && run.Upload {
-		return IperfResult{}, errUploadOutage
+		return IperfResult{}, ErrUploadOutage
 	}
 	interval := max(run.Interval, 100*time.Millisecond)
 	var lastErr error
@@ -519,7 +519,7 @@ func runIperf(ctx context.Context, l *lab.Lab, client *lab.Host, srv *iperfServe
 
 // outageResult makes the result of a run with an outage, failed or not,
 // and restarts a server that may be wedged after a failure.
-func outageResult(srv *iperfServer, run iperfRun, interval time.Duration, out string, lines []timedLine, err error, ot outageTimes) IperfResult {
+func outageResult(srv *IperfServer, run IperfRun, interval time.Duration, out string, lines []timedLine, err error, ot outageTimes) IperfResult {
 	var r IperfResult
 	switch {
 	case srv.died():
@@ -538,7 +538,7 @@ func outageResult(srv *iperfServer, run iperfRun, interval time.Duration, out st
 	r.Intervals = iperfIntervals(lines, interval)
 	if ot.started {
 		r.OutageStartS, r.OutageEndS = ot.startS, ot.endS
-		r.RecoveryS = recoveryTime(r.Intervals, ot.endS, RecoveryBar*GoodputLimitMbps(run.LinkBps))
+		r.RecoveryS = RecoveryTime(r.Intervals, ot.endS, RecoveryBar*GoodputLimitMbps(run.LinkBps))
 	}
 	return r
 }

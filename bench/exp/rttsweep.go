@@ -5,30 +5,26 @@ import (
 	"fmt"
 	"image/color"
 	"slices"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/wanopt/wanopt/bench/cgroup"
 	"github.com/wanopt/wanopt/bench/cpuplace"
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/bench/report"
 	"github.com/wanopt/wanopt/bench/wanem"
 )
 
 // Published figures of the router's TCP optimisation in the reproduced
 // test (125-131 Mbit/s drawn at the middle).
-var publishedOptimised = plotter.XYs{{X: 0, Y: 121}, {X: 50, Y: 128}, {X: 100, Y: 128}, {X: 150, Y: 128}, {X: 200, Y: 128}, {X: 250, Y: 128}}
+var publishedOptimised = []report.XY{{X: 0, Y: 121}, {X: 50, Y: 128}, {X: 100, Y: 128}, {X: 150, Y: 128}, {X: 200, Y: 128}, {X: 250, Y: 128}}
 
-// CiscoOptions configure Cisco; zero values are the published test's.
-type CiscoOptions struct {
-	Published           // Runs counts per point and path
-	Profiles  []Profile // default Modern and Legacy
-	CC        string    // the end hosts' congestion control; default cubic
+// RTTSweepOptions configure RTTSweep; zero values are the published test's.
+type RTTSweepOptions struct {
+	Published                   // Runs counts per point and path
+	Profiles  []harness.Profile // default Modern and Legacy
+	CC        string            // the end hosts' congestion control; default cubic
 	// WarmBytes is iperf -n of the warming transfer; default 2 MiB.
 	WarmBytes int64
 	Wanopt    string // the wanopt binary (see FindWanopt)
@@ -68,12 +64,12 @@ type CiscoOptions struct {
 	// Progress, if set, is called after every run; what is "plain",
 	// "wanopt", "cold" or "plain-ref" (the 0 ms reference when 0 ms is
 	// not among RTTs).
-	Progress func(done, total int, p Point, what string, run IperfResult)
+	Progress func(done, total int, p Point, what string, run harness.IperfResult)
 }
 
-// CiscoRow is one RTT and profile: plain TCP through edges that only
+// RTTSweepRow is one RTT and profile: plain TCP through edges that only
 // forward, and through a pair of wanopt edges.
-type CiscoRow struct {
+type RTTSweepRow struct {
 	RTTms   float64 `json:"rtt_ms"`
 	Profile string  `json:"profile"`
 	// PlainMbps and WanoptMbps are the published reduction of the runs.
@@ -83,10 +79,10 @@ type CiscoRow struct {
 	// (the bar: at least 0.95).
 	Ratio float64 `json:"ratio_to_plain_0ms"`
 	// ColdMbps is the first run on a fresh pair of edges, before warming.
-	ColdMbps   float64       `json:"cold_mbps"`
-	PlainRuns  []IperfResult `json:"plain_runs"`
-	WanoptRuns []IperfResult `json:"wanopt_runs"`
-	Cold       IperfResult   `json:"cold"`
+	ColdMbps   float64               `json:"cold_mbps"`
+	PlainRuns  []harness.IperfResult `json:"plain_runs"`
+	WanoptRuns []harness.IperfResult `json:"wanopt_runs"`
+	Cold       harness.IperfResult   `json:"cold"`
 	// NearCPUPct and FarCPUPct are each edge's CPU use during the
 	// measured runs: 100 × (user + system) / wall seconds.
 	NearCPUPct float64 `json:"near_cpu_pct"`
@@ -113,15 +109,15 @@ type CiscoRow struct {
 	ColdRecoveryS   float64 `json:"cold_recovery_s,omitempty"`
 }
 
-// CiscoResult is the whole experiment.
-type CiscoResult struct {
+// RTTSweepResult is the whole experiment.
+type RTTSweepResult struct {
 	RateMbps       float64 `json:"rate_mbps"`
 	QueueBytes     int     `json:"queue_bytes"`
 	BytesPerStream int64   `json:"bytes_per_stream"`
 	Streams        int     `json:"streams"`
 	Runs           int     `json:"runs"`
 	CC             string  `json:"cc"`
-	// Upload: the client sent and the server measured (CiscoOptions.Upload).
+	// Upload: the client sent and the server measured (RTTSweepOptions.Upload).
 	Upload bool `json:"upload,omitempty"`
 	// Egress is the far edge's egress mode: kernel or transparent.
 	Egress string `json:"egress,omitempty"`
@@ -149,10 +145,10 @@ type CiscoResult struct {
 	// Plain0ms is plain TCP's 0 ms figure per profile, every ratio's
 	// reference.
 	Plain0ms map[string]float64 `json:"plain_0ms_mbps"`
-	Rows     []CiscoRow         `json:"rows"`
+	Rows     []RTTSweepRow      `json:"rows"`
 }
 
-func (o *CiscoOptions) defaults() {
+func (o *RTTSweepOptions) defaults() {
 	o.Published.defaults()
 	if o.EdgeProcs == 0 && o.EdgeCPU > 0 && o.EdgeCPU <= 1 {
 		// The edge would choose one thread itself (internal/cpulimit),
@@ -160,7 +156,7 @@ func (o *CiscoOptions) defaults() {
 		o.EdgeProcs = 1
 	}
 	if len(o.Profiles) == 0 {
-		o.Profiles = []Profile{Modern, Legacy}
+		o.Profiles = []harness.Profile{harness.Modern, harness.Legacy}
 	}
 	if o.CC == "" {
 		o.CC = "cubic"
@@ -171,7 +167,7 @@ func (o *CiscoOptions) defaults() {
 }
 
 // linkConfig returns the two directions of the link at rtt.
-func (o CiscoOptions) linkConfig(rtt time.Duration) (ab, ba wanem.Config) {
+func (o RTTSweepOptions) linkConfig(rtt time.Duration) (ab, ba wanem.Config) {
 	ab = wanem.Config{Delay: rtt / 2, RateBps: o.RateBps, QueueBytes: o.QueueBytes, Seed: o.Seed}
 	if o.QueueDelay > 0 {
 		ab.QueueBytes, ab.QueueDelay = 0, o.QueueDelay
@@ -182,13 +178,13 @@ func (o CiscoOptions) linkConfig(rtt time.Duration) (ab, ba wanem.Config) {
 	return ab, ba
 }
 
-// Cisco runs the published experiment on the edges lab: per RTT and
+// RTTSweep runs the published experiment on the edges lab: per RTT and
 // profile, Runs 'iperf -c SERVER -n N -P 4 -R' through edges that only
 // forward, then a cold run, a warming transfer and Runs transfers through a
 // fresh pair of wanopt edges. A run that fails in an outage is not retried.
-func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
+func RTTSweep(ctx context.Context, o RTTSweepOptions) (RTTSweepResult, error) {
 	o.defaults()
-	res := CiscoResult{RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, BytesPerStream: o.BytesPerStream,
+	res := RTTSweepResult{RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, BytesPerStream: o.BytesPerStream,
 		Streams: o.Streams, Runs: o.Runs, CC: o.CC, Egress: "kernel", Plain0ms: map[string]float64{}}
 	if o.Transparent {
 		res.Egress = "transparent"
@@ -196,16 +192,16 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	res.WANRateHint = o.WANRateHint
 	res.Upload = o.Upload
 	if o.Upload && o.HasOutage() {
-		return res, errUploadOutage
+		return res, harness.ErrUploadOutage
 	}
 	res.EdgeCPU = o.EdgeCPU
 	res.EdgeWeight = o.EdgeWeight
 	res.EdgeProcs = o.EdgeProcs
 	res.LinkOffload = o.LinkOffload
 	if o.Wanopt == "" {
-		return res, fmt.Errorf("no wanopt binary given (CiscoOptions.Wanopt)")
+		return res, fmt.Errorf("no wanopt binary given (RTTSweepOptions.Wanopt)")
 	}
-	if err := checkEdgeCPU(o.EdgeCPU, o.EdgeWeight); err != nil {
+	if err := harness.CheckEdgeCPU(o.EdgeCPU, o.EdgeWeight); err != nil {
 		return res, err
 	}
 	// The link helper runs at real-time priority, but never confined to
@@ -234,7 +230,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	}
 	res.Impairments, res.Seed = o.LinkImpairments, o.Seed
 	if o.HasOutage() {
-		res.RecoveryBarMbps = RecoveryBar * GoodputLimitMbps(float64(o.RateBps))
+		res.RecoveryBarMbps = harness.RecoveryBar * harness.GoodputLimitMbps(float64(o.RateBps))
 	}
 	for _, rtt := range append([]time.Duration{0}, o.RTTs...) {
 		// Check every link before building the lab.
@@ -248,7 +244,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 	if o.QueueDelay > 0 {
 		res.QueueDelayMs = ms(o.QueueDelay)
 	}
-	l, srv, closeLab, err := iperfEdgesLab(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: realtime, Logger: o.Logger, LinkOffload: o.LinkOffload})
+	l, srv, closeLab, err := harness.IperfEdgesLab(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: realtime, Logger: o.Logger, LinkOffload: o.LinkOffload})
 	if err != nil {
 		return res, err
 	}
@@ -266,22 +262,22 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 		total += len(o.Profiles) * plainRuns
 	}
 	done := 0
-	measure := func(pt Point, what string, n int) ([]IperfResult, error) {
+	measure := func(pt Point, what string, n int) ([]harness.IperfResult, error) {
 		rtt := time.Duration(pt.RTTms * float64(time.Millisecond))
 		imp := o.LinkImpairments
 		if what == "plain-ref" {
 			imp = LinkImpairments{} // the reference runs on the clean link
 		}
 		// Plain TCP crawls on a lossy link, and waits out the outage.
-		timeout := lossyRunTimeout(o.BytesPerStream*int64(o.Streams), float64(o.RateBps), o.Streams, rtt, imp.LossPct+imp.BurstLossPct) + imp.OutageFor
-		var runs []IperfResult
+		timeout := harness.LossyRunTimeout(o.BytesPerStream*int64(o.Streams), float64(o.RateBps), o.Streams, rtt, imp.LossPct+imp.BurstLossPct) + imp.OutageFor
+		var runs []harness.IperfResult
 		for i := 0; i < n; i++ {
-			if err := applyTCP(ctx, l, o.CC, profileOf(o.Profiles, pt.Profile)); err != nil {
+			if err := harness.ApplyTCP(ctx, l, o.CC, profileOf(o.Profiles, pt.Profile)); err != nil {
 				return nil, err
 			}
-			run := iperfRun{BytesPerStream: o.BytesPerStream, Streams: o.Streams, Timeout: timeout,
-				OutageAt: imp.OutageAt, OutageFor: imp.OutageFor, LinkBps: float64(o.RateBps), Interval: ReportInterval(rtt), Upload: o.Upload}
-			r, err := runIperf(ctx, l, l.Client, srv, run)
+			run := harness.IperfRun{BytesPerStream: o.BytesPerStream, Streams: o.Streams, Timeout: timeout,
+				OutageAt: imp.OutageAt, OutageFor: imp.OutageFor, LinkBps: float64(o.RateBps), Interval: harness.ReportInterval(rtt), Upload: o.Upload}
+			r, err := harness.RunIperf(ctx, l, l.Client, srv, run)
 			if err != nil {
 				return nil, fmt.Errorf("rtt %gms profile %s, %s run %d: %w", pt.RTTms, pt.Profile, what, i+1, err)
 			}
@@ -319,10 +315,10 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 		if err := startLink(rtt); err != nil {
 			return res, err
 		}
-		rows := make([]CiscoRow, len(o.Profiles))
+		rows := make([]RTTSweepRow, len(o.Profiles))
 		for i, prof := range o.Profiles {
 			pt := Point{RTTms: ms(rtt), CC: o.CC, Profile: prof.Name}
-			rows[i] = CiscoRow{RTTms: pt.RTTms, Profile: prof.Name}
+			rows[i] = RTTSweepRow{RTTms: pt.RTTms, Profile: prof.Name}
 			if rows[i].PlainRuns, err = measure(pt, "plain", plainRuns); err != nil {
 				return res, err
 			}
@@ -334,7 +330,7 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 		}
 		for i, prof := range o.Profiles {
 			pt := Point{RTTms: ms(rtt), CC: o.CC, Profile: prof.Name}
-			if err := ciscoWanopt(ctx, l, srv, o, &rows[i], func(what string, n int) ([]IperfResult, error) { return measure(pt, what, n) }); err != nil {
+			if err := sweepWanopt(ctx, l, srv, o, &rows[i], func(what string, n int) ([]harness.IperfResult, error) { return measure(pt, what, n) }); err != nil {
 				return res, fmt.Errorf("rtt %v profile %s through wanopt: %w", rtt, prof.Name, err)
 			}
 		}
@@ -348,8 +344,8 @@ func Cisco(ctx context.Context, o CiscoOptions) (CiscoResult, error) {
 
 // measuredMean is the published reduction (trimmedMean) of the runs that
 // did not fail; 0 if all failed.
-func measuredMean(runs []IperfResult) float64 {
-	ok := slices.DeleteFunc(slices.Clone(runs), func(r IperfResult) bool { return r.Failed })
+func measuredMean(runs []harness.IperfResult) float64 {
+	ok := slices.DeleteFunc(slices.Clone(runs), func(r harness.IperfResult) bool { return r.Failed })
 	if len(ok) == 0 {
 		return 0
 	}
@@ -359,7 +355,7 @@ func measuredMean(runs []IperfResult) float64 {
 
 // outageSummary counts the failed runs and returns the mean recovery time:
 // NotRecovered if none the outage hit recovered, 0 if it hit none.
-func outageSummary(runs []IperfResult) (failed int, recoveryS float64) {
+func outageSummary(runs []harness.IperfResult) (failed int, recoveryS float64) {
 	var hit, recovered int
 	for _, r := range runs {
 		switch {
@@ -369,7 +365,7 @@ func outageSummary(runs []IperfResult) (failed int, recoveryS float64) {
 			recovered++
 			recoveryS += r.RecoveryS
 			hit++
-		case r.RecoveryS == NotRecovered:
+		case r.RecoveryS == harness.NotRecovered:
 			hit++
 		}
 	}
@@ -377,14 +373,14 @@ func outageSummary(runs []IperfResult) (failed int, recoveryS float64) {
 	case recovered > 0:
 		return failed, recoveryS / float64(recovered)
 	case hit > 0:
-		return failed, NotRecovered
+		return failed, harness.NotRecovered
 	}
 	return failed, 0
 }
 
 // FillRatios sets each row's ratio once the rows are measured: 0 ms need
 // not come first in RTTs. Rows whose profile has no 0 ms figure keep 0.
-func (r *CiscoResult) FillRatios() {
+func (r *RTTSweepResult) FillRatios() {
 	for i := range r.Rows {
 		if ref := r.Plain0ms[r.Rows[i].Profile]; ref > 0 {
 			r.Rows[i].Ratio = r.Rows[i].WanoptMbps / ref
@@ -392,10 +388,10 @@ func (r *CiscoResult) FillRatios() {
 	}
 }
 
-// ciscoWanopt measures one row through a fresh pair of wanopt edges: the
+// sweepWanopt measures one row through a fresh pair of wanopt edges: the
 // cold run, a warming transfer, then the runs.
-func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptions, row *CiscoRow, measure func(what string, n int) ([]IperfResult, error)) error {
-	edges, err := StartEdges(ctx, l, o.edgeOptions(l))
+func sweepWanopt(ctx context.Context, l *lab.Lab, srv *harness.IperfServer, o RTTSweepOptions, row *RTTSweepRow, measure func(what string, n int) ([]harness.IperfResult, error)) error {
+	edges, err := harness.StartEdges(ctx, l, o.edgeOptions(l))
 	if err != nil {
 		return err
 	}
@@ -409,7 +405,7 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 	if cold[0].Failed {
 		waitAfterFailure(o, edges)
 	}
-	if _, err := runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.WarmBytes, Streams: o.Streams, Timeout: 60 * time.Second, Upload: o.Upload}); err != nil {
+	if _, err := harness.RunIperf(ctx, l, l.Client, srv, harness.IperfRun{BytesPerStream: o.WarmBytes, Streams: o.Streams, Timeout: 60 * time.Second, Upload: o.Upload}); err != nil {
 		return fmt.Errorf("warming transfer: %w", err)
 	}
 	if err := edges.WaitNoFlows(10 * time.Second); err != nil {
@@ -467,8 +463,8 @@ func ciscoWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o CiscoOptio
 }
 
 // edgeOptions are the wanopt edges of o's experiment on lab l.
-func (o CiscoOptions) edgeOptions(l *lab.Lab) EdgeOptions {
-	eo := EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent, EdgeCPU: o.EdgeCPU, EdgeWeight: o.EdgeWeight, CPUs: o.edgeCPUs}
+func (o RTTSweepOptions) edgeOptions(l *lab.Lab) harness.EdgeOptions {
+	eo := harness.EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, Transparent: o.Transparent, EdgeCPU: o.EdgeCPU, EdgeWeight: o.EdgeWeight, CPUs: o.edgeCPUs}
 	if o.WANRateHint {
 		eo.Args = append(eo.Args, "--wan-rate", fmt.Sprintf("%dbit", o.RateBps))
 	}
@@ -481,7 +477,7 @@ func (o CiscoOptions) edgeOptions(l *lab.Lab) EdgeOptions {
 // cpuSecondsPerGB is an edge's CPU seconds per GB (1e9 bytes) of iperf
 // payload over runs transfers. A failed run counts as a whole transfer, so
 // with outages the figure is a lower bound. 0 if nothing was moved.
-func cpuSecondsPerGB(cpu CPUTime, bytesPerStream int64, streams, runs int) float64 {
+func cpuSecondsPerGB(cpu harness.CPUTime, bytesPerStream int64, streams, runs int) float64 {
 	gb := payloadMB(bytesPerStream, streams, runs) / 1e3
 	if gb <= 0 {
 		return 0
@@ -503,22 +499,9 @@ func perMB(n uint64, mb float64) float64 {
 	return float64(n) / mb
 }
 
-// checkEdgeCPU fails early, before minutes of plain-TCP runs, if the edges
-// cannot be capped at cores CPUs or given weight, by creating such a group.
-func checkEdgeCPU(cores float64, weight int) error {
-	if cores == 0 && weight == 0 {
-		return nil
-	}
-	c, err := cgroup.New(cgroup.Root, "check", cgroup.Limits{Cores: cores, Weight: weight})
-	if err != nil {
-		return fmt.Errorf("a cgroup for the wanopt edges (%g cores, weight %d): %w", cores, weight, err)
-	}
-	return c.Close()
-}
-
 // waitAfterFailure gives the edges time to drop the flows of a run that
 // failed during an outage. Flows still listed are logged, not fatal.
-func waitAfterFailure(o CiscoOptions, edges *Edges) {
+func waitAfterFailure(o RTTSweepOptions, edges *harness.Edges) {
 	if err := edges.WaitNoFlows(30 * time.Second); err != nil {
 		o.Logger.Warn("after a failed run", "err", err)
 	}
@@ -532,49 +515,47 @@ func maxRef(m map[string]float64) float64 {
 	return v
 }
 
-func profileOf(ps []Profile, name string) Profile {
+func profileOf(ps []harness.Profile, name string) harness.Profile {
 	for _, p := range ps {
 		if p.Name == name {
 			return p
 		}
 	}
-	return Modern
+	return harness.Modern
 }
 
 // Markdown renders the experiment as a markdown table. With an outage it
 // adds each path's recovery time (see recoveryCell) and the failed runs.
-func (r CiscoResult) Markdown() string {
-	var b strings.Builder
+func (r RTTSweepResult) Markdown() string {
 	outage := r.Impairments.HasOutage()
-	b.WriteString("| RTT ms | profile | plain TCP Mbit/s | wanopt Mbit/s | wanopt / plain 0 ms | cold tunnel Mbit/s | near edge CPU % | far edge CPU % | near CPU-s/GB | far CPU-s/GB | near / far wake-ups per MB (preemptions) | ProbeRTTs | plain runs min–max (n) | wanopt runs min–max (n) |")
+	cols := []report.Column{report.Num("RTT ms"), report.Text("profile"), report.Num("plain TCP Mbit/s"), report.Num("wanopt Mbit/s"), report.Num("wanopt / plain 0 ms"),
+		report.Num("cold tunnel Mbit/s"), report.Num("near edge CPU %"), report.Num("far edge CPU %"), report.Num("near CPU-s/GB"), report.Num("far CPU-s/GB"),
+		report.Num("near / far wake-ups per MB (preemptions)"), report.Num("ProbeRTTs"), report.Num("plain runs min–max (n)"), report.Num("wanopt runs min–max (n)")}
 	if outage {
-		b.WriteString(" plain TCP recovery s | wanopt recovery s | cold recovery s | failed runs plain/wanopt/cold |")
+		cols = append(cols, report.Num("plain TCP recovery s"), report.Num("wanopt recovery s"), report.Num("cold recovery s"), report.Num("failed runs plain/wanopt/cold"))
 	}
-	b.WriteString("\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	if outage {
-		b.WriteString("---:|---:|---:|---:|")
-	}
-	b.WriteString("\n")
+	t := report.NewTable(cols...)
 	for _, row := range r.Rows {
-		fmt.Fprintf(&b, "| %.0f | %s | %.1f | %.1f | %.2f | %.1f | %.0f | %.0f | %s | %s | %s | %d | %s | %s |", row.RTTms, row.Profile, row.PlainMbps, row.WanoptMbps, row.Ratio, row.ColdMbps,
-			row.NearCPUPct, row.FarCPUPct, perGBCell(row.NearCPUsPerGB), perGBCell(row.FarCPUsPerGB), switchesCell(row), row.FarProbeRTTs,
-			spreadCell(row.PlainRuns), spreadCell(row.WanoptRuns))
+		cells := []string{fmt.Sprintf("%.0f", row.RTTms), row.Profile, fmt.Sprintf("%.1f", row.PlainMbps), fmt.Sprintf("%.1f", row.WanoptMbps),
+			fmt.Sprintf("%.2f", row.Ratio), fmt.Sprintf("%.1f", row.ColdMbps), fmt.Sprintf("%.0f", row.NearCPUPct), fmt.Sprintf("%.0f", row.FarCPUPct),
+			perGBCell(row.NearCPUsPerGB), perGBCell(row.FarCPUsPerGB), switchesCell(row), fmt.Sprint(row.FarProbeRTTs),
+			spreadCell(row.PlainRuns), spreadCell(row.WanoptRuns)}
 		if outage {
 			coldFailed := 0
 			if row.Cold.Failed {
 				coldFailed = 1
 			}
-			fmt.Fprintf(&b, " %s | %s | %s | %d/%d/%d |", recoveryCell(row.PlainRuns), recoveryCell(row.WanoptRuns), recoveryCell([]IperfResult{row.Cold}),
-				row.PlainFailed, row.WanoptFailed, coldFailed)
+			cells = append(cells, recoveryCell(row.PlainRuns), recoveryCell(row.WanoptRuns), recoveryCell([]harness.IperfResult{row.Cold}),
+				fmt.Sprintf("%d/%d/%d", row.PlainFailed, row.WanoptFailed, coldFailed))
 		}
-		b.WriteString("\n")
+		t.Add(cells...)
 	}
-	return b.String()
+	return t.Markdown()
 }
 
 // spreadCell shows the lowest and highest of the runs that did not fail,
 // and how many there were ("–": none).
-func spreadCell(runs []IperfResult) string {
+func spreadCell(runs []harness.IperfResult) string {
 	lo, hi, n := 0.0, 0.0, 0
 	for _, r := range runs {
 		if r.Failed {
@@ -602,7 +583,7 @@ func perGBCell(v float64) string {
 
 // switchesCell shows each edge's wake-ups per MB with its preemptions in
 // parentheses; "–" where none were recorded.
-func switchesCell(row CiscoRow) string {
+func switchesCell(row RTTSweepRow) string {
 	if row.NearWakeupsPerMB == 0 && row.FarWakeupsPerMB == 0 {
 		return "–"
 	}
@@ -611,18 +592,18 @@ func switchesCell(row CiscoRow) string {
 
 // recoveryCell shows the mean recovery time of runs with an outage, with
 // how many never recovered; "never" if none did, "–" if none was hit.
-func recoveryCell(runs []IperfResult) string {
+func recoveryCell(runs []harness.IperfResult) string {
 	_, mean := outageSummary(runs)
 	never := 0
 	for _, r := range runs {
-		if !r.Failed && r.RecoveryS == NotRecovered {
+		if !r.Failed && r.RecoveryS == harness.NotRecovered {
 			never++
 		}
 	}
 	switch {
 	case mean == 0:
 		return "–"
-	case mean == NotRecovered:
+	case mean == harness.NotRecovered:
 		return "never"
 	case never > 0:
 		return fmt.Sprintf("%.1f (%d never)", mean, never)
@@ -631,7 +612,7 @@ func recoveryCell(runs []IperfResult) string {
 }
 
 // Line is the closing key=value summary for the last row (the last RTT).
-func (r CiscoResult) Line() string {
+func (r RTTSweepResult) Line() string {
 	if len(r.Rows) == 0 {
 		return "rtt_ms=0 profile= direct_mbps=0 wanopt_mbps=0 link_ratio=0"
 	}
@@ -644,7 +625,7 @@ func (r CiscoResult) Line() string {
 }
 
 // direction names the transfer's direction in the chart's title.
-func (r CiscoResult) direction() string {
+func (r RTTSweepResult) direction() string {
 	if r.Upload {
 		return "(upload)"
 	}
@@ -652,90 +633,46 @@ func (r CiscoResult) direction() string {
 }
 
 // WriteFiles writes cisco.json, cisco.md and cisco.png into dir.
-func (r CiscoResult) WriteFiles(dir string) error {
-	return writeReport(dir, "cisco", r, r.Markdown(), r.chart)
+func (r RTTSweepResult) WriteFiles(dir string) error {
+	return report.Write(dir, "cisco", r, r.Markdown(), r.Chart())
 }
 
-func (r CiscoResult) chart(path string) error {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("wanopt against plain TCP over a %.0f Mbit/s link: iperf -P %d %s, %d MiB per stream", r.RateMbps, r.Streams, r.direction(), r.BytesPerStream>>20)
-	p.X.Label.Text = "RTT (ms)"
-	p.Y.Label.Text = "throughput (Mbit/s)"
-	p.Y.Min, p.Y.Max = 0, r.RateMbps*1.08
-	p.X.Min, p.X.Max = -10, 260
-	for _, row := range r.Rows {
-		p.X.Max = max(p.X.Max, row.RTTms+10)
+// Chart draws throughput against RTT, wanopt and plain TCP per profile,
+// with the 95 % bar and, for downloads, the published figures.
+func (r RTTSweepResult) Chart() *report.Chart {
+	p := report.Panel{
+		Title:  fmt.Sprintf("wanopt against plain TCP over a %.0f Mbit/s link: iperf -P %d %s, %d MiB per stream", r.RateMbps, r.Streams, r.direction(), r.BytesPerStream>>20),
+		XLabel: "RTT (ms)", YLabel: "throughput (Mbit/s)",
+		XMin: -10, XMax: 260, YMin: 0, YMax: r.RateMbps * 1.08, XStep: 50, YStep: 50, LegendLeft: true,
 	}
-	p.Y.Tick.Marker = stepTicks(50)
-	p.X.Tick.Marker = stepTicks(50)
-	p.Add(plotter.NewGrid())
-	p.Legend.Top = false
-	p.Legend.Left = true
-
-	palette := map[string]color.Color{
-		"modern": color.RGBA{R: 31, G: 119, B: 180, A: 255},
-		"legacy": color.RGBA{R: 214, G: 39, B: 40, A: 255},
+	for _, row := range r.Rows {
+		p.XMax = max(p.XMax, row.RTTms+10)
 	}
 	var order []string
-	plain, wan := map[string]plotter.XYs{}, map[string]plotter.XYs{}
+	plain, wan := map[string][]report.XY{}, map[string][]report.XY{}
 	for _, row := range r.Rows {
 		if _, ok := plain[row.Profile]; !ok {
 			order = append(order, row.Profile)
 		}
-		plain[row.Profile] = append(plain[row.Profile], plotter.XY{X: row.RTTms, Y: row.PlainMbps})
-		wan[row.Profile] = append(wan[row.Profile], plotter.XY{X: row.RTTms, Y: row.WanoptMbps})
+		plain[row.Profile] = append(plain[row.Profile], report.XY{X: row.RTTms, Y: row.PlainMbps})
+		wan[row.Profile] = append(wan[row.Profile], report.XY{X: row.RTTms, Y: row.WanoptMbps})
 	}
 	for i, prof := range order {
-		c, ok := palette[prof]
+		c, ok := profileColors[prof]
 		if !ok {
 			c = color.RGBA{R: uint8(40 * i), G: 160, B: 44, A: 255}
 		}
-		for _, s := range []struct {
-			name   string
-			xys    plotter.XYs
-			dashed bool
-		}{{"wanopt", wan[prof], false}, {"plain TCP", plain[prof], true}} {
-			l, pts, err := plotter.NewLinePoints(s.xys)
-			if err != nil {
-				return err
-			}
-			l.Color, pts.Color = c, c
-			l.Width = vg.Points(2)
-			if s.dashed {
-				l.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
-				pts.Shape = draw.BoxGlyph{}
-			}
-			p.Add(l, pts)
-			p.Legend.Add(fmt.Sprintf("%s (%s endpoints)", s.name, prof), l, pts)
-		}
+		p.Series = append(p.Series,
+			report.Series{Name: fmt.Sprintf("wanopt (%s endpoints)", prof), Points: wan[prof], Color: c},
+			report.Series{Name: fmt.Sprintf("plain TCP (%s endpoints)", prof), Points: plain[prof], Color: c, Dashes: []float64{6, 3}, Glyph: report.Box})
 	}
 	if ref := maxRef(r.Plain0ms); ref > 0 {
-		bar, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: 0.95 * ref}, {X: p.X.Max, Y: 0.95 * ref}})
-		if err != nil {
-			return err
-		}
-		bar.Color = color.Gray{Y: 110}
-		bar.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
-		p.Add(bar)
-		p.Legend.Add("bar: 95 % of plain TCP at 0 ms", bar)
+		p.Series = append(p.Series, report.Series{Name: "bar: 95 % of plain TCP at 0 ms", Kind: report.Line,
+			Points: []report.XY{{X: p.XMin, Y: 0.95 * ref}, {X: p.XMax, Y: 0.95 * ref}}, Color: color.Gray{Y: 110}, Dashes: []float64{2, 3}})
 	}
-	for _, pub := range []struct {
-		name  string
-		xys   plotter.XYs
-		shape draw.GlyphDrawer
-	}{{"published plain TCP", publishedPlainTCP, draw.CrossGlyph{}}, {"published router optimisation", publishedOptimised, draw.PlusGlyph{}}} {
-		if r.Upload {
-			break // the published figures are downloads
-		}
-		s, err := plotter.NewScatter(pub.xys)
-		if err != nil {
-			return err
-		}
-		s.GlyphStyle.Shape = pub.shape
-		s.GlyphStyle.Radius = vg.Points(5)
-		s.Color = color.Black
-		p.Add(s)
-		p.Legend.Add(pub.name, s)
+	if !r.Upload { // the published figures are downloads
+		p.Series = append(p.Series, publishedSeries("published plain TCP", publishedPlainTCP, report.Cross),
+			publishedSeries("published router optimisation", publishedOptimised, report.Plus))
 	}
-	return p.Save(9*vg.Inch, 5.5*vg.Inch, path)
+	return &report.Chart{Panels: []report.Panel{p}, Width: 9, Height: 5.5}
 }

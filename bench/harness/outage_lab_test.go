@@ -1,10 +1,11 @@
-package exp
+package harness
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/bench/harness/labtest"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 )
@@ -13,19 +14,19 @@ import (
 // down on time for its length, the run records it, the interval reports
 // show the stall, and the run says when (or that) throughput came back.
 func TestIperfOutageInLab(t *testing.T) {
-	needLab(t, "iperf", "iperf")
+	labtest.NeedLab(t, "iperf", "iperf")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := wanem.Config{Delay: 10 * time.Millisecond, RateBps: 50e6, QueueBytes: 500_000}
-	l := newLab(t, ctx, lab.Direct, cfg, cfg)
-	srv, err := startIperfServer(ctx, l, l.Server)
+	l := labtest.NewLab(t, ctx, lab.Direct, cfg, cfg)
+	srv, err := StartIperfServer(ctx, l, l.Server)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.kill()
-	run := iperfRun{BytesPerStream: 20 << 20, Streams: 1, Timeout: time.Minute, LinkBps: 50e6,
+	run := IperfRun{BytesPerStream: 20 << 20, Streams: 1, Timeout: time.Minute, LinkBps: 50e6,
 		OutageAt: 500 * time.Millisecond, OutageFor: time.Second, Interval: ReportInterval(20 * time.Millisecond)}
-	r, err := runIperf(ctx, l, l.Client, srv, run)
+	r, err := RunIperf(ctx, l, l.Client, srv, run)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,19 +7,20 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/wanopt/wanopt/analyze"
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/bench/report"
 	"github.com/wanopt/wanopt/bench/wanem"
 )
 
-// SackOptions configure Sack. Zero values play the field case: a WAN
+// MiddleboxOptions configure Middlebox. Zero values play the field case: a WAN
 // device left in bypass on a 40 ms path that clamps the advertised window
 // to 16 kB and injects selective ACKs for data not yet sent.
-type SackOptions struct {
+type MiddleboxOptions struct {
 	// RTT and RateBps are the link's (default 40 ms and 100 Mbit/s, so the
 	// clamp, not the link, limits plain TCP); QueueBytes its queue
 	// (default one bandwidth-delay product).
@@ -41,7 +42,7 @@ type SackOptions struct {
 	// tunnel first (default 4 MiB).
 	PlainBytes, WanoptBytes, WarmBytes int64
 	// Profile and CC are the end hosts' (default Modern and cubic).
-	Profile Profile
+	Profile harness.Profile
 	CC      string
 	// Seed seeds the link: Seed one way, Seed+1 the other (default 1).
 	Seed int64
@@ -57,15 +58,15 @@ type SackOptions struct {
 	Progress func(what string)
 }
 
-// SackDevice counts what the device rewrote during one run, both ways.
-type SackDevice struct {
+// MiddleboxDevice counts what the device rewrote during one run, both ways.
+type MiddleboxDevice struct {
 	SACKForged     uint64 `json:"sack_forged"`
 	WindowsClamped uint64 `json:"windows_clamped"`
 	UDPTampered    uint64 `json:"udp_tampered"`
 }
 
-// SackAnalysis is what 'wanopt analyze' says of the plain run's transfer.
-type SackAnalysis struct {
+// MiddleboxAnalysis is what 'wanopt analyze' says of the plain run's transfer.
+type MiddleboxAnalysis struct {
 	Flow string `json:"flow"` // sender→receiver of the data
 	// Verdict and VerdictSummary are the analyser's; WindowBytes the
 	// receiver's time-weighted window, WindowBoundMbps it over the RTT.
@@ -82,11 +83,11 @@ type SackAnalysis struct {
 	Anomalies        []analyze.Anomaly `json:"anomalies"`
 }
 
-// SackPlain is plain TCP through the device.
-type SackPlain struct {
-	Run      IperfResult  `json:"run"`
-	Device   SackDevice   `json:"device"`
-	Analysis SackAnalysis `json:"analysis"`
+// MiddleboxPlain is plain TCP through the device.
+type MiddleboxPlain struct {
+	Run      harness.IperfResult `json:"run"`
+	Device   MiddleboxDevice     `json:"device"`
+	Analysis MiddleboxAnalysis   `json:"analysis"`
 	// SenderSACKDiscards is the SACK blocks the server's kernel (the
 	// sender) discarded as invalid during the run (TcpExt TCPSACKDiscard).
 	SenderSACKDiscards uint64 `json:"sender_sack_discards"`
@@ -94,11 +95,11 @@ type SackPlain struct {
 	Link lab.LinkStats `json:"link"`
 }
 
-// SackWanopt is wanopt through the device.
-type SackWanopt struct {
-	Run    IperfResult   `json:"run"`
-	Device SackDevice    `json:"device"`
-	Link   lab.LinkStats `json:"link"`
+// MiddleboxWanopt is wanopt through the device.
+type MiddleboxWanopt struct {
+	Run    harness.IperfResult `json:"run"`
+	Device MiddleboxDevice     `json:"device"`
+	Link   lab.LinkStats       `json:"link"`
 	// Each edge's tunnel counters over the whole run, warming included:
 	// datagrams that failed authentication, and handshakes with a bad MAC.
 	NearDroppedUnauthenticated uint64 `json:"near_dropped_unauthenticated"`
@@ -112,8 +113,8 @@ type SackWanopt struct {
 	FarPacketsLost uint64 `json:"far_packets_lost"`
 }
 
-// SackResult is the whole experiment.
-type SackResult struct {
+// MiddleboxResult is the whole experiment.
+type MiddleboxResult struct {
 	RTTms        float64 `json:"rtt_ms"`
 	RateMbps     float64 `json:"rate_mbps"`
 	QueueBytes   int     `json:"queue_bytes"`
@@ -127,16 +128,16 @@ type SackResult struct {
 	WanoptBytes  int64   `json:"wanopt_bytes"`
 	Seed         int64   `json:"seed"`
 	// ClampBoundMbps is WindowClamp per RTT: plain TCP's ceiling.
-	ClampBoundMbps float64    `json:"clamp_bound_mbps"`
-	Plain          SackPlain  `json:"plain"`
-	Wanopt         SackWanopt `json:"wanopt"`
+	ClampBoundMbps float64         `json:"clamp_bound_mbps"`
+	Plain          MiddleboxPlain  `json:"plain"`
+	Wanopt         MiddleboxWanopt `json:"wanopt"`
 	// Capture and AnalysisText are the plain run's capture and its
 	// analysis (empty when the folder was temporary).
 	Capture      string `json:"capture,omitempty"`
 	AnalysisText string `json:"analysis_text,omitempty"`
 }
 
-func (o *SackOptions) defaults() {
+func (o *MiddleboxOptions) defaults() {
 	if o.RTT == 0 {
 		o.RTT = 40 * time.Millisecond
 	}
@@ -165,7 +166,7 @@ func (o *SackOptions) defaults() {
 		o.WarmBytes = 4 << 20
 	}
 	if o.Profile.Name == "" {
-		o.Profile = Modern
+		o.Profile = harness.Modern
 	}
 	if o.CC == "" {
 		o.CC = "cubic"
@@ -179,7 +180,7 @@ func (o *SackOptions) defaults() {
 }
 
 // linkConfig is the device on the link, the same both ways.
-func (o SackOptions) linkConfig() (ab, ba wanem.Config) {
+func (o MiddleboxOptions) linkConfig() (ab, ba wanem.Config) {
 	ab = wanem.Config{Delay: o.RTT / 2, RateBps: o.RateBps, QueueBytes: o.QueueBytes, Seed: o.Seed,
 		ForgeSACK:   &wanem.ForgedSACK{Offset: o.SACKOffset, Length: o.SACKLength},
 		WindowClamp: o.WindowClamp, TamperUDPPct: o.TamperUDPPct}
@@ -188,26 +189,26 @@ func (o SackOptions) linkConfig() (ab, ba wanem.Config) {
 	return ab, ba
 }
 
-// sackDevice adds up the device's counters of both directions.
-func sackDevice(st lab.LinkStats) SackDevice {
-	return SackDevice{
+// deviceCounters adds up the device's counters of both directions.
+func deviceCounters(st lab.LinkStats) MiddleboxDevice {
+	return MiddleboxDevice{
 		SACKForged:     st.AB.SACKForged + st.BA.SACKForged,
 		WindowsClamped: st.AB.WindowsClamped + st.BA.WindowsClamped,
 		UDPTampered:    st.AB.UDPTampered + st.BA.UDPTampered,
 	}
 }
 
-// Sack plays the bypass device on the edges lab's link and measures plain
+// Middlebox plays the bypass device on the edges lab's link and measures plain
 // TCP (captured at the server and analysed), then wanopt, each on a fresh
 // link so that the device counters are its own.
-func Sack(ctx context.Context, o SackOptions) (SackResult, error) {
+func Middlebox(ctx context.Context, o MiddleboxOptions) (MiddleboxResult, error) {
 	o.defaults()
-	res := SackResult{RTTms: ms(o.RTT), RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, WindowClamp: o.WindowClamp,
+	res := MiddleboxResult{RTTms: ms(o.RTT), RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, WindowClamp: o.WindowClamp,
 		SACKOffset: o.SACKOffset, SACKLength: o.SACKLength, TamperUDPPct: o.TamperUDPPct, Profile: o.Profile.Name, CC: o.CC,
 		PlainBytes: o.PlainBytes, WanoptBytes: o.WanoptBytes, Seed: o.Seed,
 		ClampBoundMbps: float64(o.WindowClamp) * 8 / o.RTT.Seconds() / 1e6}
 	if o.Wanopt == "" {
-		return res, errors.New("no wanopt binary given (SackOptions.Wanopt)")
+		return res, errors.New("no wanopt binary given (MiddleboxOptions.Wanopt)")
 	}
 	ab, ba := o.linkConfig()
 	if err := ab.Validate(); err != nil {
@@ -232,7 +233,7 @@ func Sack(ctx context.Context, o SackOptions) (SackResult, error) {
 		defer os.RemoveAll(d)
 		capDir = d
 	}
-	l, srv, closeLab, err := iperfEdgesLab(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger})
+	l, srv, closeLab, err := harness.IperfEdgesLab(ctx, o.CC, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger})
 	if err != nil {
 		return res, err
 	}
@@ -243,39 +244,39 @@ func Sack(ctx context.Context, o SackOptions) (SackResult, error) {
 	if err := l.StartLink(ctx, ab, ba); err != nil {
 		return res, err
 	}
-	if err := applyTCP(ctx, l, o.CC, o.Profile); err != nil {
+	if err := harness.ApplyTCP(ctx, l, o.CC, o.Profile); err != nil {
 		return res, err
 	}
-	discards0, err := tcpExtCounter(ctx, l, l.Server, "TCPSACKDiscard")
+	discards0, err := harness.TCPExtCounter(ctx, l, l.Server, "TCPSACKDiscard")
 	if err != nil {
 		return res, err
 	}
 	pcap := filepath.Join(capDir, "plain.pcap")
-	c, err := startCapture(ctx, l, l.Server, "lan0", pcap)
+	c, err := harness.StartCapture(ctx, l, l.Server, "lan0", pcap)
 	if err != nil {
 		return res, err
 	}
 	// At the clamp's bound, with slack for a slower run.
 	expected := time.Duration(float64(o.PlainBytes) * 8 / (res.ClampBoundMbps * 1e6) * float64(time.Second))
-	run, err := runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.PlainBytes, Streams: 1, Timeout: time.Minute + 3*expected})
+	run, err := harness.RunIperf(ctx, l, l.Client, srv, harness.IperfRun{BytesPerStream: o.PlainBytes, Streams: 1, Timeout: time.Minute + 3*expected})
 	// tcpdump gets the kernel's buffer in blocks up to a second late;
 	// stopped at once it would lose the transfer's end.
 	time.Sleep(1500 * time.Millisecond)
-	if cerr := c.stop(); cerr != nil && err == nil {
+	if cerr := c.Stop(); cerr != nil && err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return res, fmt.Errorf("plain TCP through the device: %w", err)
 	}
 	res.Plain.Run = run
-	discards, err := tcpExtCounter(ctx, l, l.Server, "TCPSACKDiscard")
+	discards, err := harness.TCPExtCounter(ctx, l, l.Server, "TCPSACKDiscard")
 	if err != nil {
 		return res, err
 	}
 	res.Plain.SenderSACKDiscards = discards - discards0
 	res.Plain.Link = l.StopLink()
-	res.Plain.Device = sackDevice(res.Plain.Link)
-	text, an, err := analyzeSackCapture(pcap)
+	res.Plain.Device = deviceCounters(res.Plain.Link)
+	text, an, err := analyzeMiddleboxCapture(pcap)
 	if err != nil {
 		return res, err
 	}
@@ -293,26 +294,26 @@ func Sack(ctx context.Context, o SackOptions) (SackResult, error) {
 	if err := l.StartLink(ctx, ab, ba); err != nil {
 		return res, err
 	}
-	if err := applyTCP(ctx, l, o.CC, o.Profile); err != nil {
+	if err := harness.ApplyTCP(ctx, l, o.CC, o.Profile); err != nil {
 		return res, err
 	}
-	if err := sackWanopt(ctx, l, srv, o, &res.Wanopt); err != nil {
+	if err := middleboxWanopt(ctx, l, srv, o, &res.Wanopt); err != nil {
 		return res, fmt.Errorf("wanopt through the device: %w", err)
 	}
 	return res, nil
 }
 
-// sackWanopt measures wanopt through the device, then stops the link.
-func sackWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o SackOptions, w *SackWanopt) error {
-	edges, err := StartEdges(ctx, l, EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}})
+// middleboxWanopt measures wanopt through the device, then stops the link.
+func middleboxWanopt(ctx context.Context, l *lab.Lab, srv *harness.IperfServer, o MiddleboxOptions, w *MiddleboxWanopt) error {
+	edges, err := harness.StartEdges(ctx, l, harness.EdgeOptions{Wanopt: o.Wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}})
 	if err != nil {
 		return err
 	}
 	defer edges.Stop()
-	if _, err := runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.WarmBytes, Streams: 1, Timeout: runTimeout(o.WarmBytes, float64(o.RateBps))}); err != nil {
+	if _, err := harness.RunIperf(ctx, l, l.Client, srv, harness.IperfRun{BytesPerStream: o.WarmBytes, Streams: 1, Timeout: harness.RunTimeout(o.WarmBytes, float64(o.RateBps))}); err != nil {
 		return fmt.Errorf("warming transfer: %w", err)
 	}
-	if w.Run, err = runIperf(ctx, l, l.Client, srv, iperfRun{BytesPerStream: o.WanoptBytes, Streams: 1, Timeout: runTimeout(o.WanoptBytes, float64(o.RateBps))}); err != nil {
+	if w.Run, err = harness.RunIperf(ctx, l, l.Client, srv, harness.IperfRun{BytesPerStream: o.WanoptBytes, Streams: 1, Timeout: harness.RunTimeout(o.WanoptBytes, float64(o.RateBps))}); err != nil {
 		return err
 	}
 	// Let the tunnel fall quiet before the link stops, so the device's
@@ -322,7 +323,7 @@ func sackWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o SackOptions
 	}
 	time.Sleep(o.RTT + 200*time.Millisecond)
 	w.Link = l.StopLink()
-	w.Device = sackDevice(w.Link)
+	w.Device = deviceCounters(w.Link)
 	// Datagrams released just before may still be in the edges' sockets.
 	time.Sleep(200 * time.Millisecond)
 	near, err := edges.Tunnel("near")
@@ -340,57 +341,16 @@ func sackWanopt(ctx context.Context, l *lab.Lab, srv *iperfServer, o SackOptions
 	return edges.Stop()
 }
 
-// tcpExtCounter reads one TcpExt counter of h's namespace.
-func tcpExtCounter(ctx context.Context, l *lab.Lab, h *lab.Host, name string) (uint64, error) {
-	out, err := l.Command(ctx, h, "cat", "/proc/net/netstat").Output()
-	if err != nil {
-		return 0, fmt.Errorf("read /proc/net/netstat in %s: %w", h.NS, err)
-	}
-	return parseTCPExt(string(out), name)
-}
-
-// parseTCPExt finds the TcpExt counter name in /proc/net/netstat's text.
-func parseTCPExt(text, name string) (uint64, error) {
-	if v, ok := ProcNetCounters(text, "TcpExt")[name]; ok {
-		return v, nil
-	}
-	return 0, fmt.Errorf("no TcpExt counter %s in /proc/net/netstat (is this Linux?)", name)
-}
-
-// ProcNetCounters returns the counters of group ("TcpExt", "Udp", ...)
-// in the text of /proc/net/netstat or /proc/net/snmp.
-func ProcNetCounters(text, group string) map[string]uint64 {
-	m := map[string]uint64{}
-	var names []string
-	for line := range strings.Lines(text) {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != group+":" {
-			continue
-		}
-		if names == nil {
-			names = f[1:]
-			continue
-		}
-		for i, v := range f[1:] {
-			if n, err := strconv.ParseUint(v, 10, 64); err == nil && i < len(names) {
-				m[names[i]] = n
-			}
-		}
-		break
-	}
-	return m
-}
-
-// analyzeSackCapture runs the capture analyser on the plain run's capture
+// analyzeMiddleboxCapture runs the capture analyser on the plain run's capture
 // and returns its text report and the figures of the largest flow.
-func analyzeSackCapture(path string) (string, SackAnalysis, error) {
+func analyzeMiddleboxCapture(path string) (string, MiddleboxAnalysis, error) {
 	rep, err := analyze.AnalyzeFile(path, analyze.Options{})
 	if err != nil {
-		return "", SackAnalysis{}, fmt.Errorf("analyse the plain run's capture: %w", err)
+		return "", MiddleboxAnalysis{}, fmt.Errorf("analyse the plain run's capture: %w", err)
 	}
 	var b strings.Builder
 	if err := analyze.WriteText(&b, rep); err != nil {
-		return "", SackAnalysis{}, err
+		return "", MiddleboxAnalysis{}, err
 	}
 	var f *analyze.FlowReport
 	for i := range rep.Flows {
@@ -400,11 +360,11 @@ func analyzeSackCapture(path string) (string, SackAnalysis, error) {
 		}
 	}
 	if f == nil {
-		return b.String(), SackAnalysis{}, fmt.Errorf("the plain run's capture %s holds no TCP flow", path)
+		return b.String(), MiddleboxAnalysis{}, fmt.Errorf("the plain run's capture %s holds no TCP flow", path)
 	}
 	v := f.Verdict
 	d := f.Dirs[v.Direction]
-	a := SackAnalysis{Flow: d.From + "→" + d.To, Verdict: v.Name, VerdictSummary: v.Summary, WindowBytes: v.WindowBytes,
+	a := MiddleboxAnalysis{Flow: d.From + "→" + d.To, Verdict: v.Name, VerdictSummary: v.Summary, WindowBytes: v.WindowBytes,
 		WindowBoundMbps: v.WindowBound, AchievedMbps: v.AchievedMbps, RTTms: v.RTTms, Anomalies: f.Anomalies}
 	for _, an := range f.Anomalies {
 		if an.Name == "sack-unsent-data" {
@@ -415,7 +375,7 @@ func analyzeSackCapture(path string) (string, SackAnalysis, error) {
 }
 
 // Markdown is the side-by-side report.
-func (r SackResult) Markdown() string {
+func (r MiddleboxResult) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "A WAN device left in bypass, on a %.0f Mbit/s link, RTT %.0f ms, %d B drop-tail queue: it clamps every advertised TCP window to %d B "+
 		"(at most %.2f Mbit/s per connection at this RTT), adds the SACK block [ack+%d, ack+%d) to every pure ACK", r.RateMbps, r.RTTms, r.QueueBytes,
@@ -424,14 +384,16 @@ func (r SackResult) Markdown() string {
 		fmt.Fprintf(&b, ", and (beyond the field device, which rewrote only TCP) inverts the last byte of %g %% of UDP datagrams, fixing their checksums", r.TamperUDPPct)
 	}
 	fmt.Fprintf(&b, ". One iperf stream each (-R), end hosts %s with %s.\n\n", r.Profile, r.CC)
-	b.WriteString("| path | Mbit/s | transfer | the device rewrote | outcome |\n|---|---:|---:|---|---|\n")
+	t := report.NewTable(report.Text("path"), report.Num("Mbit/s"), report.Num("transfer"), report.Text("the device rewrote"), report.Text("outcome"))
 	p, w := r.Plain, r.Wanopt
-	fmt.Fprintf(&b, "| plain TCP | %.2f | %d MiB in %.1f s | %d ACKs given a forged SACK, %d windows clamped | %s: %.2f Mbit/s bound (window %d B / RTT %.1f ms); sack-unsent-data ×%d; the sender's kernel discarded %d SACK blocks as invalid |\n",
+	t.Addf("plain TCP | %.2f | %d MiB in %.1f s | %d ACKs given a forged SACK, %d windows clamped | %s: %.2f Mbit/s bound (window %d B / RTT %.1f ms); sack-unsent-data ×%d; the sender's kernel discarded %d SACK blocks as invalid",
 		p.Run.Mbps, r.PlainBytes>>20, p.Run.Seconds, p.Device.SACKForged, p.Device.WindowsClamped,
 		p.Analysis.Verdict, p.Analysis.WindowBoundMbps, p.Analysis.WindowBytes, p.Analysis.RTTms, p.Analysis.SACKUnsent, p.SenderSACKDiscards)
-	fmt.Fprintf(&b, "| wanopt | %.2f | %d MiB in %.1f s | %d ACKs, %d windows (the WAN carries no TCP); %d UDP datagrams tampered with | %d refused by the edges as unauthenticated (near %d, far %d, bad handshake MACs %d); far tunnel declared %d packets lost |\n\n",
+	t.Addf("wanopt | %.2f | %d MiB in %.1f s | %d ACKs, %d windows (the WAN carries no TCP); %d UDP datagrams tampered with | %d refused by the edges as unauthenticated (near %d, far %d, bad handshake MACs %d); far tunnel declared %d packets lost",
 		w.Run.Mbps, r.WanoptBytes>>20, w.Run.Seconds, w.Device.SACKForged, w.Device.WindowsClamped, w.Device.UDPTampered,
 		w.TamperedDropped, w.NearDroppedUnauthenticated, w.FarDroppedUnauthenticated, w.NearHandshakesBadMAC+w.FarHandshakesBadMAC, w.FarPacketsLost)
+	t.WriteTo(&b)
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "`wanopt analyze` of the plain run, captured at the server (the sender), flow %s:\n\n", p.Analysis.Flow)
 	fmt.Fprintf(&b, "- verdict: %s %s\n", p.Analysis.Verdict, p.Analysis.VerdictSummary)
 	for _, a := range p.Analysis.Anomalies {
@@ -447,11 +409,11 @@ func (r SackResult) Markdown() string {
 }
 
 // Line is the last line wanbench sack prints.
-func (r SackResult) Line() string {
+func (r MiddleboxResult) Line() string {
 	return fmt.Sprintf("plain_mbps=%.2f wanopt_mbps=%.1f tampered_dropped=%d", r.Plain.Run.Mbps, r.Wanopt.Run.Mbps, r.Wanopt.TamperedDropped)
 }
 
 // WriteFiles writes sack.json and sack.md into dir.
-func (r SackResult) WriteFiles(dir string) error {
-	return writeReport(dir, "sack", r, r.Markdown(), func(string) error { return nil })
+func (r MiddleboxResult) WriteFiles(dir string) error {
+	return report.Write(dir, "sack", r, r.Markdown(), nil)
 }

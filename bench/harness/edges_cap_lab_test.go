@@ -1,4 +1,4 @@
-package exp
+package harness
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/wanopt/wanopt/bench/cgroup"
 	"github.com/wanopt/wanopt/bench/cpuplace"
+	"github.com/wanopt/wanopt/bench/harness/labtest"
 	"github.com/wanopt/wanopt/bench/lab"
 	"github.com/wanopt/wanopt/bench/wanem"
 )
@@ -30,16 +31,16 @@ func TestEdgesCPUCapInLab(t *testing.T) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("skipping: ip is not installed (apt-get install iproute2)")
 	}
-	if err := checkEdgeCPU(0.3, 1000); errors.Is(err, cgroup.ErrNoController) {
+	if err := CheckEdgeCPU(0.3, 1000); errors.Is(err, cgroup.ErrNoController) {
 		t.Skipf("skipping: %v", err)
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	wanopt := filepath.Join(buildCommands(t, "wanopt"), "wanopt")
+	wanopt := filepath.Join(labtest.BuildCommands(t, "wanopt"), "wanopt")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	link := wanem.Config{Delay: 5 * time.Millisecond}
-	l := newLab(t, ctx, lab.Edges, link, link)
+	l := labtest.NewLab(t, ctx, lab.Edges, link, link)
 	e, err := StartEdges(ctx, l, EdgeOptions{Wanopt: wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, EdgeCPU: 0.3, EdgeWeight: 1000})
 	if err != nil {
 		t.Fatal(err)
@@ -112,11 +113,11 @@ func TestEdgesOnCPUsInLab(t *testing.T) {
 	if err != nil {
 		t.Skipf("skipping: %v", err)
 	}
-	wanopt := filepath.Join(buildCommands(t, "wanopt"), "wanopt")
+	wanopt := filepath.Join(labtest.BuildCommands(t, "wanopt"), "wanopt")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	link := wanem.Config{Delay: 5 * time.Millisecond}
-	l := newLab(t, ctx, lab.Edges, link, link)
+	l := labtest.NewLab(t, ctx, lab.Edges, link, link)
 	e, err := StartEdges(ctx, l, EdgeOptions{Wanopt: wanopt, Allow: []string{l.Server.Addr.String() + "/32:5001"}, CPUs: last})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package exp
+package harness
 
 import (
 	"context"
@@ -65,13 +65,10 @@ func StartHub(ctx context.Context, l *lab.Lab, o HubOptions) (*Hub, error) {
 	if o.Up == 0 {
 		o.Up = 20 * time.Second
 	}
-	h := &Hub{o: o, l: l, dir: o.Dir, procs: map[string]*edgeProc{}, branches: []*lab.Host{l.EdgeA}}
-	if h.dir == "" {
-		d, err := os.MkdirTemp("", "wanbench-hub-")
-		if err != nil {
-			return nil, fmt.Errorf("folder for the hub's keys and logs: %w", err)
-		}
-		h.dir, h.ownDir = d, true
+	h := &Hub{o: o, l: l, procs: map[string]*edgeProc{}, branches: []*lab.Host{l.EdgeA}}
+	var err error
+	if h.dir, h.ownDir, err = workDir(o.Dir, "wanbench-hub-", "the hub's"); err != nil {
+		return nil, err
 	}
 	ok := false
 	defer func() {
@@ -87,7 +84,6 @@ func StartHub(ctx context.Context, l *lab.Lab, o HubOptions) (*Hub, error) {
 		h.branches = append(h.branches, b)
 	}
 	var hubPub string
-	var err error
 	if h.hubKey, hubPub, err = writeEdgeKey(h.dir, "hub.key"); err != nil {
 		return nil, err
 	}

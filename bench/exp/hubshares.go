@@ -12,12 +12,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wanopt/wanopt/bench/harness"
 	"github.com/wanopt/wanopt/bench/lab"
+	"github.com/wanopt/wanopt/bench/report"
 	"github.com/wanopt/wanopt/bench/wanem"
 )
 
-// HubBenchOptions configure HubBench.
-type HubBenchOptions struct {
+// HubSharesOptions configure HubShares.
+type HubSharesOptions struct {
 	// Branches download at once through one hub (default 3).
 	Branches int
 	// RTT and RateBps are the shared link's (default 100 ms, 250 Mbit/s);
@@ -36,8 +38,8 @@ type HubBenchOptions struct {
 	Logger      *slog.Logger
 }
 
-// HubBenchResult is one run of HubBench.
-type HubBenchResult struct {
+// HubSharesResult is one run of HubShares.
+type HubSharesResult struct {
 	Branches   int     `json:"branches"`
 	RTTms      float64 `json:"rtt_ms"`
 	RateMbps   float64 `json:"rate_mbps"`
@@ -56,12 +58,12 @@ type HubBenchResult struct {
 	MaxShare  float64 `json:"max_share"`
 }
 
-// hubBenchPort is the source server's port in the server namespace.
-const hubBenchPort = 7100
+// hubSharesPort is the source server's port in the server namespace.
+const hubSharesPort = 7100
 
-// HubBench measures how one hub shares a link: all branches download at
+// HubShares measures how one hub shares a link: all branches download at
 // once through their own tunnels, each one's goodput over the same interval.
-func HubBench(ctx context.Context, o HubBenchOptions) (HubBenchResult, error) {
+func HubShares(ctx context.Context, o HubSharesOptions) (HubSharesResult, error) {
 	if o.Branches == 0 {
 		o.Branches = 3
 	}
@@ -80,9 +82,9 @@ func HubBench(ctx context.Context, o HubBenchOptions) (HubBenchResult, error) {
 	if o.Measure == 0 {
 		o.Measure = 20 * time.Second
 	}
-	res := HubBenchResult{Branches: o.Branches, RTTms: ms(o.RTT), RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, MeasureS: o.Measure.Seconds()}
+	res := HubSharesResult{Branches: o.Branches, RTTms: ms(o.RTT), RateMbps: float64(o.RateBps) / 1e6, QueueBytes: o.QueueBytes, MeasureS: o.Measure.Seconds()}
 	if o.Wanopt == "" {
-		return res, errors.New("no wanopt binary given (HubBenchOptions.Wanopt)")
+		return res, errors.New("no wanopt binary given (HubSharesOptions.Wanopt)")
 	}
 	l, err := lab.Build(ctx, lab.Options{Kind: lab.Edges, LinkCommand: o.LinkCommand, Realtime: true, Logger: o.Logger})
 	if err != nil {
@@ -98,7 +100,7 @@ func HubBench(ctx context.Context, o HubBenchOptions) (HubBenchResult, error) {
 	var ln net.Listener
 	if err := lab.InNetns(l.Server.NS, func() error {
 		var err error
-		ln, err = net.Listen("tcp4", fmt.Sprintf("198.18.2.2:%d", hubBenchPort))
+		ln, err = net.Listen("tcp4", fmt.Sprintf("198.18.2.2:%d", hubSharesPort))
 		return err
 	}); err != nil {
 		return res, fmt.Errorf("source server: %w", err)
@@ -106,13 +108,13 @@ func HubBench(ctx context.Context, o HubBenchOptions) (HubBenchResult, error) {
 	defer ln.Close()
 	go serveZeros(ln)
 
-	lines := []string{fmt.Sprintf("allow = 198.18.2.2/32:%d", hubBenchPort)}
+	lines := []string{fmt.Sprintf("allow = 198.18.2.2/32:%d", hubSharesPort)}
 	if !o.NoHubRate {
 		// The operator's setting: the data centre's link rate.
 		lines = append(lines, fmt.Sprintf("hub-rate = %dbit", o.RateBps))
 		res.HubRateMbps = res.RateMbps
 	}
-	h, err := StartHub(ctx, l, HubOptions{Wanopt: o.Wanopt, Branches: o.Branches, Lines: lines})
+	h, err := harness.StartHub(ctx, l, harness.HubOptions{Wanopt: o.Wanopt, Branches: o.Branches, Lines: lines})
 	if err != nil {
 		return res, err
 	}
@@ -127,10 +129,10 @@ func HubBench(ctx context.Context, o HubBenchOptions) (HubBenchResult, error) {
 		var c net.Conn
 		if err := lab.InNetns(h.ClientNS(i), func() error {
 			var err error
-			c, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(dctx, "tcp4", fmt.Sprintf("198.18.2.2:%d", hubBenchPort))
+			c, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(dctx, "tcp4", fmt.Sprintf("198.18.2.2:%d", hubSharesPort))
 			return err
 		}); err != nil {
-			return res, fmt.Errorf("branch %s: connect through the hub: %w", BranchName(i), err)
+			return res, fmt.Errorf("branch %s: connect through the hub: %w", harness.BranchName(i), err)
 		}
 		wg.Add(1)
 		go func() {
@@ -144,7 +146,7 @@ func HubBench(ctx context.Context, o HubBenchOptions) (HubBenchResult, error) {
 				counts[i].Add(int64(n))
 				if err != nil {
 					if dctx.Err() == nil {
-						errs <- fmt.Errorf("branch %s: download ended early: %w", BranchName(i), err)
+						errs <- fmt.Errorf("branch %s: download ended early: %w", harness.BranchName(i), err)
 					}
 					return
 				}
@@ -181,13 +183,13 @@ func HubBench(ctx context.Context, o HubBenchOptions) (HubBenchResult, error) {
 	cancel()
 	wg.Wait()
 	res.fillShares()
-	res.LinkRatio = res.TotalMbps / GoodputLimitMbps(float64(o.RateBps))
+	res.LinkRatio = res.TotalMbps / harness.GoodputLimitMbps(float64(o.RateBps))
 	return res, nil
 }
 
 // fillShares sets each branch's fraction of the fair share, and the
 // smallest and largest.
-func (r *HubBenchResult) fillShares() {
+func (r *HubSharesResult) fillShares() {
 	fair := r.TotalMbps / float64(len(r.BranchMbps))
 	r.Shares = nil
 	for i, m := range r.BranchMbps {
@@ -227,7 +229,7 @@ func (zeroReader) Read(p []byte) (int, error) {
 }
 
 // Markdown is the result as a table.
-func (r HubBenchResult) Markdown() string {
+func (r HubSharesResult) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d branches downloading at once through one hub, link %.0f Mbit/s, RTT %.0f ms, %d B drop-tail queue, measured over %.0f s:\n\n",
 		r.Branches, r.RateMbps, r.RTTms, r.QueueBytes, r.MeasureS)
@@ -236,15 +238,21 @@ func (r HubBenchResult) Markdown() string {
 	} else {
 		b.WriteString("The hub has no --hub-rate: each tunnel's controller alone.\n\n")
 	}
-	b.WriteString("| branch | Mbit/s | share of the fair share |\n|---|---:|---:|\n")
+	t := report.NewTable(report.Text("branch"), report.Num("Mbit/s"), report.Num("share of the fair share"))
 	for i, m := range r.BranchMbps {
-		fmt.Fprintf(&b, "| %s | %.1f | %.2f |\n", BranchName(i), m, r.Shares[i])
+		t.Addf("%s | %.1f | %.2f", harness.BranchName(i), m, r.Shares[i])
 	}
-	fmt.Fprintf(&b, "| total | %.1f | %.2f of the link's goodput limit |\n", r.TotalMbps, r.LinkRatio)
+	t.Addf("total | %.1f | %.2f of the link's goodput limit", r.TotalMbps, r.LinkRatio)
+	t.WriteTo(&b)
 	return b.String()
 }
 
+// WriteFiles writes hub.json and hub.md into dir.
+func (r HubSharesResult) WriteFiles(dir string) error {
+	return report.Write(dir, "hub", r, r.Markdown(), nil)
+}
+
 // Line is the last line wanbench hub prints.
-func (r HubBenchResult) Line() string {
+func (r HubSharesResult) Line() string {
 	return fmt.Sprintf("branches=%d rtt_ms=%.0f total_mbps=%.1f min_share=%.2f max_share=%.2f", r.Branches, r.RTTms, r.TotalMbps, r.MinShare, r.MaxShare)
 }

@@ -14,16 +14,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wanopt/wanopt/bench/harness"
+	"github.com/wanopt/wanopt/bench/harness/labtest"
 )
 
-func TestCiscoReport(t *testing.T) {
-	r := CiscoResult{RateMbps: 250, QueueBytes: 2_000_000, BytesPerStream: 25 << 20, Streams: 4, Runs: 3, CC: "cubic",
+func TestRTTSweepReport(t *testing.T) {
+	r := RTTSweepResult{RateMbps: 250, QueueBytes: 2_000_000, BytesPerStream: 25 << 20, Streams: 4, Runs: 3, CC: "cubic",
 		Plain0ms: map[string]float64{"modern": 241, "legacy": 240},
-		Rows: []CiscoRow{
+		Rows: []RTTSweepRow{
 			{RTTms: 0, Profile: "modern", PlainMbps: 241, WanoptMbps: 235, Ratio: 235.0 / 241, ColdMbps: 200},
 			{RTTms: 200, Profile: "modern", PlainMbps: 110, WanoptMbps: 231, Ratio: 231.0 / 241, ColdMbps: 150},
 			{RTTms: 200, Profile: "legacy", PlainMbps: 49.1, WanoptMbps: 229.4, Ratio: 229.4 / 240, ColdMbps: 145.9,
-				WanoptRuns: []IperfResult{{Mbps: 230.5}, {Mbps: 228.1}, {Failed: true}, {Mbps: 229.6}}},
+				WanoptRuns: []harness.IperfResult{{Mbps: 230.5}, {Mbps: 228.1}, {Failed: true}, {Mbps: 229.6}}},
 		},
 	}
 	md := r.Markdown()
@@ -41,7 +44,7 @@ func TestCiscoReport(t *testing.T) {
 	if got, want := r.Line(), "rtt_ms=200 profile=legacy direct_mbps=49.1 wanopt_mbps=229.4 link_ratio=0.918"; got != want {
 		t.Errorf("Line() = %q, want %q", got, want)
 	}
-	if got := (CiscoResult{}).Line(); !strings.HasPrefix(got, "rtt_ms=") {
+	if got := (RTTSweepResult{}).Line(); !strings.HasPrefix(got, "rtt_ms=") {
 		t.Errorf("Line() of an empty result = %q", got)
 	}
 	dir := t.TempDir()
@@ -52,7 +55,7 @@ func TestCiscoReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back CiscoResult
+	var back RTTSweepResult
 	if err := json.Unmarshal(js, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +69,11 @@ func TestCiscoReport(t *testing.T) {
 	}
 }
 
-// TestCiscoEndToEnd runs a short 'wanbench cisco' (no race detector): both
+// TestRTTSweepEndToEnd runs a short 'wanbench cisco' (no race detector): both
 // figures must be plausible for 100 Mbit/s, wanopt not below plain TCP
 // beyond noise.
-func TestCiscoEndToEnd(t *testing.T) {
-	out, res, outDir := ciscoEndToEnd(t, "--rtt", "50ms", "--runs", "1", "--bytes", "5MB",
+func TestRTTSweepEndToEnd(t *testing.T) {
+	out, res, outDir := rttSweepEndToEnd(t, "--rtt", "50ms", "--runs", "1", "--bytes", "5MB",
 		"--profile", "legacy", "--rate", "100mbit")
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	kv := map[string]string{}
@@ -116,43 +119,51 @@ func TestCiscoEndToEnd(t *testing.T) {
 	}
 }
 
-// ciscoEndToEnd builds wanbench and wanopt without the race detector, runs
-// 'wanbench cisco args' into a fresh folder (skipped without the lab or with
-// -short), checks no namespace is left, and returns output, JSON and folder.
-func ciscoEndToEnd(t *testing.T, args ...string) ([]byte, CiscoResult, string) {
+// rttSweepEndToEnd runs 'wanbench cisco args' (see wanbenchEndToEnd).
+func rttSweepEndToEnd(t *testing.T, args ...string) ([]byte, RTTSweepResult, string) {
 	t.Helper()
-	needLab(t, "iproute2 iperf", "ip", "iperf")
+	return wanbenchEndToEnd[RTTSweepResult](t, "iproute2 iperf", []string{"ip", "iperf"}, "cisco", args...)
+}
+
+// wanbenchEndToEnd builds wanbench and wanopt without the race detector,
+// runs 'wanbench command args --out DIR' (skipped without the lab's tools,
+// from the Debian packages pkgs, or with -short), checks no namespace is
+// left, and returns its output, its result (NAME.json, NAME the command's
+// file name) and DIR.
+func wanbenchEndToEnd[R any](t *testing.T, pkgs string, tools []string, command string, args ...string) ([]byte, R, string) {
+	t.Helper()
+	var res R
+	labtest.NeedLab(t, pkgs, tools...)
 	if testing.Short() {
 		t.Skip("skipping the end-to-end lab test in -short mode")
 	}
-	dir := buildCommands(t, "wanbench", "wanopt")
+	dir := labtest.BuildCommands(t, "wanbench", "wanopt")
 	outDir := filepath.Join(dir, "out")
-	cmd := exec.Command(filepath.Join(dir, "wanbench"), append(append([]string{"cisco"}, args...), "--out", outDir)...)
+	cmd := exec.Command(filepath.Join(dir, "wanbench"), append(append([]string{command}, args...), "--out", outDir)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	t.Logf("wanbench cisco:\n%s\n%s", stderr.String(), out)
+	t.Logf("wanbench %s:\n%s\n%s", command, stderr.String(), out)
 	if err != nil {
-		t.Fatalf("wanbench cisco: %v", err)
+		t.Fatalf("wanbench %s: %v", command, err)
 	}
 	if ns := netnsWithPrefix(fmt.Sprintf("wob%d-", cmd.Process.Pid)); ns != "" {
 		t.Errorf("namespaces left behind: %s", ns)
 	}
-	var res CiscoResult
-	js, err := os.ReadFile(filepath.Join(outDir, "cisco.json"))
+	js, err := os.ReadFile(filepath.Join(outDir, command+".json"))
 	if err == nil {
 		err = json.Unmarshal(js, &res)
 	}
 	if err != nil {
-		t.Fatalf("wanbench cisco's JSON: %v", err)
+		t.Fatalf("wanbench %s's JSON: %v", command, err)
 	}
 	return out, res, outDir
 }
 
-// TestCiscoUploadEndToEnd runs 'wanbench cisco --upload': each figure is the
+// TestRTTSweepUploadEndToEnd runs 'wanbench cisco --upload': each figure is the
 // server's, since the client's would beat the link (the near edge buffers).
-func TestCiscoUploadEndToEnd(t *testing.T) {
-	_, res, _ := ciscoEndToEnd(t, "--upload", "--rtt", "10ms", "--runs", "1", "--bytes", "5MB",
+func TestRTTSweepUploadEndToEnd(t *testing.T) {
+	_, res, _ := rttSweepEndToEnd(t, "--upload", "--rtt", "10ms", "--runs", "1", "--bytes", "5MB",
 		"--profile", "modern", "--rate", "100mbit")
 	if !res.Upload || len(res.Rows) != 1 || len(res.Rows[0].WanoptRuns) != 1 {
 		t.Fatalf("want an upload with one row of one wanopt run, got upload=%v rows %+v", res.Upload, res.Rows)
@@ -180,16 +191,16 @@ func netnsWithPrefix(prefix string) string {
 	return strings.Join(found, ", ")
 }
 
-// TestCiscoReportWithOutage: with an outage the table gains the recovery
+// TestRTTSweepReportWithOutage: with an outage the table gains the recovery
 // and failure columns, failed runs count in no mean, and --replot works.
-func TestCiscoReportWithOutage(t *testing.T) {
-	plain := []IperfResult{
+func TestRTTSweepReportWithOutage(t *testing.T) {
+	plain := []harness.IperfResult{
 		{Mbps: 50, OutageStartS: 2, OutageEndS: 7, RecoveryS: 3},
-		{Mbps: 60, OutageStartS: 2, OutageEndS: 7, RecoveryS: NotRecovered},
+		{Mbps: 60, OutageStartS: 2, OutageEndS: 7, RecoveryS: harness.NotRecovered},
 		{Mbps: 70, OutageStartS: 2, OutageEndS: 7, RecoveryS: 5},
 		{Failed: true, Error: "iperf client: exit status 1: read failed: Connection reset by peer", OutageStartS: 2, OutageEndS: 7},
 	}
-	wan := []IperfResult{{Mbps: 200}, {Mbps: 210}} // both ended before the outage
+	wan := []harness.IperfResult{{Mbps: 200}, {Mbps: 210}} // both ended before the outage
 	failed, rec := outageSummary(plain)
 	if failed != 1 || rec != 4 {
 		t.Fatalf("outageSummary = %d failed, %v s; want 1 and the mean of 3 and 5", failed, rec)
@@ -197,14 +208,14 @@ func TestCiscoReportWithOutage(t *testing.T) {
 	if m := measuredMean(plain); m != 60 {
 		t.Fatalf("measuredMean = %v, want 60 (the failed run left out, then the trimmed mean)", m)
 	}
-	if _, rec := outageSummary(plain[1:2]); rec != NotRecovered {
+	if _, rec := outageSummary(plain[1:2]); rec != harness.NotRecovered {
 		t.Fatalf("a run that never recovered: %v, want NotRecovered", rec)
 	}
-	r := CiscoResult{RateMbps: 100, Streams: 1, Runs: 4, CC: "cubic",
+	r := RTTSweepResult{RateMbps: 100, Streams: 1, Runs: 4, CC: "cubic",
 		Impairments: LinkImpairments{OutageAt: 2 * time.Second, OutageFor: 5 * time.Second},
 		Plain0ms:    map[string]float64{"modern": 96},
-		Rows: []CiscoRow{{RTTms: 100, Profile: "modern", PlainMbps: 60, WanoptMbps: 205, PlainFailed: 1,
-			PlainRuns: plain, WanoptRuns: wan, Cold: IperfResult{Failed: true, Error: "reset"}}},
+		Rows: []RTTSweepRow{{RTTms: 100, Profile: "modern", PlainMbps: 60, WanoptMbps: 205, PlainFailed: 1,
+			PlainRuns: plain, WanoptRuns: wan, Cold: harness.IperfResult{Failed: true, Error: "reset"}}},
 	}
 	md := r.Markdown()
 	for _, want := range []string{
@@ -219,7 +230,7 @@ func TestCiscoReportWithOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back CiscoResult
+	var back RTTSweepResult
 	if err := json.Unmarshal(js, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -229,25 +240,25 @@ func TestCiscoReportWithOutage(t *testing.T) {
 	if !strings.Contains(string(js), `"failed":true`) || !strings.Contains(string(js), `"recovery_s":-1`) {
 		t.Errorf("JSON lacks the failed run or the run that never recovered: %s", js)
 	}
-	if strings.Contains((CiscoResult{Rows: r.Rows}).Markdown(), "recovery") {
+	if strings.Contains((RTTSweepResult{Rows: r.Rows}).Markdown(), "recovery") {
 		t.Error("recovery columns without an outage")
 	}
 }
 
-// TestCiscoCPUPerGB: each edge's CPU seconds per GB of payload, in the
+// TestRTTSweepCPUPerGB: each edge's CPU seconds per GB of payload, in the
 // table and the JSON, with user and system time apart.
-func TestCiscoCPUPerGB(t *testing.T) {
+func TestRTTSweepCPUPerGB(t *testing.T) {
 	// 4 streams × 25 MiB × 3 runs = 0.3145728 GB; 3 s user + 1 s system.
-	got := cpuSecondsPerGB(CPUTime{User: 3 * time.Second, System: time.Second}, 25<<20, 4, 3)
+	got := cpuSecondsPerGB(harness.CPUTime{User: 3 * time.Second, System: time.Second}, 25<<20, 4, 3)
 	if want := 4 / 0.3145728; got < want-1e-9 || got > want+1e-9 {
 		t.Errorf("cpuSecondsPerGB = %v, want %v", got, want)
 	}
-	if got := cpuSecondsPerGB(CPUTime{User: time.Second}, 25<<20, 4, 0); got != 0 {
+	if got := cpuSecondsPerGB(harness.CPUTime{User: time.Second}, 25<<20, 4, 0); got != 0 {
 		t.Errorf("no runs: %v, want 0", got)
 	}
-	r := CiscoResult{RateMbps: 250, BytesPerStream: 25 << 20, Streams: 4, Runs: 3, EdgeCPU: 0.5,
+	r := RTTSweepResult{RateMbps: 250, BytesPerStream: 25 << 20, Streams: 4, Runs: 3, EdgeCPU: 0.5,
 		Plain0ms: map[string]float64{"modern": 241},
-		Rows: []CiscoRow{{RTTms: 50, Profile: "modern", PlainMbps: 180, WanoptMbps: 236, Ratio: 236.0 / 241, ColdMbps: 210,
+		Rows: []RTTSweepRow{{RTTms: 50, Profile: "modern", PlainMbps: 180, WanoptMbps: 236, Ratio: 236.0 / 241, ColdMbps: 210,
 			NearCPUPct: 50, FarCPUPct: 35, NearUserS: 3, NearSysS: 1, FarUserS: 1.5, FarSysS: 1.25,
 			EdgeCost: EdgeCost{NearCPUsPerGB: 12.72, FarCPUsPerGB: 8.74,
 				NearWakeupsPerMB: 26.4, FarWakeupsPerMB: 28.6, NearPreemptionsPerMB: 22.5, FarPreemptionsPerMB: 21},
@@ -272,7 +283,7 @@ func TestCiscoCPUPerGB(t *testing.T) {
 			t.Errorf("JSON lacks %s: %s", want, js)
 		}
 	}
-	var back CiscoResult
+	var back RTTSweepResult
 	if err := json.Unmarshal(js, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -281,13 +292,13 @@ func TestCiscoCPUPerGB(t *testing.T) {
 	}
 }
 
-// TestCiscoReplotOldJSON: a result without the CPU-s/GB fields (as
+// TestRTTSweepReplotOldJSON: a result without the CPU-s/GB fields (as
 // --replot reads it) still renders, with "–" where nothing was recorded.
-func TestCiscoReplotOldJSON(t *testing.T) {
+func TestRTTSweepReplotOldJSON(t *testing.T) {
 	old := `{"rate_mbps":250,"queue_bytes":2000000,"bytes_per_stream":104857600,"streams":4,"runs":5,"cc":"cubic",
 		"plain_0ms_mbps":{"modern":241.4},"rows":[{"rtt_ms":50,"profile":"modern","plain_mbps":185.5,"wanopt_mbps":239.1,
 		"ratio_to_plain_0ms":0.99,"cold_mbps":233.1,"near_cpu_pct":54,"far_cpu_pct":35,"far_probe_rtts":0}]}`
-	var r CiscoResult
+	var r RTTSweepResult
 	if err := json.Unmarshal([]byte(old), &r); err != nil {
 		t.Fatal(err)
 	}
@@ -302,98 +313,24 @@ func TestCiscoReplotOldJSON(t *testing.T) {
 	}
 }
 
-func TestParseProcStat(t *testing.T) {
-	// A command name with spaces and a parenthesis; utime 250 and stime 40
-	// ticks are fields 14 and 15.
-	stat := "4321 (wan opt) x) S 1 4321 4321 0 -1 4194560 1000 0 0 0 250 40 0 0 20 0 9 0 12345 100000000 2000 18446744073709551615\n"
-	got, err := parseProcStat(4321, stat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (CPUTime{User: 2500 * time.Millisecond, System: 400 * time.Millisecond}); got != want {
-		t.Errorf("parseProcStat = %+v, want %+v", got, want)
-	}
-	if got.Total() != 2900*time.Millisecond {
-		t.Errorf("Total = %v, want 2.9s", got.Total())
-	}
-	if d := got.Sub(CPUTime{User: time.Second, System: 100 * time.Millisecond}); d != (CPUTime{User: 1500 * time.Millisecond, System: 300 * time.Millisecond}) {
-		t.Errorf("Sub = %+v", d)
-	}
-	for _, bad := range []string{"4321 no parenthesis", "4321 (x) S 1 2 3", "4321 (x) S 1 4321 4321 0 -1 0 0 0 0 0 a b 0"} {
-		if _, err := parseProcStat(4321, bad); err == nil {
-			t.Errorf("parseProcStat(%q): no error", bad)
-		}
-	}
-	// This process's own line parses, and its threads have waited (the
-	// test runner's goroutines park; their threads sleep).
-	c, err := procCPUTime(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Wakeups == 0 {
-		t.Errorf("procCPUTime(self) = %+v: no voluntary context switches", c)
-	}
-}
-
-func TestParseSwitches(t *testing.T) {
-	status := "Name:\twanopt\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t8533\nnonvoluntary_ctxt_switches:\t  761\n"
-	vol, invol, err := parseSwitches(status)
-	if err != nil || vol != 8533 || invol != 761 {
-		t.Errorf("parseSwitches = %d, %d, %v; want 8533, 761, nil", vol, invol, err)
-	}
-	for _, bad := range []string{"Name:\tx\n", "voluntary_ctxt_switches:\t1\n", "voluntary_ctxt_switches:\tx\nnonvoluntary_ctxt_switches:\t1\n"} {
-		if _, _, err := parseSwitches(bad); err == nil {
-			t.Errorf("parseSwitches(%q): no error", bad)
-		}
-	}
-	// Sub counts the switches between two readings, never below zero (a
-	// thread that ended took its switches with it).
-	a := CPUTime{Wakeups: 100, Preemptions: 50}
-	if d := (CPUTime{Wakeups: 130, Preemptions: 40}).Sub(a); d.Wakeups != 30 || d.Preemptions != 0 {
-		t.Errorf("Sub = %+v, want 30 wake-ups, 0 preemptions", d)
-	}
-	if got := perMB(30, 1.5); got != 20 {
-		t.Errorf("perMB(30, 1.5) = %v, want 20", got)
-	}
-	if got := perMB(30, 0); got != 0 {
-		t.Errorf("perMB(30, 0) = %v, want 0", got)
-	}
-}
-
 func TestCheckEdgeCPU(t *testing.T) {
-	if err := checkEdgeCPU(0, 0); err != nil {
+	if err := harness.CheckEdgeCPU(0, 0); err != nil {
 		t.Errorf("no cap: %v", err)
 	}
 	for _, bad := range []float64{-0.5, math.NaN(), math.Inf(1)} {
-		if err := checkEdgeCPU(bad, 0); err == nil || !strings.Contains(err.Error(), "want 0 (no cap) or a positive number") {
-			t.Errorf("checkEdgeCPU(%v, 0) = %v", bad, err)
+		if err := harness.CheckEdgeCPU(bad, 0); err == nil || !strings.Contains(err.Error(), "want 0 (no cap) or a positive number") {
+			t.Errorf("harness.CheckEdgeCPU(%v, 0) = %v", bad, err)
 		}
 	}
 	for _, bad := range []int{-1, 10001} {
-		if err := checkEdgeCPU(0, bad); err == nil || !strings.Contains(err.Error(), "want 0 (none) or 1 to 10000") {
-			t.Errorf("checkEdgeCPU(0, %d) = %v", bad, err)
+		if err := harness.CheckEdgeCPU(0, bad); err == nil || !strings.Contains(err.Error(), "want 0 (none) or 1 to 10000") {
+			t.Errorf("harness.CheckEdgeCPU(0, %d) = %v", bad, err)
 		}
 	}
 }
 
-func TestParseProcStatus(t *testing.T) {
-	status := "Name:\twanopt\nVmPeak:\t 1300000 kB\nVmHWM:\t   40960 kB\nVmRSS:\t   20480 kB\nThreads:\t9\n"
-	got, err := parseProcStatus(status)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (Memory{RSSBytes: 20 << 20, PeakBytes: 40 << 20}); got != want {
-		t.Errorf("parseProcStatus = %+v, want %+v", got, want)
-	}
-	for _, bad := range []string{"Name:\tx\n", "VmHWM:\t 12 MB\nVmRSS:\t 1 kB\n", "VmHWM:\t x kB\nVmRSS:\t 1 kB\n"} {
-		if _, err := parseProcStatus(bad); err == nil {
-			t.Errorf("parseProcStatus(%q): no error", bad)
-		}
-	}
-}
-
-func TestHubBenchShares(t *testing.T) {
-	r := HubBenchResult{Branches: 3, RTTms: 100, BranchMbps: []float64{80, 60, 100}}
+func TestHubSharesShares(t *testing.T) {
+	r := HubSharesResult{Branches: 3, RTTms: 100, BranchMbps: []float64{80, 60, 100}}
 	for _, m := range r.BranchMbps {
 		r.TotalMbps += m
 	}
@@ -406,11 +343,20 @@ func TestHubBenchShares(t *testing.T) {
 	}
 }
 
-// TestCiscoRefusesUploadWithOutage: outage recovery means nothing in an
+// TestRTTSweepRefusesUploadWithOutage: outage recovery means nothing in an
 // upload; the refusal comes before any lab is built (no root needed).
-func TestCiscoRefusesUploadWithOutage(t *testing.T) {
-	o := CiscoOptions{Upload: true, Wanopt: "wanopt", LinkImpairments: LinkImpairments{OutageAt: time.Second, OutageFor: time.Second}}
-	if _, err := Cisco(context.Background(), o); !errors.Is(err, errUploadOutage) {
-		t.Fatalf("Cisco with --upload and an outage: %v, want errUploadOutage", err)
+func TestRTTSweepRefusesUploadWithOutage(t *testing.T) {
+	o := RTTSweepOptions{Upload: true, Wanopt: "wanopt", LinkImpairments: LinkImpairments{OutageAt: time.Second, OutageFor: time.Second}}
+	if _, err := RTTSweep(context.Background(), o); !errors.Is(err, harness.ErrUploadOutage) {
+		t.Fatalf("RTTSweep with --upload and an outage: %v, want ErrUploadOutage", err)
+	}
+}
+
+func TestPerMB(t *testing.T) {
+	if got := perMB(30, 1.5); got != 20 {
+		t.Errorf("perMB(30, 1.5) = %v, want 20", got)
+	}
+	if got := perMB(30, 0); got != 0 {
+		t.Errorf("perMB(30, 0) = %v, want 0", got)
 	}
 }

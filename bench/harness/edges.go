@@ -1,15 +1,13 @@
-package exp
+package harness
 
 import (
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -109,13 +107,10 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	if o.Up == 0 {
 		o.Up = 20 * time.Second
 	}
-	e := &Edges{l: l, dir: o.Dir}
-	if e.dir == "" {
-		d, err := os.MkdirTemp("", "wanbench-edges-")
-		if err != nil {
-			return nil, fmt.Errorf("folder for the edges' keys and logs: %w", err)
-		}
-		e.dir, e.ownDir = d, true
+	e := &Edges{l: l}
+	var err error
+	if e.dir, e.ownDir, err = workDir(o.Dir, "wanbench-edges-", "the edges'"); err != nil {
+		return nil, err
 	}
 	ok := false
 	defer func() {
@@ -179,181 +174,6 @@ func StartEdges(ctx context.Context, l *lab.Lab, o EdgeOptions) (*Edges, error) 
 	}
 	ok = true
 	return e, nil
-}
-
-// CPUTime is a process's user and system CPU time and its threads' context
-// switches, summed over the threads alive when read: Wakeups the voluntary
-// ones (steadier than CPU seconds), Preemptions the involuntary ones.
-type CPUTime struct {
-	User, System         time.Duration
-	Wakeups, Preemptions uint64
-}
-
-// Total is user plus system time.
-func (c CPUTime) Total() time.Duration { return c.User + c.System }
-
-// Sub is the CPU time used, and the switches made, between b and c.
-func (c CPUTime) Sub(b CPUTime) CPUTime {
-	return CPUTime{User: c.User - b.User, System: c.System - b.System,
-		Wakeups: c.Wakeups - min(b.Wakeups, c.Wakeups), Preemptions: c.Preemptions - min(b.Preemptions, c.Preemptions)}
-}
-
-// CPUTimes returns the CPU time each edge's process has used so far, read
-// from /proc ('ip netns exec' execs the edge, so the PID is wanopt's).
-func (e *Edges) CPUTimes() (near, far CPUTime, err error) {
-	if near, err = e.near.cpuTime(); err != nil {
-		return CPUTime{}, CPUTime{}, err
-	}
-	if far, err = e.far.cpuTime(); err != nil {
-		return CPUTime{}, CPUTime{}, err
-	}
-	return near, far, nil
-}
-
-// clockTicks is USER_HZ, the unit of /proc/PID/stat's utime and stime:
-// 100 on every Linux architecture.
-const clockTicks = 100
-
-func (p *edgeProc) cpuTime() (CPUTime, error) {
-	if p == nil || p.cmd.Process == nil {
-		return CPUTime{}, errors.New("edge not started")
-	}
-	return procCPUTime(p.cmd.Process.Pid)
-}
-
-// procCPUTime reads utime and stime of a process from /proc/PID/stat,
-// and its threads' context switches from /proc/PID/task/*/status.
-func procCPUTime(pid int) (CPUTime, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return CPUTime{}, fmt.Errorf("CPU time of process %d: %w", pid, err)
-	}
-	c, err := parseProcStat(pid, string(b))
-	if err != nil {
-		return CPUTime{}, err
-	}
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return CPUTime{}, fmt.Errorf("threads of process %d: %w", pid, err)
-	}
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // the thread ended since the listing
-		}
-		if err != nil {
-			return CPUTime{}, fmt.Errorf("context switches of process %d: %w", pid, err)
-		}
-		vol, invol, err := parseSwitches(string(b))
-		if err != nil {
-			return CPUTime{}, fmt.Errorf("context switches of thread %s of process %d: %w", t.Name(), pid, err)
-		}
-		c.Wakeups += vol
-		c.Preemptions += invol
-	}
-	return c, nil
-}
-
-// parseSwitches reads voluntary_ctxt_switches and
-// nonvoluntary_ctxt_switches from the text of /proc/PID/task/TID/status.
-func parseSwitches(status string) (vol, invol uint64, err error) {
-	var found int
-	for line := range strings.Lines(status) {
-		name, value, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		var dst *uint64
-		switch name {
-		case "voluntary_ctxt_switches":
-			dst = &vol
-		case "nonvoluntary_ctxt_switches":
-			dst = &invol
-		default:
-			continue
-		}
-		if *dst, err = strconv.ParseUint(strings.TrimSpace(value), 10, 64); err != nil {
-			return 0, 0, fmt.Errorf("%s: %w", name, err)
-		}
-		found++
-	}
-	if found != 2 {
-		return 0, 0, errors.New("no voluntary_ctxt_switches and nonvoluntary_ctxt_switches lines")
-	}
-	return vol, invol, nil
-}
-
-// parseProcStat reads utime and stime from the text of /proc/PID/stat.
-func parseProcStat(pid int, s string) (CPUTime, error) {
-	// The command name (field 2) is in parentheses and may hold spaces:
-	// count the fields after its closing parenthesis.
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return CPUTime{}, fmt.Errorf("CPU time of process %d: unexpected /proc/%d/stat %q", pid, pid, tail(s, 200))
-	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return CPUTime{}, fmt.Errorf("CPU time of process %d: short /proc/%d/stat", pid, pid)
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return CPUTime{}, fmt.Errorf("CPU time of process %d: %w", pid, err)
-	}
-	return CPUTime{User: time.Duration(ut) * time.Second / clockTicks, System: time.Duration(st) * time.Second / clockTicks}, nil
-}
-
-// Memory is a process's resident memory from /proc/PID/status: now (VmRSS)
-// and its peak since start (VmHWM), in bytes.
-type Memory struct {
-	RSSBytes, PeakBytes uint64
-}
-
-// Memory reads the resident memory of the "near" or "far" edge's process.
-func (e *Edges) Memory(side string) (Memory, error) {
-	p := e.near
-	if side == "far" {
-		p = e.far
-	}
-	if p == nil || p.cmd.Process == nil {
-		return Memory{}, fmt.Errorf("%s edge not started", side)
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		return Memory{}, fmt.Errorf("memory of the %s edge: %w", side, err)
-	}
-	return parseProcStatus(string(b))
-}
-
-// parseProcStatus reads VmRSS and VmHWM (in kB) from /proc/PID/status.
-func parseProcStatus(s string) (Memory, error) {
-	var m Memory
-	var seen int
-	for _, line := range strings.Split(s, "\n") {
-		name, val, ok := strings.Cut(line, ":")
-		if !ok || (name != "VmRSS" && name != "VmHWM") {
-			continue
-		}
-		f := strings.Fields(val)
-		if len(f) != 2 || f[1] != "kB" {
-			return Memory{}, fmt.Errorf("unexpected %s line %q in /proc/PID/status", name, line)
-		}
-		kb, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil {
-			return Memory{}, fmt.Errorf("%s in /proc/PID/status: %w", name, err)
-		}
-		if name == "VmRSS" {
-			m.RSSBytes = kb << 10
-		} else {
-			m.PeakBytes = kb << 10
-		}
-		seen++
-	}
-	if seen != 2 {
-		return Memory{}, errors.New("no VmRSS and VmHWM in /proc/PID/status")
-	}
-	return m, nil
 }
 
 // Socket is the control socket of the "near" or "far" edge.
@@ -611,6 +431,18 @@ func routeReplace(ctx context.Context, h *lab.Host, prefix, dev string) error {
 	return nil
 }
 
+// workDir is dir, or if empty a new temporary folder (own) for what's keys
+// and logs.
+func workDir(dir, pattern, what string) (path string, own bool, err error) {
+	if dir != "" {
+		return dir, false, nil
+	}
+	if dir, err = os.MkdirTemp("", pattern); err != nil {
+		return "", false, fmt.Errorf("folder for %s keys and logs: %w", what, err)
+	}
+	return dir, true, nil
+}
+
 // writeEdgeKey writes a new key to dir/name; it returns path and public key.
 func writeEdgeKey(dir, name string) (path, pub string, err error) {
 	k, err := crypt.GenerateKey(rand.Reader)
@@ -627,7 +459,7 @@ func writeEdgeKey(dir, name string) (path, pub string, err error) {
 // FindWanopt returns the wanopt binary to run in the lab: explicit if set,
 // else a 'wanopt' next to the running executable, else one on PATH.
 func FindWanopt(explicit string) (string, error) {
-	const hint = "build it with 'make build' (bin/wanopt) or 'go build -o bin/wanopt ./cmd/wanopt', or pass --wanopt PATH"
+	const hint = "build it with 'make build' (bin/wanopt) or 'go build -o bin/wanopt ./cmd/wanopt', or name its path"
 	if explicit != "" {
 		p, err := filepath.Abs(explicit)
 		if err == nil {
@@ -648,4 +480,17 @@ func FindWanopt(explicit string) (string, error) {
 		return filepath.Abs(p)
 	}
 	return "", errors.New("no wanopt binary next to this executable or on PATH: " + hint)
+}
+
+// CheckEdgeCPU fails early, before minutes of plain-TCP runs, if the edges
+// cannot be capped at cores CPUs or given weight, by creating such a group.
+func CheckEdgeCPU(cores float64, weight int) error {
+	if cores == 0 && weight == 0 {
+		return nil
+	}
+	c, err := cgroup.New(cgroup.Root, "check", cgroup.Limits{Cores: cores, Weight: weight})
+	if err != nil {
+		return fmt.Errorf("a cgroup for the wanopt edges (%g cores, weight %d): %w", cores, weight, err)
+	}
+	return c.Close()
 }

@@ -2,24 +2,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
-	"github.com/spf13/pflag"
 	"github.com/wanopt/wanopt/bench/exp"
+	"github.com/wanopt/wanopt/bench/harness"
 )
 
-// runSack is 'wanbench sack': a WAN device in bypass that clamps windows
+// runMiddlebox is 'wanbench middlebox' (also 'sack'): a WAN device in bypass that clamps windows
 // and forges SACK blocks, plain TCP against wanopt through it.
-func runSack(ctx context.Context, log *slog.Logger, args []string) error {
-	fs := pflag.NewFlagSet("sack", pflag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, `Usage: wanbench sack [flags]
-
-A WAN device left in bypass rewrote TCP on a 40 ms path: it clamped the
+func runMiddlebox(ctx context.Context, log *slog.Logger, args []string) error {
+	fs := flags("middlebox", `A WAN device left in bypass rewrote TCP on a 40 ms path: it clamped the
 advertised window to 16 kB and injected selective ACKs the receiver never
 sent. The lab's link plays that device, both ways: every TCP window is
 clamped to --clamp bytes (after the window scale each sender offered on its
@@ -48,11 +42,7 @@ wanbench, or on PATH). Writes sack.json, sack.md, plain.pcap and
 plain-analysis.txt to --out. Last line:
 plain_mbps=X wanopt_mbps=Y tampered_dropped=N
 (N: datagrams both edges refused as unauthenticated, summed).
-
-Flags:
 `)
-		fs.PrintDefaults()
-	}
 	rtt := fs.Duration("rtt", 40*time.Millisecond, "the link's round-trip time")
 	rateS := fs.String("rate", "100mbit", "the link's rate (high enough that the window, not the link, is plain TCP's limit)")
 	queueS := fs.String("queue", "", "drop-tail queue in bytes or as time at the rate (default one bandwidth-delay product)")
@@ -62,21 +52,15 @@ Flags:
 	tamperS := fs.String("tamper-udp", "1%", "share of UDP datagrams the device also rewrites (0: only TCP, as the field device)")
 	plainS := fs.String("plain-bytes", "8MB", "plain TCP's transfer (about 20 s at the default clamp's bound)")
 	wanoptS := fs.String("wanopt-bytes", "64MB", "wanopt's measured transfer, after a 4 MB one that warms the tunnel")
-	profile := fs.String("profile", exp.Modern.Name, "end hosts' TCP buffers: modern or legacy")
+	profile := fs.String("profile", harness.Modern.Name, "end hosts' TCP buffers: modern or legacy")
 	cc := fs.String("cc", "cubic", "end hosts' congestion control")
 	seed := fs.Int64("seed", 1, "seed of the link's random draws (seed+1 the other way)")
 	wanopt := fs.String("wanopt", "", "the wanopt binary (default: next to wanbench, else on PATH)")
 	out := fs.String("out", "out/sack", "folder for sack.json, sack.md, the capture and its analysis")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return nil
-		}
+	if help, err := parse(fs, args); help || err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	o := exp.SackOptions{RTT: *rtt, CC: *cc, Seed: *seed, CaptureDir: *out, Logger: log,
+	o := exp.MiddleboxOptions{RTT: *rtt, CC: *cc, Seed: *seed, CaptureDir: *out, Logger: log,
 		Progress: func(what string) { log.Info("measuring", "path", what) }}
 	if *rtt <= 0 {
 		return fmt.Errorf("--rtt %v: want a positive duration", *rtt)
@@ -126,16 +110,13 @@ Flags:
 	if o.TamperUDPPct, err = parsePercent(*tamperS); err != nil {
 		return fmt.Errorf("--tamper-udp: %w", err)
 	}
-	if o.Profile, err = exp.ProfileByName(*profile); err != nil {
+	if o.Profile, err = harness.ProfileByName(*profile); err != nil {
 		return err
 	}
-	if o.Wanopt, err = exp.FindWanopt(*wanopt); err != nil {
+	if o.Wanopt, o.LinkCommand, err = edgeLab(*wanopt); err != nil {
 		return err
 	}
-	if o.LinkCommand, err = selfLinkCommand(); err != nil {
-		return err
-	}
-	res, err := exp.Sack(ctx, o)
+	res, err := exp.Middlebox(ctx, o)
 	if err != nil {
 		return err
 	}

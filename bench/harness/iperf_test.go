@@ -1,4 +1,4 @@
-package exp
+package harness
 
 import (
 	"context"
@@ -47,17 +47,6 @@ func TestParseIperf(t *testing.T) {
 	// With several streams only the [SUM] line counts.
 	if _, err := parseIperf("[ *1] 0.0000-1.0000 sec  10.0 MBytes  80 Mbits/sec\n", 4, 10<<20); err == nil {
 		t.Fatal("a single stream's line was taken for the sum")
-	}
-}
-
-func TestTrimmedMean(t *testing.T) {
-	runs := []IperfResult{{Mbps: 100, Seconds: 1}, {Mbps: 10, Seconds: 9}, {Mbps: 200, Seconds: 0.5}, {Mbps: 110, Seconds: 2}, {Mbps: 120, Seconds: 3}}
-	m, s := trimmedMean(runs)
-	if m != 110 || s != 2 {
-		t.Fatalf("trimmedMean = %v, %v; want 110, 2 (mean of 100, 110, 120)", m, s)
-	}
-	if m, _ := trimmedMean(runs[:2]); m != 55 {
-		t.Fatalf("two runs are averaged, got %v", m)
 	}
 }
 
@@ -188,14 +177,14 @@ func TestRecoveryTime(t *testing.T) {
 	iv := iperfIntervals(arrivals(iperfStall2, 0), 250*time.Millisecond)
 	// The link came back at 1.45 s: the interval ending at 1.6136 s is the
 	// first at the bar after it.
-	if got := recoveryTime(iv, 1.45, 80); math.Abs(got-(1.6136-1.45)) > 1e-9 {
+	if got := RecoveryTime(iv, 1.45, 80); math.Abs(got-(1.6136-1.45)) > 1e-9 {
 		t.Errorf("recovery = %v, want %v", got, 1.6136-1.45)
 	}
 	// Intervals before the return do not count, however fast.
-	if got := recoveryTime(iv, 1.7, 80); got != NotRecovered {
+	if got := RecoveryTime(iv, 1.7, 80); got != NotRecovered {
 		t.Errorf("recovery after the transfer's end = %v, want NotRecovered", got)
 	}
-	if got := recoveryTime(iv, 1.45, 500); got != NotRecovered {
+	if got := RecoveryTime(iv, 1.45, 500); got != NotRecovered {
 		t.Errorf("recovery to a bar never reached = %v, want NotRecovered", got)
 	}
 }
@@ -204,16 +193,16 @@ func TestRecoveryTime(t *testing.T) {
 // streams of 10 MiB at 1 % loss and 100 ms outlast the lossless timeout.
 func TestLossyRunTimeout(t *testing.T) {
 	const bytes = 4 * 10 << 20
-	clean := runTimeout(bytes, 250e6)
-	if clean != lossyRunTimeout(bytes, 250e6, 4, 100*time.Millisecond, 0) {
+	clean := RunTimeout(bytes, 250e6)
+	if clean != LossyRunTimeout(bytes, 250e6, 4, 100*time.Millisecond, 0) {
 		t.Fatal("no loss must keep the lossless timeout")
 	}
-	lossy := lossyRunTimeout(bytes, 250e6, 4, 100*time.Millisecond, 1)
+	lossy := LossyRunTimeout(bytes, 250e6, 4, 100*time.Millisecond, 1)
 	if clean > 80*time.Second || lossy < 2*65*time.Second {
 		t.Errorf("timeout %v lossless, %v at 1 %% loss; want the second well above the 65 s seen", clean, lossy)
 	}
 	// Near 0 ms the link, not the loss, bounds the rate.
-	if got := lossyRunTimeout(bytes, 250e6, 4, 0, 1); got != clean {
+	if got := LossyRunTimeout(bytes, 250e6, 4, 0, 1); got != clean {
 		t.Errorf("1 %% loss at 0 ms: %v, want the lossless %v", got, clean)
 	}
 }
@@ -245,7 +234,7 @@ const iperfServerOut1 = `[  5] local 127.0.0.1 port 5999 connected with 127.0.0.
 // transfer after the mark, waited for, never an earlier one's.
 func TestServerReport(t *testing.T) {
 	ctx := context.Background()
-	var s iperfServer
+	var s IperfServer
 	// An earlier transfer of four streams, already reported.
 	s.stdout.Write([]byte(iperfServerOut))
 	mark := s.stdout.Len()

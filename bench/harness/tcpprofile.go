@@ -1,4 +1,4 @@
-package exp
+package harness
 
 import (
 	"context"
@@ -39,12 +39,12 @@ func ProfileByName(name string) (Profile, error) {
 	return Profile{}, fmt.Errorf("unknown TCP profile %q: want modern or legacy", name)
 }
 
-// applyTCP configures congestion control and buffers on the lab's end hosts
+// ApplyTCP configures congestion control and buffers on the lab's end hosts
 // and flushes cached metrics (ssthresh), so no run inherits them.
-func applyTCP(ctx context.Context, l *lab.Lab, cc string, p Profile) error {
+func ApplyTCP(ctx context.Context, l *lab.Lab, cc string, p Profile) error {
 	// Allowed again before every run: another lab's restore of the
 	// host's list at its end may have taken cc away.
-	if _, err := allowCongestionControl(cc); err != nil {
+	if _, err := AllowCongestionControl(cc); err != nil {
 		return err
 	}
 	for _, h := range []*lab.Host{l.Client, l.Server} {
@@ -67,15 +67,15 @@ func applyTCP(ctx context.Context, l *lab.Lab, cc string, p Profile) error {
 
 const allowedCCPath = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
 
-// buildEdgesLab allows congestion control cc on the host and builds an edges
+// BuildEdgesLab allows congestion control cc on the host and builds an edges
 // lab; close removes the lab and restores the host's list.
-func buildEdgesLab(ctx context.Context, cc string, linkCommand []string, log *slog.Logger) (l *lab.Lab, close func(), err error) {
-	return buildEdgesLabOpts(ctx, cc, lab.Options{Kind: lab.Edges, LinkCommand: linkCommand, Realtime: true, Logger: log})
+func BuildEdgesLab(ctx context.Context, cc string, linkCommand []string, log *slog.Logger) (l *lab.Lab, close func(), err error) {
+	return BuildEdgesLabOpts(ctx, cc, lab.Options{Kind: lab.Edges, LinkCommand: linkCommand, Realtime: true, Logger: log})
 }
 
-// buildEdgesLabOpts is buildEdgesLab with the lab's options given.
-func buildEdgesLabOpts(ctx context.Context, cc string, opts lab.Options) (l *lab.Lab, close func(), err error) {
-	restore, err := allowCongestionControl(cc)
+// BuildEdgesLabOpts is BuildEdgesLab with the lab's options given.
+func BuildEdgesLabOpts(ctx context.Context, cc string, opts lab.Options) (l *lab.Lab, close func(), err error) {
+	restore, err := AllowCongestionControl(cc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -87,15 +87,15 @@ func buildEdgesLabOpts(ctx context.Context, cc string, opts lab.Options) (l *lab
 	return l, func() { l.Close(); restore() }, nil
 }
 
-// iperfEdgesLab is buildEdgesLabOpts with an iperf server started on the
+// IperfEdgesLab is BuildEdgesLabOpts with an iperf server started on the
 // lab's server host. close ends the server and waits for it before it
 // removes the lab, whose Close checks every process it started.
-func iperfEdgesLab(ctx context.Context, cc string, opts lab.Options) (l *lab.Lab, srv *iperfServer, close func(), err error) {
-	l, closeLab, err := buildEdgesLabOpts(ctx, cc, opts)
+func IperfEdgesLab(ctx context.Context, cc string, opts lab.Options) (l *lab.Lab, srv *IperfServer, close func(), err error) {
+	l, closeLab, err := BuildEdgesLabOpts(ctx, cc, opts)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if srv, err = startIperfServer(ctx, l, l.Server); err != nil {
+	if srv, err = StartIperfServer(ctx, l, l.Server); err != nil {
 		if srv != nil {
 			srv.kill() // it started and did not listen
 		}
@@ -105,9 +105,9 @@ func iperfEdgesLab(ctx context.Context, cc string, opts lab.Options) (l *lab.Lab
 	return l, srv, func() { srv.kill(); closeLab() }, nil
 }
 
-// allowCongestionControl adds names to the host's allowed congestion
+// AllowCongestionControl adds names to the host's allowed congestion
 // controls and returns a function that restores the previous list.
-func allowCongestionControl(names ...string) (restore func(), err error) {
+func AllowCongestionControl(names ...string) (restore func(), err error) {
 	old, err := os.ReadFile(allowedCCPath)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", allowedCCPath, err)
