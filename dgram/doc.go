@@ -1,8 +1,16 @@
 // Package dgram carries the traffic a near edge does not terminate — UDP,
 // ICMP echo (ping), and the TCP flows its rules pass — through the
 // tunnel's unreliable datagrams, one IP packet per datagram, and sends it
-// on from the far edge. It also holds the near edge's rules (NearRules),
-// which decide what each flow gets.
+// on from the far edge. Near and Far are each edge's end, and the socket
+// NAT for UDP and ping at the far edge is here; its rooms hold the rest:
+//
+//	dgram/packet     the IP packets: parsing, building, too-big answers
+//	dgram/passthru   passed TCP (both sides, MSS clamp, segmenting) and
+//	                 transparent egress (the TUN's answers, DivertAmong)
+//
+// The near edge's rules (ingress.Rules) decide what each flow gets; the
+// edge hands them in (NearConfig.Rules, passthru.Rules), so neither this
+// package nor the stack knows how rules are written.
 //
 // # Path
 //
@@ -47,28 +55,13 @@
 //
 // # Near rules
 //
-// NearRules (--near-rule ACTION:PROTO:CIDR[:PORTS], first match wins)
-// decide from a flow's first packet: Optimise (TCP only: the stack
-// terminates it), Pass (its IP packets cross whole) or Drop (counted as
-// Drops.Policy); with no match TCP is optimised and the rest passed. UDP
-// and ping keep no state at the near edge, so each packet is matched. The
-// matcher reads parsed headers, never bytes.
-//
-// # Passed TCP
-//
-// The stack offers every TCP packet to Near.DivertTCP, which returns at
-// once unless a rule passes or drops TCP or a passed flow is open. A SYN a
-// pass rule matches opens an entry keyed by (client, server)
-// (DefaultMaxPassFlows; forgotten after DefaultPassIdleTimeout idle, or
-// PassClosingTimeout after a FIN or RST); its packets then cross as
-// datagrams and gVisor never sees them, so the client's handshake options
-// reach the server. The SYN's MSS is clamped so a full segment fits one
-// datagram, and a GRO aggregate is cut into segments that fit
-// (segmentTCP). Only a far edge with its own TUN (--egress transparent,
-// FarConfig.WritePacket) can send them on: its stack hands the server's
-// answers for learnt flows to Far.DivertTCP instead of gVisor, which would
-// reset them. A far edge without a TUN counts passed TCP as Unsupported
-// and warns once.
+// The rules (--near-rule, package ingress) decide from a flow's first
+// packet: optimise (TCP only: the stack terminates it), pass (its IP
+// packets cross whole) or drop (counted as Drops.Policy); with no match
+// TCP is optimised and the rest passed. UDP and ping keep no state at the
+// near edge, so each packet is matched. Passed TCP, and the far edge's
+// transparent egress, are package passthru's (see its doc); Near and Far
+// hand it those packets and count what it does in their Stats.
 //
 // # Flows at the far edge
 //
@@ -83,13 +76,7 @@
 //
 // # Transparent egress for UDP and ping
 //
-// A far edge with its own TUN opens no socket: the packet is written out
-// of the TUN as the client sent it, after the same policy check, and its
-// flow enters a table bounded by MaxFlows and IdleTimeout. Its stack hands
-// each non-TCP answer to Far.Divert, which sends back those that answer a
-// flow in the table: UDP, echo replies, and ICMP errors whose quoted
-// packet is a flow's (parseICMPError). Answers to no flow are dropped
-// (Drops.Unmatched); the rest stays the stack's. A hub's branches each own
-// a table; DivertAmong gives an answer to the branch whose table holds
-// its flow.
+// A far edge with its own TUN (FarConfig.WritePacket) opens no socket:
+// the packet is written out of the TUN as the client sent it, and its
+// answers come back through Far.Divert (package passthru).
 package dgram

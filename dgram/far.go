@@ -1,16 +1,13 @@
 package dgram
 
 import (
-	"encoding/binary"
-	"errors"
 	"log/slog"
-	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/icmp"
+	"github.com/wanopt/wanopt/dgram/passthru"
 )
 
 // Defaults for FarConfig.
@@ -42,7 +39,7 @@ type FarConfig struct {
 	Check func(dst netip.AddrPort) string
 	// WritePacket, if set, writes a client's packet out of this edge's
 	// TUN, whose kernel routes it to the server from the client's own
-	// address (transparent egress): passed TCP (NearRule Pass), UDP and
+	// address (transparent egress): passed TCP (a near rule passes it), UDP and
 	// ICMP echo requests, each as it came. The answers the kernel routes
 	// back into the TUN come through DivertTCP (TCP) and Divert (the
 	// rest). Nil: no TUN (kernel egress): UDP and echo go out of kernel
@@ -85,10 +82,7 @@ type Far struct {
 	nflows     atomic.Int64
 	warnedPing atomic.Bool
 	warnedSock atomic.Bool
-	warnedTCP  atomic.Bool
-	pass       *tcpTable         // passed TCP flows, learnt from their packets up
-	tr         *flowTable[dgKey] // transparent UDP and echo flows (WritePacket)
-	bufs       sync.Pool         // *[]byte: DivertTCP's and Divert's datagrams
+	pt         *passthru.Far // passed TCP, and transparent UDP and echo flows
 
 	// The worker's own.
 	udp  map[udpKey]*farFlow
@@ -102,29 +96,6 @@ type udpKey struct{ client, server netip.AddrPort }
 type icmpKey struct {
 	client, server netip.Addr
 	id             uint16
-}
-
-// dgKey names a transparent datagram flow: a UDP flow by its endpoints,
-// an echo flow by its client's address with the echo identifier as the
-// port, and its server's address with port 0. proto is the packet's
-// (ProtoUDP, ProtoICMP or ProtoICMPv6).
-type dgKey struct {
-	proto          uint8
-	client, server netip.AddrPort
-}
-
-func (k dgKey) endpoints() (client, server netip.AddrPort) { return k.client, k.server }
-
-// farFlow is one entry of the NAT table.
-type farFlow struct {
-	client, server netip.AddrPort // ICMP: ports 0
-	proto          uint8
-	id             uint16       // ICMP: the client's echo identifier
-	udp            *net.UDPConn // UDP: connected to server
-	ping           *icmp.PacketConn
-	pingDst        net.Addr     // ICMP: server, as WriteTo wants it
-	last           atomic.Int64 // time of the last packet either way (Far.clock)
-	closed         atomic.Bool
 }
 
 // NewFar starts a Far: its worker runs until Close.
@@ -148,9 +119,8 @@ func NewFar(cfg FarConfig) *Far {
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
 	}
-	f.pass = newTCPTable(cfg.now, 0, 0)
-	f.tr = newFlowTable[dgKey](cfg.now, cfg.IdleTimeout, cfg.MaxFlows)
-	f.bufs.New = func() any { b := make([]byte, 0, readBufBytes); return &b }
+	f.pt = passthru.NewFar(passthru.FarConfig{Check: cfg.Check, WritePacket: cfg.WritePacket, Sender: f.tunnel, Count: (*counting)(&f.ctr),
+		MaxFlows: cfg.MaxFlows, IdleTimeout: cfg.IdleTimeout, Logger: f.log, Now: cfg.now})
 	go f.run()
 	return f
 }
@@ -168,15 +138,23 @@ func (f *Far) SetTunnel(s Sender) {
 // Stats returns the far side's counters and the size of its table.
 func (f *Far) Stats() Stats {
 	s := f.ctr.Stats()
-	s.Flows = int(f.nflows.Load() + f.tr.n.Load())
-	s.FlowsExpired += f.tr.expired.Load()
-	s.TCPFlows = int(f.pass.n.Load())
+	s.Flows = int(f.nflows.Load()) + f.pt.Flows()
+	s.FlowsExpired += f.pt.Expired()
+	s.TCPFlows = f.pt.TCPFlows()
 	return s
 }
 
 // PassedFlows lists the passed TCP flows this far side sends on (learnt
 // from their packets), not yet forgotten, in no particular order.
-func (f *Far) PassedFlows() []PassedFlow { return f.pass.snapshot() }
+func (f *Far) PassedFlows() []PassedFlow { return f.pt.PassedFlows() }
+
+// tunnel is the tunnel of the moment, nil while none is up.
+func (f *Far) tunnel() Sender {
+	if box := f.sender.Load(); box != nil {
+		return box.s
+	}
+	return nil
+}
 
 // Deliver queues a KindUp datagram's packet (the kind byte removed) for
 // the worker; p is copied. It never blocks: it is called on the tunnel's
@@ -227,8 +205,7 @@ func (f *Far) run() {
 			f.recycle(b)
 		case <-tick.C:
 			f.expire()
-			f.pass.sweep()
-			f.tr.sweep()
+			f.pt.Sweep()
 		case <-f.stop:
 			for k, fl := range f.udp {
 				f.closeFlow(fl)
@@ -246,7 +223,7 @@ func (f *Far) run() {
 // handle sends one client packet on (worker).
 func (f *Far) handle(b []byte) {
 	if proto, ok := Protocol(b); ok && proto == ProtoTCP {
-		f.handleTCP(b)
+		f.pt.HandleTCP(b)
 		return
 	}
 	p, err := Parse(b)
@@ -255,7 +232,7 @@ func (f *Far) handle(b []byte) {
 		return
 	}
 	if f.cfg.WritePacket != nil {
-		f.handleTransparent(b, &p)
+		f.pt.HandleTransparent(b, &p)
 		return
 	}
 	now := f.clock()
@@ -298,426 +275,21 @@ func (f *Far) handle(b []byte) {
 	f.ctr.up(p.Proto, p.Len)
 }
 
-// open makes a flow for p's client and server if the policy allows the
-// server and the table has room, and starts its reader; nil if not (the
-// drop is counted).
-func (f *Far) open(p *Packet) *farFlow {
-	dst := netip.AddrPortFrom(p.Dst.Unmap(), p.DstPort)
-	if why := f.cfg.Check(dst); why != "" {
-		f.ctr.notAllowed.Add(1)
-		f.log.Debug("datagram destination refused", "src", p.SrcAddrPort(), "dst", dst, "proto", p.Proto, "why", why)
-		return nil
-	}
-	if f.nflows.Load() >= int64(f.cfg.MaxFlows) {
-		f.ctr.flowLimit.Add(1)
-		return nil
-	}
-	fl := &farFlow{client: p.SrcAddrPort(), server: dst, proto: p.Proto, id: p.ID}
-	var err error
-	if p.IsUDP() {
-		fl.udp, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
-		if err != nil {
-			f.ctr.socketErrors.Add(1)
-			if f.warnedSock.CompareAndSwap(false, true) {
-				f.log.Warn("cannot open a UDP socket to a server; further failures are only counted", "dst", dst, "err", err)
-			}
-			return nil
-		}
-	} else {
-		network, laddr := "udp4", "0.0.0.0"
-		if dst.Addr().Is6() {
-			network, laddr = "udp6", "::"
-		}
-		fl.ping, err = icmp.ListenPacket(network, laddr)
-		if err != nil {
-			f.ctr.socketErrors.Add(1)
-			if f.warnedPing.CompareAndSwap(false, true) {
-				f.log.Warn("cannot open a ping socket, so pings through the tunnel are dropped: allow this process's group in the sysctl net.ipv4.ping_group_range (e.g. 'sysctl -w net.ipv4.ping_group_range=\"0 2147483647\"')",
-					"err", err)
-			}
-			return nil
-		}
-		fl.pingDst = &net.UDPAddr{IP: dst.Addr().AsSlice()}
-	}
-	fl.last.Store(f.clock())
-	f.nflows.Add(1)
-	f.ctr.flowsOpened.Add(1)
-	f.wg.Add(1)
-	go f.read(fl)
-	f.log.Debug("datagram flow opened", "client", fl.client, "server", fl.server, "proto", fl.proto)
-	return fl
-}
-
-// closeFlow closes fl's socket, which ends its reader (worker).
-func (f *Far) closeFlow(fl *farFlow) {
-	fl.closed.Store(true)
-	if fl.udp != nil {
-		fl.udp.Close()
-	} else {
-		fl.ping.Close()
-	}
-	f.nflows.Add(-1)
-}
-
-// expire closes the flows idle for IdleTimeout (worker).
-func (f *Far) expire() {
-	limit := f.clock() - int64(f.cfg.IdleTimeout)
-	for k, fl := range f.udp {
-		if fl.last.Load() < limit {
-			f.closeFlow(fl)
-			delete(f.udp, k)
-			f.ctr.flowsExpire.Add(1)
-		}
-	}
-	for k, fl := range f.icmp {
-		if fl.last.Load() < limit {
-			f.closeFlow(fl)
-			delete(f.icmp, k)
-			f.ctr.flowsExpire.Add(1)
-		}
-	}
-}
-
-// read is a flow's reader goroutine: it turns each answer from the server
-// into an IP packet to the client and sends it through the tunnel.
-func (f *Far) read(fl *farFlow) {
-	defer f.wg.Done()
-	buf := make([]byte, readBufBytes)
-	hl := HeaderLen(fl.server.Addr())
-	off := 1 + hl // the payload's place: after the kind byte and headers
-	buf[0] = KindDown
-	for {
-		var (
-			n   int
-			err error
-		)
-		if fl.udp != nil {
-			n, err = fl.udp.Read(buf[off:])
-		} else {
-			// A ping socket reads the ICMP message, header first: it
-			// lands where PutEcho writes the ICMP header.
-			n, _, err = fl.ping.ReadFrom(buf[off-l4HeaderLen:])
-			n -= l4HeaderLen
-		}
-		if err != nil {
-			if fl.closed.Load() || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// A connected UDP socket reports an ICMP error from the
-			// server's side (ECONNREFUSED) on its next read, once.
-			f.ctr.socketErrors.Add(1)
-			continue
-		}
-		if n < 0 {
-			f.ctr.malformed.Add(1)
-			continue
-		}
-		fl.last.Store(f.clock())
-		if off+n >= len(buf) {
-			f.ctr.tooBig.Add(1) // it may have been cut short
-			continue
-		}
-		pkt := buf[1 : off+n]
-		if fl.udp != nil {
-			err = PutUDP(pkt, fl.server, fl.client)
-		} else {
-			icmpHdr := buf[off-l4HeaderLen : off]
-			typ := icmpHdr[0]
-			if typ != ICMPEchoReply && typ != ICMPv6EchoReply {
-				continue // not an answer to the echo (none is expected)
-			}
-			seq := binary.BigEndian.Uint16(icmpHdr[6:])
-			err = PutEcho(pkt, fl.server.Addr(), fl.client.Addr(), typ, fl.id, seq)
-		}
-		if err != nil {
-			f.ctr.malformed.Add(1)
-			continue
-		}
-		f.send(fl.proto, buf[:off+n])
-	}
-}
-
-// send sends one KindDown datagram through the tunnel of the moment.
-func (f *Far) send(proto uint8, b []byte) {
-	box := f.sender.Load()
-	if box == nil {
-		f.ctr.noTunnel.Add(1)
-		return
-	}
-	if len(b) > box.s.MaxDatagramBytes() {
-		f.ctr.tooBig.Add(1)
-		return
-	}
-	if err := box.s.SendDatagram(b); err != nil {
-		countSendError(&f.ctr, err)
-		return
-	}
-	f.ctr.down(proto, len(b)-1)
-}
-
-// handleTCP writes a passed TCP packet out of the TUN (worker). A flow
-// is learnt from its first packet (any but a RST, so that a flow outlives
-// a restart of this edge), if the policy allows its server.
-func (f *Far) handleTCP(b []byte) {
-	if f.cfg.WritePacket == nil {
-		f.ctr.unsupported.Add(1)
-		if f.warnedTCP.CompareAndSwap(false, true) {
-			f.log.Warn("the near edge passes TCP unterminated (--near-rule pass:tcp:...), which this edge can only send on with --egress transparent (its own TUN); dropping those packets, further ones only counted")
-		}
-		return
-	}
-	p, err := parseTCP(b)
-	if err != nil {
-		f.ctr.parseError(err)
-		return
-	}
-	k := tcpKey{p.src, p.dst}
-	e := f.pass.get(k)
-	if e == nil || (p.isSYN() && e.closing.Load()) {
-		if p.flags&tcpRST != 0 {
-			f.ctr.notAllowed.Add(1)
-			return
-		}
-		if why := f.cfg.Check(netip.AddrPortFrom(p.dst.Addr().Unmap(), p.dst.Port())); why != "" {
-			f.ctr.notAllowed.Add(1)
-			f.log.Debug("passed TCP destination refused", "src", p.src, "dst", p.dst, "why", why)
-			return
-		}
-		if e = f.pass.add(k); e == nil {
-			f.ctr.flowLimit.Add(1)
-			return
-		}
-	}
-	f.pass.seen(e, p.flags, p.len, true)
-	if err := f.cfg.WritePacket(b[:p.len]); err != nil {
-		f.ctr.socketErrors.Add(1)
-		return
-	}
-	f.ctr.up(ProtoTCP, p.len)
-}
-
-// DivertTCP is the far edge's stack's Config.DivertTCP: it takes the TCP
-// packets from servers that answer a passed flow (learnt by the packets
-// up), sending each whole to the near edge, a SYN-ACK's MSS clamped to
-// what a datagram holds; it leaves the rest to the stack. It does not
-// block, and returns at once while no flow is passed.
-func (f *Far) DivertTCP(pkt []byte) bool {
-	if f.pass.n.Load() == 0 {
-		return false
-	}
-	p, err := parseTCP(pkt)
-	if err != nil {
-		return false
-	}
-	e := f.pass.get(tcpKey{p.dst, p.src})
-	if e == nil {
-		return false
-	}
-	f.pass.seen(e, p.flags, p.len, false)
-	box := f.sender.Load()
-	if box == nil {
-		f.ctr.noTunnel.Add(1)
-		return true
-	}
-	limit := box.s.MaxDatagramBytes()
-	bp := f.bufs.Get().(*[]byte)
-	if 1+p.len > limit {
-		// An aggregate of the server's segments (the TUN's offload): sent
-		// as the segments that fit.
-		b, ok := segmentTCP((*bp)[:0], pkt, &p, KindDown, limit-1, func(d []byte) {
-			if err := box.s.SendDatagram(d); err != nil {
-				countSendError(&f.ctr, err)
-				return
-			}
-			f.ctr.down(ProtoTCP, len(d)-1)
-		})
-		*bp = b
-		f.bufs.Put(bp)
-		if !ok {
-			f.ctr.tooBig.Add(1)
-		}
-		return true
-	}
-	b := append(append((*bp)[:0], KindDown), pkt[:p.len]...)
-	if p.flags&tcpSYN != 0 {
-		if mss := mssFor(p.src.Addr(), limit); mss > 0 {
-			clampMSS(b[1+p.hdrLen:], mss)
-		}
-	}
-	err = box.s.SendDatagram(b)
-	*bp = b
-	f.bufs.Put(bp)
-	if err != nil {
-		countSendError(&f.ctr, err)
-		return true
-	}
-	f.ctr.down(ProtoTCP, p.len)
-	return true
-}
-
-// handleTransparent writes a client's UDP packet or echo request, parsed
-// as p, out of the TUN as it came, source, TTL and checksums the client's
-// (worker). A flow is learnt from its first packet if the policy allows
-// its server and the table has room.
-func (f *Far) handleTransparent(b []byte, p *Packet) {
-	var k dgKey
-	switch {
-	case p.IsUDP():
-		k = dgKey{ProtoUDP, p.SrcAddrPort(), p.DstAddrPort()}
-	case p.IsEchoRequest():
-		k = dgKey{p.Proto, netip.AddrPortFrom(p.Src, p.ID), netip.AddrPortFrom(p.Dst, 0)}
-	default:
-		f.ctr.unsupported.Add(1)
-		return
-	}
-	e := f.tr.get(k)
-	if e == nil {
-		dst := netip.AddrPortFrom(p.Dst.Unmap(), p.DstPort)
-		if why := f.cfg.Check(dst); why != "" {
-			f.ctr.notAllowed.Add(1)
-			f.log.Debug("datagram destination refused", "src", p.SrcAddrPort(), "dst", dst, "proto", p.Proto, "why", why)
-			return
-		}
-		if e = f.tr.add(k); e == nil {
-			f.ctr.flowLimit.Add(1)
-			return
-		}
-		f.ctr.flowsOpened.Add(1)
-		f.log.Debug("transparent datagram flow opened", "client", k.client, "server", k.server, "proto", p.Proto)
-	}
-	f.tr.seen(e, 0, p.Len, true)
-	if err := f.cfg.WritePacket(b[:p.Len]); err != nil {
-		f.ctr.socketErrors.Add(1)
-		return
-	}
-	f.ctr.up(p.Proto, p.Len)
-}
+// DivertTCP is the far edge's stack's Config.DivertTCP: it takes the
+// servers' answers to passed TCP flows (passthru.Far.DivertTCP).
+func (f *Far) DivertTCP(pkt []byte) bool { return f.pt.DivertTCP(pkt) }
 
 // Divert is the far edge's stack's Config.Divert with transparent egress
-// (WritePacket): it takes the packets from the TUN that answer a
-// transparent flow — UDP, echo replies, ICMP errors about a flow's
-// packets, a passed TCP flow's too — and sends each, whole, to the near
-// edge. An answer of those kinds to no known flow is dropped
-// (Drops.Unmatched) rather than left to the stack, which would answer for
-// the client; the rest is left to the stack. It does not block; without
-// WritePacket it takes nothing.
-func (f *Far) Divert(pkt []byte) bool {
-	if f.cfg.WritePacket == nil {
-		return false
-	}
-	return DivertAmong(pkt, f)
-}
+// (WritePacket): it takes the answers to the flows this side sent out of
+// the TUN (passthru.Far.Divert); without WritePacket it takes nothing.
+func (f *Far) Divert(pkt []byte) bool { return f.pt.Divert(pkt) }
 
 // DivertAmong is Divert for a hub's far sides, one a branch (all with
-// WritePacket): the packet is read once and goes to the far side whose
-// table holds the flow it answers. An answer of no flow in any is counted
+// WritePacket): the packet goes to the far side whose table holds the
+// flow it answers; an answer of no flow in any is counted
 // (Drops.Unmatched) by the first far side, the hub's first branch.
 func DivertAmong(pkt []byte, fars ...*Far) bool {
-	if len(fars) == 0 {
-		return false
-	}
-	a, ok := readAnswer(pkt)
-	if !ok {
-		return false
-	}
-	for _, f := range fars {
-		if f.take(pkt, &a) {
-			return true
-		}
-	}
-	if a.aboutTCP {
-		return false // about the stack's own connection
-	}
-	fars[0].ctr.unmatched.Add(1)
-	return true
+	return passthru.DivertAmong(pkt, fars, (*Far).passthru)
 }
 
-// answer is what readAnswer read of a packet that may answer a flow.
-type answer struct {
-	// aboutTCP: an ICMP error about a TCP segment (tk); else the
-	// datagram flow dk.
-	aboutTCP bool
-	tk       tcpKey
-	dk       dgKey
-	n        int   // the packet's length
-	proto    uint8 // the protocol it is counted as
-}
-
-// readAnswer reads pkt, from the TUN, as an answer to a flow the far
-// side may have sent on: UDP, an echo reply, or an ICMP error about UDP,
-// an echo request or TCP; false for anything else (the stack's).
-func readAnswer(pkt []byte) (answer, bool) {
-	var a answer
-	proto, ok := Protocol(pkt)
-	if !ok {
-		return a, false
-	}
-	switch {
-	case maybeICMPError(pkt, proto):
-		ie, err := parseICMPError(pkt)
-		if err != nil {
-			return a, false // the stack's to use or drop, as before
-		}
-		a.n, a.proto = ie.len, ProtoICMP // counted as ICMP, whatever it is about
-		if ie.proto == ProtoTCP {
-			a.aboutTCP, a.tk = true, tcpKey{ie.from, ie.to}
-		} else {
-			a.dk = dgKey{ie.proto, ie.from, ie.to}
-		}
-		return a, true
-	case proto == ProtoUDP || proto == ProtoICMP || proto == ProtoICMPv6:
-		p, err := Parse(pkt)
-		if err != nil {
-			return a, false // other ICMP, fragments, malformed: the stack's
-		}
-		switch {
-		case p.IsUDP():
-			a.dk = dgKey{ProtoUDP, p.DstAddrPort(), p.SrcAddrPort()}
-		case p.IsEchoReply():
-			a.dk = dgKey{p.Proto, netip.AddrPortFrom(p.Dst, p.ID), netip.AddrPortFrom(p.Src, 0)}
-		default:
-			return a, false // an echo request to a client's address: the stack's
-		}
-		a.n, a.proto = p.Len, p.Proto
-		return a, true
-	}
-	return a, false
-}
-
-// take sends pkt, read as a, to the near edge if it answers a flow in
-// f's tables, and reports whether it did (a drop on the way counted).
-func (f *Far) take(pkt []byte, a *answer) bool {
-	if a.aboutTCP {
-		e := f.pass.get(a.tk)
-		if e == nil {
-			return false
-		}
-		f.pass.seen(e, 0, 0, false)
-	} else {
-		e := f.tr.get(a.dk)
-		if e == nil {
-			return false
-		}
-		f.tr.seen(e, 0, a.n, false)
-	}
-	box := f.sender.Load()
-	if box == nil {
-		f.ctr.noTunnel.Add(1)
-		return true
-	}
-	if 1+a.n > box.s.MaxDatagramBytes() {
-		f.ctr.tooBig.Add(1)
-		return true
-	}
-	bp := f.bufs.Get().(*[]byte)
-	b := append(append((*bp)[:0], KindDown), pkt[:a.n]...)
-	err := box.s.SendDatagram(b)
-	*bp = b
-	f.bufs.Put(bp)
-	if err != nil {
-		countSendError(&f.ctr, err)
-		return true
-	}
-	f.ctr.down(a.proto, a.n)
-	return true
-}
+func (f *Far) passthru() *passthru.Far { return f.pt }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/dgram/internal/pkttest"
 	"golang.org/x/net/icmp"
 )
 
@@ -100,7 +101,7 @@ func TestFarUDP(t *testing.T) {
 	for round := range 2 {
 		for i, c := range clients {
 			msg := []byte{byte('a' + i), byte('0' + round)}
-			f.Deliver(udpPkt(t, c.String(), srv.String(), msg))
+			f.Deliver(pkttest.UDP(t, c.String(), srv.String(), msg))
 			p := recvReply(t, out)
 			if p.SrcAddrPort() != srv || p.DstAddrPort() != c || !bytes.Equal(p.Payload, msg) {
 				t.Fatalf("client %v got %v -> %v %q", c, p.SrcAddrPort(), p.DstAddrPort(), p.Payload)
@@ -118,11 +119,11 @@ func TestFarUDP(t *testing.T) {
 		t.Errorf("bytes up %d, down %d; want %d", st.UDP.BytesUp, st.UDP.BytesDown, want)
 	}
 
-	f.Deliver(udpPkt(t, "198.18.1.4:1", srv.String(), []byte("x")))
+	f.Deliver(pkttest.UDP(t, "198.18.1.4:1", srv.String(), []byte("x")))
 	waitFor(t, "the flow limit", func() bool { return f.Stats().Drops.FlowLimit == 1 })
-	f.Deliver(udpPkt(t, "198.18.1.2:40000", refused.String(), []byte("x")))
+	f.Deliver(pkttest.UDP(t, "198.18.1.2:40000", refused.String(), []byte("x")))
 	waitFor(t, "the policy's refusal", func() bool { return f.Stats().Drops.NotAllowed == 1 })
-	f.Deliver(append(udpPkt(t, "198.18.1.2:1", srv.String(), nil)[:20:20], 1, 2))
+	f.Deliver(append(pkttest.UDP(t, "198.18.1.2:1", srv.String(), nil)[:20:20], 1, 2))
 	waitFor(t, "a malformed packet", func() bool { return f.Stats().Drops.Malformed == 1 })
 
 	// A minute later both flows are idle: the next tick expires them.
@@ -132,14 +133,14 @@ func TestFarUDP(t *testing.T) {
 		t.Errorf("expired %d flows", st.FlowsExpired)
 	}
 	// A new packet opens a new flow.
-	f.Deliver(udpPkt(t, clients[0].String(), srv.String(), []byte("again")))
+	f.Deliver(pkttest.UDP(t, clients[0].String(), srv.String(), []byte("again")))
 	if p := recvReply(t, out); string(p.Payload) != "again" {
 		t.Errorf("after expiry: %q", p.Payload)
 	}
 
 	// Without a tunnel, answers are dropped and counted.
 	f.SetTunnel(nil)
-	f.Deliver(udpPkt(t, clients[0].String(), srv.String(), []byte("lost")))
+	f.Deliver(pkttest.UDP(t, clients[0].String(), srv.String(), []byte("lost")))
 	waitFor(t, "an answer without a tunnel", func() bool { return f.Stats().Drops.NoTunnel == 1 })
 	f.Close()
 	if st := f.Stats(); st.Flows != 0 {
@@ -170,7 +171,7 @@ func TestFarPing(t *testing.T) {
 	if !p.IsEchoReply() || p.Src != server || p.Dst != client || p.ID != 0xbeef || p.Seq != 3 || string(p.Payload) != "ping data" {
 		t.Fatalf("reply %+v", p)
 	}
-	if s := onesSum(p.L4); s != 0xffff {
+	if s := pkttest.OnesSum(p.L4); s != 0xffff {
 		t.Errorf("reply's ICMP checksum sums to %#x", s)
 	}
 	// The reply is counted after the tunnel took it: it can be read first.

@@ -5,30 +5,12 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/wanopt/wanopt/dgram/packet"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 )
 
 // The seed corpora are in testdata/fuzz: valid UDP and echo packets of
-// both families, and broken ones.
-
-// FuzzParse: Parse never panics, and what it accepts is consistent.
-func FuzzParse(f *testing.F) {
-	f.Fuzz(func(t *testing.T, b []byte) {
-		p, err := Parse(b)
-		if err != nil {
-			return
-		}
-		if p.Len > len(b) || len(p.L4) < l4HeaderLen || len(p.Payload) > len(p.L4) {
-			t.Fatalf("inconsistent packet from % x: %+v", b, p)
-		}
-		if !p.IsUDP() && !p.IsEchoRequest() && !p.IsEchoReply() {
-			t.Fatalf("accepted protocol %d type %d", p.Proto, p.Type)
-		}
-		if p.Src.Is4() != p.Dst.Is4() {
-			t.Fatalf("mixed families %v %v", p.Src, p.Dst)
-		}
-	})
-}
+// both families, and broken ones (FuzzParse's are package packet's).
 
 // FuzzNear: the near edge's Divert, Deliver and Demux take any bytes; what
 // Divert sends is one kind byte and a packet Parse accepts.
@@ -48,10 +30,10 @@ func FuzzNear(f *testing.F) {
 			Write: func(p []byte) error { answers = append(answers, bytes.Clone(p)); return nil }})
 		n2.Divert(b)
 		for _, a := range answers {
-			if len(a) > maxErrorV6 || len(a) < ipv4HeaderLen+l4HeaderLen {
+			if len(a) > packet.MaxErrorV6 || len(a) < packet.IPv4HeaderLen+packet.L4HeaderLen {
 				t.Fatalf("answer of %d bytes", len(a))
 			}
-			if a[0] == 0x45 && (checksum.Checksum(a[:ipv4HeaderLen], 0) != 0xffff || a[9] != ProtoICMP || a[ipv4HeaderLen] != ICMPDestUnreachable) {
+			if a[0] == 0x45 && (checksum.Checksum(a[:packet.IPv4HeaderLen], 0) != 0xffff || a[9] != ProtoICMP || a[packet.IPv4HeaderLen] != ICMPDestUnreachable) {
 				t.Fatalf("bad IPv4 answer % x", a)
 			}
 		}
@@ -95,7 +77,7 @@ func FuzzFar(f *testing.F) {
 		}
 		tr.handle(b)
 		tr.Divert(b)
-		if n := tr.tr.n.Load(); n > maxFlows {
+		if n := tr.pt.Flows(); n > maxFlows {
 			t.Fatalf("%d transparent flows, bound %d", n, maxFlows)
 		}
 	})

@@ -5,19 +5,13 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/wanopt/wanopt/dgram/packet"
+	"github.com/wanopt/wanopt/dgram/passthru"
 	"github.com/wanopt/wanopt/tunnel"
 )
-
-// Sender is a tunnel that carries datagrams (a *driver.Tunnel).
-type Sender interface {
-	SendDatagram(p []byte) error
-	MaxDatagramBytes() int
-}
 
 // NearConfig configures a Near.
 type NearConfig struct {
@@ -29,10 +23,10 @@ type NearConfig struct {
 	Write func(pkt []byte) error
 	// Logger receives events; nil discards them.
 	Logger *slog.Logger
-	// Rules are the near edge's policy (--near-rule; SetRules changes
-	// them): the first matching rule decides what a flow gets; without
-	// one TCP is optimised (left to the stack) and the rest passed.
-	Rules NearRules
+	// Rules are the near edge's policy (ingress.Rules; SetRules changes
+	// them); nil: TCP is optimised (left to the stack) and the rest
+	// passed.
+	Rules Rules
 	// PassIdleTimeout and MaxPassFlows bound the table of passed TCP
 	// flows (DefaultPassIdleTimeout, DefaultMaxPassFlows when 0).
 	PassIdleTimeout time.Duration
@@ -63,10 +57,7 @@ type Near struct {
 	ctr  Counters
 	bufs sync.Pool // *[]byte: the datagrams being built
 
-	rules atomic.Pointer[NearRules]
-	// tcpRules: a rule may pass or drop TCP, so TCP packets are parsed.
-	tcpRules atomic.Bool
-	pass     *tcpTable // the passed TCP flows
+	pass *passthru.Near // the rules, and the passed TCP flows
 
 	// The too-big answers' token bucket (allowTooBig).
 	tbMu     sync.Mutex
@@ -84,37 +75,28 @@ func NewNear(cfg NearConfig) *Near {
 		n.log = slog.New(slog.DiscardHandler)
 	}
 	n.bufs.New = func() any { b := make([]byte, 0, readBufBytes); return &b }
-	n.pass = newTCPTable(cfg.now, cfg.PassIdleTimeout, cfg.MaxPassFlows)
-	n.SetRules(cfg.Rules)
+	n.pass = passthru.NewNear(passthru.NearConfig{Route: cfg.Route, Write: cfg.Write, Count: (*counting)(&n.ctr),
+		TooBig: n.answerTooBig, Rules: cfg.Rules, PassIdleTimeout: cfg.PassIdleTimeout, MaxPassFlows: cfg.MaxPassFlows, Now: cfg.now})
 	return n
 }
 
-// SetRules replaces the rules, for the flows that start from now on:
-// passed TCP flows already in the table stay passed, and flows already
-// terminated stay with the stack.
-func (n *Near) SetRules(rs NearRules) {
-	rs = slices.Clone(rs)
-	tcp := false
-	for _, r := range rs {
-		if r.Action != Optimise && (r.Proto == ProtoTCP || r.Proto == ProtoAny) {
-			tcp = true
-		}
-	}
-	n.rules.Store(&rs)
-	n.tcpRules.Store(tcp)
-}
+// SetRules replaces the rules (nil: the defaults), for the flows that
+// start from now on: passed TCP flows already in the table stay passed,
+// and flows already terminated stay with the stack. rs must not change
+// afterwards.
+func (n *Near) SetRules(rs Rules) { n.pass.SetRules(rs) }
 
 // Rules returns the rules in force.
-func (n *Near) Rules() NearRules { return *n.rules.Load() }
+func (n *Near) Rules() Rules { return n.pass.Rules() }
 
 // PassedFlows lists the TCP flows a pass rule sent as datagrams, not yet
 // forgotten (idle), in no particular order.
-func (n *Near) PassedFlows() []PassedFlow { return n.pass.snapshot() }
+func (n *Near) PassedFlows() []PassedFlow { return n.pass.PassedFlows() }
 
 // Stats returns the near side's counters.
 func (n *Near) Stats() Stats {
 	s := n.ctr.Stats()
-	s.TCPFlows = int(n.pass.n.Load())
+	s.TCPFlows = n.pass.Flows()
 	return s
 }
 
@@ -145,7 +127,7 @@ func (n *Near) Divert(pkt []byte) bool {
 	}
 	// Datagram flows keep no state here: each packet is matched, which
 	// is the first packet's answer as long as the rules stay.
-	if (*n.rules.Load()).Match(p.Proto, p.DstAddrPort()) == Drop {
+	if n.pass.Rules().Match(p.Proto, p.DstAddrPort()) == passthru.Drop {
 		n.ctr.policy.Add(1)
 		return true
 	}
@@ -243,7 +225,7 @@ func divertable(pkt []byte) bool {
 		}
 		return len(pkt) <= ihl || pkt[ihl] == ICMPEchoRequest
 	case ProtoICMPv6:
-		return len(pkt) <= ipv6HeaderLen || pkt[ipv6HeaderLen] == ICMPv6EchoRequest
+		return len(pkt) <= packet.IPv6HeaderLen || pkt[packet.IPv6HeaderLen] == ICMPv6EchoRequest
 	case ipv6FragmentHeader:
 		return pkt[0]>>4 == 6
 	}
@@ -261,11 +243,7 @@ const ipv6FragmentHeader = 44
 // flows and ICMP errors about the clients' packets (from a far edge with
 // transparent egress; about TCP, only a passed flow's) are written.
 func (n *Near) Deliver(pkt []byte) {
-	if proto, ok := Protocol(pkt); ok && proto == ProtoTCP {
-		n.deliverTCP(pkt)
-		return
-	} else if ok && maybeICMPError(pkt, proto) {
-		n.deliverICMPError(pkt)
+	if n.pass.Deliver(pkt) {
 		return
 	}
 	p, err := Parse(pkt)
@@ -333,128 +311,6 @@ func Demux(p []byte, near *Near, far *Far) {
 	}
 }
 
-// DivertTCP is the stack's Config.DivertTCP: it is called with each TCP
-// packet from the TUN. It takes (returns true for) the packets of flows a
-// pass rule matched on their SYN, which it sends whole through the tunnel
-// (the SYN's MSS clamped to what a datagram holds), and the SYNs a drop
-// rule matches, which it drops; it leaves the optimised flows to the
-// stack. Without a rule that passes or drops TCP and with no passed flow
-// left, it returns at once.
-func (n *Near) DivertTCP(pkt []byte) bool {
-	if !n.tcpRules.Load() && n.pass.n.Load() == 0 {
-		return false
-	}
-	p, err := parseTCP(pkt)
-	if err != nil {
-		return false // the stack's to count and drop
-	}
-	k := tcpKey{p.src, p.dst}
-	e := n.pass.get(k)
-	if p.isSYN() {
-		switch (*n.rules.Load()).Match(ProtoTCP, p.dst) {
-		case Drop:
-			n.ctr.policy.Add(1)
-			return true
-		case Optimise:
-			if e != nil {
-				n.pass.remove(k) // the tuple's old passed flow is over
-			}
-			return false
-		}
-		if e = n.pass.add(k); e == nil {
-			n.ctr.flowLimit.Add(1)
-			return true
-		}
-	}
-	if e == nil {
-		return false
-	}
-	n.pass.seen(e, p.flags, p.len, true)
-	s := n.cfg.Route(p.dst.Addr())
-	if s == nil {
-		n.ctr.noTunnel.Add(1)
-		return true
-	}
-	limit := s.MaxDatagramBytes()
-	if 1+p.len > limit {
-		n.sendSegments(s, pkt, &p, limit)
-		return true
-	}
-	bp := n.bufs.Get().(*[]byte)
-	b := append(append((*bp)[:0], KindUp), pkt[:p.len]...)
-	if p.flags&tcpSYN != 0 {
-		if mss := mssFor(p.dst.Addr(), limit); mss > 0 {
-			clampMSS(b[1+p.hdrLen:], mss)
-		}
-	}
-	err = s.SendDatagram(b)
-	*bp = b
-	n.bufs.Put(bp)
-	if err != nil {
-		countSendError(&n.ctr, err)
-		return true
-	}
-	n.ctr.up(ProtoTCP, p.len)
-	return true
-}
-
-// deliverTCP writes a passed flow's packet from the far edge to the TUN;
-// a packet of a flow not passed here is dropped (NotAllowed).
-func (n *Near) deliverTCP(pkt []byte) {
-	p, err := parseTCP(pkt)
-	if err != nil {
-		n.ctr.parseError(err)
-		return
-	}
-	e := n.pass.get(tcpKey{p.dst, p.src})
-	if e == nil {
-		n.ctr.notAllowed.Add(1)
-		return
-	}
-	n.pass.seen(e, p.flags, p.len, false)
-	if err := n.cfg.Write(pkt[:p.len]); err != nil {
-		n.ctr.socketErrors.Add(1)
-		return
-	}
-	n.ctr.down(ProtoTCP, p.len)
-}
-
-// sendSegments sends a passed TCP packet too long for a datagram (an
-// aggregate of segments from the TUN's offload) as segments that fit; one
-// whose headers alone do not fit is answered as a router would.
-func (n *Near) sendSegments(s Sender, pkt []byte, p *tcpPacket, limit int) {
-	bp := n.bufs.Get().(*[]byte)
-	defer n.bufs.Put(bp)
-	b, ok := segmentTCP((*bp)[:0], pkt, p, KindUp, limit-1, func(d []byte) {
-		if err := s.SendDatagram(d); err != nil {
-			countSendError(&n.ctr, err)
-			return
-		}
-		n.ctr.up(ProtoTCP, len(d)-1)
-	})
-	*bp = b
-	if !ok {
-		n.ctr.tooBig.Add(1)
-		n.answerTooBig(pkt, &Packet{Src: p.src.Addr(), Dst: p.dst.Addr(), Len: p.len}, limit-1)
-	}
-}
-
-// deliverICMPError writes an ICMP error about a client's packet to the
-// TUN. An error about TCP is written only for a passed flow (the stack
-// terminates the others: their errors are the far edge's own).
-func (n *Near) deliverICMPError(pkt []byte) {
-	ie, err := parseICMPError(pkt)
-	if err != nil {
-		n.ctr.parseError(err)
-		return
-	}
-	if ie.proto == ProtoTCP && n.pass.get(tcpKey{ie.from, ie.to}) == nil {
-		n.ctr.notAllowed.Add(1)
-		return
-	}
-	if err := n.cfg.Write(pkt[:ie.len]); err != nil {
-		n.ctr.socketErrors.Add(1)
-		return
-	}
-	n.ctr.down(ProtoICMP, ie.len)
-}
+// DivertTCP is the stack's Config.DivertTCP: it takes the packets of
+// the TCP flows a rule passes or drops (passthru.Near.DivertTCP).
+func (n *Near) DivertTCP(pkt []byte) bool { return n.pass.DivertTCP(pkt) }

@@ -7,6 +7,9 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/wanopt/wanopt/dgram/internal/pkttest"
+	"github.com/wanopt/wanopt/dgram/passthru"
+	"github.com/wanopt/wanopt/ingress"
 	"github.com/wanopt/wanopt/tunnel"
 )
 
@@ -34,15 +37,6 @@ func echo4(t testing.TB, src, dst string, typ uint8, data string) []byte {
 	return pkt
 }
 
-func udpPkt(t testing.TB, src, dst string, payload []byte) []byte {
-	s := netip.MustParseAddrPort(src)
-	pkt := append(make([]byte, HeaderLen(s.Addr())), payload...)
-	if err := PutUDP(pkt, s, netip.MustParseAddrPort(dst)); err != nil {
-		t.Fatal(err)
-	}
-	return pkt
-}
-
 func TestNearDivert(t *testing.T) {
 	s := &fakeSender{max: 1400}
 	var route Sender = s
@@ -52,7 +46,7 @@ func TestNearDivert(t *testing.T) {
 		Route: func(netip.Addr) Sender { return route },
 		Write: func(p []byte) error { written = append(written, bytes.Clone(p)); return writeErr },
 	})
-	udp := udpPkt(t, "198.18.1.2:5000", "198.18.2.2:53", []byte("query"))
+	udp := pkttest.UDP(t, "198.18.1.2:5000", "198.18.2.2:53", []byte("query"))
 	ping := echo4(t, "198.18.1.2", "198.18.2.2", ICMPEchoRequest, "abcdefgh")
 	tcp := bytes.Clone(udp)
 	tcp[9] = ProtoTCP
@@ -86,8 +80,8 @@ func TestNearDivert(t *testing.T) {
 			t.Errorf("%s: drops %+v", name, n.Stats().Drops)
 		}
 	}
-	drop("multicast", udpPkt(t, "198.18.1.2:5353", "224.0.0.251:5353", nil), func(d Drops) uint64 { return d.NotAllowed })
-	drop("too big", udpPkt(t, "198.18.1.2:5000", "198.18.2.2:53", make([]byte, 1400)), func(d Drops) uint64 { return d.TooBig })
+	drop("multicast", pkttest.UDP(t, "198.18.1.2:5353", "224.0.0.251:5353", nil), func(d Drops) uint64 { return d.NotAllowed })
+	drop("too big", pkttest.UDP(t, "198.18.1.2:5000", "198.18.2.2:53", make([]byte, 1400)), func(d Drops) uint64 { return d.TooBig })
 	bad := bytes.Clone(udp)
 	bad[25] = 0xff
 	drop("bad UDP length", bad, func(d Drops) uint64 { return d.Malformed })
@@ -106,7 +100,7 @@ func TestNearDivert(t *testing.T) {
 	// The way back: replies are written, anything else is not.
 	reply := echo4(t, "198.18.2.2", "198.18.1.2", ICMPEchoReply, "abcdefgh")
 	n.Deliver(reply)
-	n.Deliver(udpPkt(t, "198.18.2.2:53", "198.18.1.2:5000", []byte("answer")))
+	n.Deliver(pkttest.UDP(t, "198.18.2.2:53", "198.18.1.2:5000", []byte("answer")))
 	n.Deliver(ping) // a request has no business coming down
 	n.Deliver([]byte{0x60})
 	writeErr = errors.New("queue full")
@@ -123,7 +117,7 @@ func TestNearDivert(t *testing.T) {
 func TestDemux(t *testing.T) {
 	var written int
 	n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return nil }, Write: func([]byte) error { written++; return nil }})
-	reply := append([]byte{KindDown}, udpPkt(t, "198.18.2.2:53", "198.18.1.2:5000", []byte("a"))...)
+	reply := append([]byte{KindDown}, pkttest.UDP(t, "198.18.2.2:53", "198.18.1.2:5000", []byte("a"))...)
 	Demux(reply, n, nil)
 	Demux([]byte{7, 1, 2}, n, nil)
 	Demux(nil, n, nil)
@@ -131,5 +125,39 @@ func TestDemux(t *testing.T) {
 	st := n.Stats()
 	if written != 1 || st.Drops.Malformed != 2 || st.Drops.Unsupported != 1 {
 		t.Errorf("written %d, stats %+v", written, st)
+	}
+}
+
+// TestNearDropRules: a drop rule's UDP and pings are dropped and counted
+// (Drops.Policy); the rest passes as before, and SetRules applies to the
+// next packets.
+func TestNearDropRules(t *testing.T) {
+	s := &fakeSender{max: 1400}
+	rs, err := ingress.ParseRules([]string{"drop:udp:0.0.0.0/0:137-139", "drop:icmp:198.18.3.0/24"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return s }, Write: func([]byte) error { return nil }, Rules: rs})
+	netbios := pkttest.UDP(t, "198.18.1.2:137", "198.18.2.255:138", []byte("x"))
+	dns := pkttest.UDP(t, "198.18.1.2:5000", "198.18.2.2:53", []byte("q"))
+	ping := echo4(t, "198.18.1.2", "198.18.3.3", ICMPEchoRequest, "abcd")
+	for _, p := range [][]byte{netbios, dns, ping} {
+		if !n.Divert(p) {
+			t.Fatal("Divert left a UDP or ping packet to the stack")
+		}
+	}
+	if len(s.sent) != 1 || !bytes.Equal(s.sent[0][1:], dns) {
+		t.Fatalf("sent %d datagrams, want the DNS query alone", len(s.sent))
+	}
+	if st := n.Stats(); st.Drops.Policy != 2 || st.Drops.Total() != 2 || st.UDP.PacketsUp != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	n.SetRules(nil)
+	n.Divert(ping)
+	if len(s.sent) != 2 || n.Stats().Drops.Policy != 2 {
+		t.Errorf("after SetRules(nil): sent %d, %+v", len(s.sent), n.Stats().Drops)
+	}
+	if got := n.Rules().Match(ProtoUDP, netip.MustParseAddrPort("198.18.2.255:138")); got != passthru.Pass {
+		t.Errorf("the default rules: %v for UDP", got)
 	}
 }

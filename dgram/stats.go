@@ -3,6 +3,8 @@ package dgram
 import (
 	"errors"
 	"sync/atomic"
+
+	"github.com/wanopt/wanopt/dgram/passthru"
 )
 
 // Stats counts one edge side's datagram traffic: the packets its clients
@@ -149,4 +151,24 @@ func (c *Counters) Stats() Stats {
 		Drops: Drops{NotAllowed: c.notAllowed.Load(), TooBig: c.tooBig.Load(), QueueFull: c.queueFull.Load(), Malformed: c.malformed.Load(),
 			Unsupported: c.unsupported.Load(), NoTunnel: c.noTunnel.Load(), FlowLimit: c.flowLimit.Load(), Policy: c.policy.Load(), Unmatched: c.unmatched.Load(), SocketErrors: c.socketErrors.Load()},
 		TooBigAnswered: c.tooBigAnswered.Load(), TooBigLimited: c.tooBigLimited.Load()}
+}
+
+// counting is Counters as the passed paths count (passthru.Counter).
+type counting Counters
+
+func (c *counting) Up(proto uint8, n int)   { (*Counters)(c).up(proto, n) }
+func (c *counting) Down(proto uint8, n int) { (*Counters)(c).down(proto, n) }
+func (c *counting) ParseError(err error)    { (*Counters)(c).parseError(err) }
+func (c *counting) SendError(err error)     { countSendError((*Counters)(c), err) }
+func (c *counting) FlowOpened()             { c.flowsOpened.Add(1) }
+
+func (c *counting) Dropped(why passthru.Reason) {
+	byWhy := [...]*atomic.Uint64{passthru.DropNotAllowed: &c.notAllowed, passthru.DropTooBig: &c.tooBig,
+		passthru.DropUnsupported: &c.unsupported, passthru.DropNoTunnel: &c.noTunnel, passthru.DropFlowLimit: &c.flowLimit,
+		passthru.DropPolicy: &c.policy, passthru.DropUnmatched: &c.unmatched, passthru.DropSocketError: &c.socketErrors}
+	if int(why) < len(byWhy) {
+		byWhy[why].Add(1)
+		return
+	}
+	c.socketErrors.Add(1) // a reason this side does not know yet
 }

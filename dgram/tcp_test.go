@@ -8,109 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"github.com/wanopt/wanopt/dgram/internal/pkttest"
+	"github.com/wanopt/wanopt/ingress"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
-
-// tcpPkt builds a TCP packet from src to dst with flags and options
-// (padded to 4 bytes) and payload, checksums included.
-func tcpPkt(t testing.TB, src, dst string, flags header.TCPFlags, opts []byte, payload string) []byte {
-	t.Helper()
-	s, d := netip.MustParseAddrPort(src), netip.MustParseAddrPort(dst)
-	for len(opts)%4 != 0 {
-		opts = append(opts, 0)
-	}
-	ipLen := header.IPv4MinimumSize
-	if s.Addr().Is6() {
-		ipLen = header.IPv6MinimumSize
-	}
-	tl := header.TCPMinimumSize + len(opts) + len(payload)
-	b := make([]byte, ipLen+tl)
-	sa, da := tcpip.AddrFromSlice(s.Addr().AsSlice()), tcpip.AddrFromSlice(d.Addr().AsSlice())
-	if s.Addr().Is4() {
-		ip := header.IPv4(b)
-		ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(b)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber), SrcAddr: sa, DstAddr: da, Flags: header.IPv4FlagDontFragment})
-		ip.SetChecksum(^ip.CalculateChecksum())
-	} else {
-		header.IPv6(b).Encode(&header.IPv6Fields{PayloadLength: uint16(tl), TransportProtocol: header.TCPProtocolNumber, HopLimit: 64, SrcAddr: sa, DstAddr: da})
-	}
-	th := header.TCP(b[ipLen:])
-	th.Encode(&header.TCPFields{SrcPort: s.Port(), DstPort: d.Port(), SeqNum: 1000, DataOffset: uint8(header.TCPMinimumSize + len(opts)), Flags: flags, WindowSize: 65535})
-	copy(th[header.TCPMinimumSize:], opts)
-	copy(th[header.TCPMinimumSize+len(opts):], payload)
-	th.SetChecksum(0)
-	th.SetChecksum(^checksum.Checksum(th, header.PseudoHeaderChecksum(header.TCPProtocolNumber, sa, da, uint16(tl))))
-	return b
-}
-
-// tcpChecksumOK verifies an IPv4 or IPv6 TCP packet's checksum.
-func tcpChecksumOK(b []byte) bool {
-	p, err := parseTCP(b)
-	if err != nil {
-		return false
-	}
-	sa, da := tcpip.AddrFromSlice(p.src.Addr().AsSlice()), tcpip.AddrFromSlice(p.dst.Addr().AsSlice())
-	return checksum.Checksum(p.l4, header.PseudoHeaderChecksum(header.TCPProtocolNumber, sa, da, uint16(len(p.l4)))) == 0xffff
-}
-
-// mssOf reads a segment's MSS option (536, TCP's default, if none).
-func mssOf(b []byte) uint16 {
-	p, err := parseTCP(b)
-	if err != nil {
-		return 0
-	}
-	return header.ParseSynOptions(header.TCP(p.l4).Options(), false).MSS
-}
-
-// synOpts are a Linux client's SYN options: MSS 1460, SACK permitted,
-// timestamps, NOP, window scale 7 (the MSS at an even offset).
-var synOpts = []byte{2, 4, 0x05, 0xb4, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7}
-
-func TestClampMSS(t *testing.T) {
-	odd := append([]byte{1}, synOpts...) // a NOP first: the MSS value at an odd offset
-	for _, c := range []struct {
-		name string
-		pkt  []byte
-		mss  uint16
-		want uint16
-	}{
-		{"IPv4 even", tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, synOpts, ""), 1389, 1389},
-		{"IPv4 odd", tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, odd, ""), 1300, 1300},
-		{"IPv6 SYN-ACK", tcpPkt(t, "[2001:db8::2]:22", "[2001:db8:1::2]:40000", header.TCPFlagSyn|header.TCPFlagAck, synOpts, ""), 1369, 1369},
-		{"already lower", tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, []byte{2, 4, 0x04, 0x00}, ""), 1389, 1024},
-		{"no MSS", tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, []byte{1, 3, 3, 7}, ""), 1389, 536},
-		{"not a SYN", tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagAck, synOpts, "data"), 1000, 1460},
-		{"bad option length", tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, []byte{3, 9, 2, 4, 5, 0xb4}, ""), 1000, 536},
-	} {
-		p, err := parseTCP(c.pkt)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		clampMSS(p.l4, c.mss)
-		if got := mssOf(c.pkt); got != c.want {
-			t.Errorf("%s: MSS %d, want %d", c.name, got, c.want)
-		}
-		if !tcpChecksumOK(c.pkt) {
-			t.Errorf("%s: bad checksum after the clamp", c.name)
-		}
-		// The other options stay the client's: window scale 7.
-		if c.name == "IPv4 even" || c.name == "IPv4 odd" {
-			if ws := header.ParseSynOptions(header.TCP(p.l4).Options(), false).WS; ws != 7 {
-				t.Errorf("%s: window scale %d, want 7", c.name, ws)
-			}
-		}
-	}
-	if got := mssFor(netip.MustParseAddr("198.18.2.2"), 1430); got != 1430-1-20-20 {
-		t.Errorf("mssFor IPv4 %d", got)
-	}
-	if got := mssFor(netip.MustParseAddr("2001:db8::1"), 1430); got != 1430-1-40-20 {
-		t.Errorf("mssFor IPv6 %d", got)
-	}
-	if got := mssFor(netip.MustParseAddr("2001:db8::1"), 50); got != 0 {
-		t.Errorf("mssFor of a tiny datagram %d", got)
-	}
-}
 
 // nearPass is a Near with a pass rule for port 22 and a drop rule for
 // port 23, on a fake tunnel and TUN, on a clock the test moves.
@@ -118,7 +19,7 @@ func nearPass(t *testing.T, max int) (*Near, *fakeSender, *[][]byte, *time.Time)
 	s := &fakeSender{max: max}
 	var written [][]byte
 	now := time.Unix(1000, 0)
-	rs, err := ParseNearRules([]string{"pass:tcp:198.18.2.0/24:22", "drop:tcp:198.18.2.0/24:23"})
+	rs, err := ingress.ParseRules([]string{"pass:tcp:198.18.2.0/24:22", "drop:tcp:198.18.2.0/24:23"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,11 +31,11 @@ func nearPass(t *testing.T, max int) (*Near, *fakeSender, *[][]byte, *time.Time)
 
 func TestNearPassTCP(t *testing.T) {
 	n, s, written, now := nearPass(t, 1430)
-	syn := tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, synOpts, "")
-	data := tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagAck|header.TCPFlagPsh, nil, "hello")
-	other := tcpPkt(t, "198.18.1.2:40001", "198.18.2.2:80", header.TCPFlagSyn, synOpts, "")
-	telnet := tcpPkt(t, "198.18.1.2:40002", "198.18.2.2:23", header.TCPFlagSyn, synOpts, "")
-	stray := tcpPkt(t, "198.18.1.2:40003", "198.18.2.2:22", header.TCPFlagAck, nil, "x")
+	syn := pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, pkttest.SynOpts, "")
+	data := pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagAck|header.TCPFlagPsh, nil, "hello")
+	other := pkttest.TCP(t, "198.18.1.2:40001", "198.18.2.2:80", header.TCPFlagSyn, pkttest.SynOpts, "")
+	telnet := pkttest.TCP(t, "198.18.1.2:40002", "198.18.2.2:23", header.TCPFlagSyn, pkttest.SynOpts, "")
+	stray := pkttest.TCP(t, "198.18.1.2:40003", "198.18.2.2:22", header.TCPFlagAck, nil, "x")
 
 	for _, c := range []struct {
 		name string
@@ -149,10 +50,10 @@ func TestNearPassTCP(t *testing.T) {
 	if len(s.sent) != 2 || s.sent[0][0] != KindUp || s.sent[1][0] != KindUp {
 		t.Fatalf("sent %d datagrams, want the SYN and the data", len(s.sent))
 	}
-	if got := mssOf(s.sent[0][1:]); got != 1430-41 {
+	if got := pkttest.MSSOf(s.sent[0][1:]); got != 1430-41 {
 		t.Errorf("the passed SYN's MSS is %d, want it clamped to %d", got, 1430-41)
 	}
-	if !tcpChecksumOK(s.sent[0][1:]) || !bytes.Equal(s.sent[1][1:], data) {
+	if !pkttest.TCPChecksumOK(s.sent[0][1:]) || !bytes.Equal(s.sent[1][1:], data) {
 		t.Error("the passed packets were damaged")
 	}
 	st := n.Stats()
@@ -162,9 +63,9 @@ func TestNearPassTCP(t *testing.T) {
 
 	// The answer comes back through Deliver; a TCP packet of a flow not
 	// passed here is dropped.
-	synAck := tcpPkt(t, "198.18.2.2:22", "198.18.1.2:40000", header.TCPFlagSyn|header.TCPFlagAck, synOpts, "")
+	synAck := pkttest.TCP(t, "198.18.2.2:22", "198.18.1.2:40000", header.TCPFlagSyn|header.TCPFlagAck, pkttest.SynOpts, "")
 	Demux(append([]byte{KindDown}, synAck...), n, nil)
-	Demux(append([]byte{KindDown}, tcpPkt(t, "198.18.2.2:80", "198.18.1.2:40001", header.TCPFlagAck, nil, "x")...), n, nil)
+	Demux(append([]byte{KindDown}, pkttest.TCP(t, "198.18.2.2:80", "198.18.1.2:40001", header.TCPFlagAck, nil, "x")...), n, nil)
 	if len(*written) != 1 || !bytes.Equal((*written)[0], synAck) {
 		t.Fatalf("wrote %d packets to the TUN, want the SYN-ACK", len(*written))
 	}
@@ -177,8 +78,8 @@ func TestNearPassTCP(t *testing.T) {
 	}
 
 	// The bound: a second flow fits, a third SYN is dropped.
-	if !n.DivertTCP(tcpPkt(t, "198.18.1.2:40010", "198.18.2.2:22", header.TCPFlagSyn, synOpts, "")) ||
-		!n.DivertTCP(tcpPkt(t, "198.18.1.2:40011", "198.18.2.2:22", header.TCPFlagSyn, synOpts, "")) {
+	if !n.DivertTCP(pkttest.TCP(t, "198.18.1.2:40010", "198.18.2.2:22", header.TCPFlagSyn, pkttest.SynOpts, "")) ||
+		!n.DivertTCP(pkttest.TCP(t, "198.18.1.2:40011", "198.18.2.2:22", header.TCPFlagSyn, pkttest.SynOpts, "")) {
 		t.Fatal("a passed SYN was left to the stack")
 	}
 	if st := n.Stats(); st.TCPFlows != 2 || st.Drops.FlowLimit != 1 {
@@ -187,9 +88,9 @@ func TestNearPassTCP(t *testing.T) {
 	// A RST ends a flow after PassClosingTimeout; the others idle out
 	// after DefaultPassIdleTimeout; then the table is empty and TCP left
 	// to the stack.
-	n.DivertTCP(tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagRst|header.TCPFlagAck, nil, ""))
+	n.DivertTCP(pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagRst|header.TCPFlagAck, nil, ""))
 	*now = now.Add(PassClosingTimeout + time.Second)
-	if !n.DivertTCP(tcpPkt(t, "198.18.1.2:40012", "198.18.2.2:22", header.TCPFlagSyn, synOpts, "")) {
+	if !n.DivertTCP(pkttest.TCP(t, "198.18.1.2:40012", "198.18.2.2:22", header.TCPFlagSyn, pkttest.SynOpts, "")) {
 		t.Fatal("a passed SYN was left to the stack")
 	}
 	if st := n.Stats(); st.TCPFlows != 2 || st.Drops.FlowLimit != 1 {
@@ -199,7 +100,7 @@ func TestNearPassTCP(t *testing.T) {
 	if fl := n.PassedFlows(); len(fl) != 0 {
 		t.Errorf("idle flows listed: %+v", fl)
 	}
-	n.DivertTCP(tcpPkt(t, "198.18.1.2:40013", "198.18.2.2:22", header.TCPFlagSyn, synOpts, ""))
+	n.DivertTCP(pkttest.TCP(t, "198.18.1.2:40013", "198.18.2.2:22", header.TCPFlagSyn, pkttest.SynOpts, ""))
 	if fl := n.PassedFlows(); len(fl) != 1 {
 		t.Errorf("after the sweep %d flows, want the new one", len(fl))
 	}
@@ -210,12 +111,12 @@ func TestNearPassTCP(t *testing.T) {
 	// Rules changed: new SYNs follow them, and with no TCP rule and an
 	// empty table TCP is not even parsed.
 	n.SetRules(nil)
-	if n.DivertTCP(tcpPkt(t, "198.18.1.2:40014", "198.18.2.2:22", header.TCPFlagSyn, synOpts, "")) {
+	if n.DivertTCP(pkttest.TCP(t, "198.18.1.2:40014", "198.18.2.2:22", header.TCPFlagSyn, pkttest.SynOpts, "")) {
 		t.Error("a SYN with no pass rule was passed")
 	}
 	// The flow passed before goes on; once idle, its next packet forgets
 	// it, with no SYN to sweep the table.
-	late := tcpPkt(t, "198.18.1.2:40013", "198.18.2.2:22", header.TCPFlagAck, nil, "late")
+	late := pkttest.TCP(t, "198.18.1.2:40013", "198.18.2.2:22", header.TCPFlagAck, nil, "late")
 	if !n.DivertTCP(late) {
 		t.Error("a passed flow's packet was left to the stack after the rules changed")
 	}
@@ -232,12 +133,12 @@ func TestNearPassTCP(t *testing.T) {
 // would (fragmentation needed).
 func TestNearPassSegments(t *testing.T) {
 	n, s, written, _ := nearPass(t, 200)
-	n.DivertTCP(tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, nil, ""))
+	n.DivertTCP(pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, nil, ""))
 	payload := make([]byte, 1000)
 	for i := range payload {
 		payload[i] = byte(i)
 	}
-	big := tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagAck|header.TCPFlagPsh|header.TCPFlagFin, []byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2}, string(payload))
+	big := pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagAck|header.TCPFlagPsh|header.TCPFlagFin, []byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2}, string(payload))
 	if !n.DivertTCP(big) {
 		t.Fatal("a long passed packet was left to the stack")
 	}
@@ -245,7 +146,7 @@ func TestNearPassSegments(t *testing.T) {
 	seq := uint32(1000)
 	segs := s.sent[1:]
 	for i, d := range segs {
-		if len(d) > 200 || d[0] != KindUp || !tcpChecksumOK(d[1:]) || header.IPv4(d[1:]).IsChecksumValid() == false {
+		if len(d) > 200 || d[0] != KindUp || !pkttest.TCPChecksumOK(d[1:]) || header.IPv4(d[1:]).IsChecksumValid() == false {
 			t.Fatalf("segment %d: %d bytes, kind %d, checksums bad", i, len(d), d[0])
 		}
 		th := header.TCP(d[1+20:])
@@ -271,8 +172,8 @@ func TestNearPassSegments(t *testing.T) {
 
 	// Headers too long for the datagram: answered.
 	n2, s2, written2, _ := nearPass(t, 69)
-	longOpts := append(bytes.Repeat([]byte{1}, 16), synOpts...) // 76 bytes in all
-	if !n2.DivertTCP(tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, longOpts, "")) {
+	longOpts := append(bytes.Repeat([]byte{1}, 16), pkttest.SynOpts...) // 76 bytes in all
+	if !n2.DivertTCP(pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, longOpts, "")) {
 		t.Fatal("a passed SYN was left to the stack")
 	}
 	if len(s2.sent) != 0 || len(*written2) != 1 || (*written2)[0][20] != ICMPDestUnreachable ||
@@ -318,13 +219,13 @@ func TestFarPassTCP(t *testing.T) {
 	defer far.Close()
 	s := &lockedSender{fakeSender: fakeSender{max: 1430}}
 	far.SetTunnel(s)
-	synAck := tcpPkt(t, "198.18.2.2:22", "198.18.1.2:40000", header.TCPFlagSyn|header.TCPFlagAck, synOpts, "")
+	synAck := pkttest.TCP(t, "198.18.2.2:22", "198.18.1.2:40000", header.TCPFlagSyn|header.TCPFlagAck, pkttest.SynOpts, "")
 	if far.DivertTCP(synAck) {
 		t.Fatal("an answer of no passed flow was taken")
 	}
-	syn := tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, synOpts, "")
+	syn := pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, pkttest.SynOpts, "")
 	far.Deliver(syn)
-	far.Deliver(tcpPkt(t, "198.18.1.2:40001", "198.18.2.2:80", header.TCPFlagSyn, synOpts, "")) // refused
+	far.Deliver(pkttest.TCP(t, "198.18.1.2:40001", "198.18.2.2:80", header.TCPFlagSyn, pkttest.SynOpts, "")) // refused
 	waitFor(t, "the SYN written and the other refused", func() bool { return far.Stats().TCP.PacketsUp == 1 && far.Stats().Drops.NotAllowed == 1 })
 	mu.Lock()
 	if len(out) != 1 || !bytes.Equal(out[0], syn) {
@@ -334,10 +235,10 @@ func TestFarPassTCP(t *testing.T) {
 	if !far.DivertTCP(synAck) {
 		t.Fatal("the passed flow's SYN-ACK was left to the stack")
 	}
-	if far.DivertTCP(tcpPkt(t, "198.18.2.2:80", "198.18.1.2:40001", header.TCPFlagRst, nil, "")) {
+	if far.DivertTCP(pkttest.TCP(t, "198.18.2.2:80", "198.18.1.2:40001", header.TCPFlagRst, nil, "")) {
 		t.Error("an answer of the refused flow was taken")
 	}
-	if s.count() != 1 || s.sent[0][0] != KindDown || mssOf(s.sent[0][1:]) != 1389 || !tcpChecksumOK(s.sent[0][1:]) {
+	if s.count() != 1 || s.sent[0][0] != KindDown || pkttest.MSSOf(s.sent[0][1:]) != 1389 || !pkttest.TCPChecksumOK(s.sent[0][1:]) {
 		t.Fatalf("sent %d datagrams, want the SYN-ACK with its MSS clamped to 1389", s.count())
 	}
 	if st := far.Stats(); st.TCP.PacketsDown != 1 || st.TCPFlows != 1 {
@@ -350,45 +251,9 @@ func TestFarPassTCP(t *testing.T) {
 func TestFarPassTCPNoTUN(t *testing.T) {
 	far := NewFar(FarConfig{Check: func(netip.AddrPort) string { return "" }})
 	defer far.Close()
-	far.Deliver(tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, synOpts, ""))
+	far.Deliver(pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, pkttest.SynOpts, ""))
 	waitFor(t, "the SYN counted unsupported", func() bool { return far.Stats().Drops.Unsupported == 1 })
 	if st := far.Stats(); st.TCPFlows != 0 || st.TCP.PacketsUp != 0 {
 		t.Errorf("stats %+v", st)
 	}
-}
-
-// FuzzTCP: the passed TCP path takes any bytes from the TUN or the
-// tunnel without panicking; a segment the MSS clamp changes keeps a
-// valid checksum, and what is sent is the packet as parsed.
-func FuzzTCP(f *testing.F) {
-	f.Add(tcpPkt(f, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, synOpts, ""))
-	f.Add(tcpPkt(f, "[2001:db8::2]:22", "[2001:db8:1::2]:40000", header.TCPFlagSyn|header.TCPFlagAck, append([]byte{1}, synOpts...), ""))
-	f.Add(tcpPkt(f, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagAck, nil, "data"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		rs, _ := ParseNearRules([]string{"pass:any:0.0.0.0/0", "pass:any:[::/0]"})
-		s := &fakeSender{max: 1430}
-		n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return s }, Write: func([]byte) error { return nil }, Rules: rs})
-		n.DivertTCP(b)
-		n.Deliver(b)
-		for _, d := range s.sent {
-			if d[0] != KindUp {
-				t.Fatalf("sent kind %d", d[0])
-			}
-			p, err := parseTCP(d[1:])
-			if err != nil {
-				t.Fatalf("sent a packet parseTCP refuses: %v", err)
-			}
-			if valid := tcpChecksumOK(b); valid && !tcpChecksumOK(d[1:]) {
-				t.Fatalf("the clamp broke a valid checksum: % x", d)
-			}
-			if len(d)-1 != p.len {
-				t.Fatalf("sent %d bytes of a %d-byte packet", len(d)-1, p.len)
-			}
-		}
-		far := NewFar(FarConfig{Check: func(netip.AddrPort) string { return "" }, WritePacket: func([]byte) error { return nil }})
-		far.Close() // the test calls handleTCP itself, as the worker would
-		far.SetTunnel(s)
-		far.handleTCP(b)
-		far.DivertTCP(b)
-	})
 }

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/wanopt/wanopt/dgram/internal/pkttest"
 )
 
 // TestTooBig: a packet longer than the tunnel's datagram is answered
@@ -24,7 +26,7 @@ func TestTooBig(t *testing.T) {
 	client6, server6 := netip.MustParseAddrPort("[2001:db8:1::2]:5000"), netip.MustParseAddrPort("[2001:db8:2::2]:4433")
 
 	// IPv4 with DF (PutUDP sets it): 1,428 bytes, 29 too many.
-	big := udpPkt(t, client.String(), server.String(), make([]byte, 1400))
+	big := pkttest.UDP(t, client.String(), server.String(), make([]byte, 1400))
 	for i := range big[28:] {
 		big[28+i] = byte(i)
 	}
@@ -33,15 +35,15 @@ func TestTooBig(t *testing.T) {
 		t.Fatalf("IPv4 too big: %d sent, %d written", len(s.sent), len(written))
 	}
 	a := written[0]
-	if len(a) != 576 || a[0] != 0x45 || binary.BigEndian.Uint16(a[2:]) != 576 || a[9] != ProtoICMP || onesSum(a[:20]) != 0xffff {
+	if len(a) != 576 || a[0] != 0x45 || binary.BigEndian.Uint16(a[2:]) != 576 || a[9] != ProtoICMP || pkttest.OnesSum(a[:20]) != 0xffff {
 		t.Fatalf("IPv4 answer header: % x", a[:20])
 	}
 	if !bytes.Equal(a[12:16], server.Addr().AsSlice()) || !bytes.Equal(a[16:20], client.Addr().AsSlice()) {
 		t.Errorf("IPv4 answer from %v to %v; want from the server to the client", a[12:16], a[16:20])
 	}
 	icmp := a[20:]
-	if icmp[0] != 3 || icmp[1] != 4 || icmp[4] != 0 || icmp[5] != 0 || binary.BigEndian.Uint16(icmp[6:]) != max-1 || onesSum(icmp) != 0xffff {
-		t.Errorf("ICMP header % x (checksum sum %#x): want type 3 code 4, MTU %d", icmp[:8], onesSum(icmp), max-1)
+	if icmp[0] != 3 || icmp[1] != 4 || icmp[4] != 0 || icmp[5] != 0 || binary.BigEndian.Uint16(icmp[6:]) != max-1 || pkttest.OnesSum(icmp) != 0xffff {
+		t.Errorf("ICMP header % x (checksum sum %#x): want type 3 code 4, MTU %d", icmp[:8], pkttest.OnesSum(icmp), max-1)
 	}
 	if !bytes.Equal(icmp[8:], big[:576-28]) {
 		t.Error("the ICMP error does not quote the packet's first 548 bytes")
@@ -50,13 +52,13 @@ func TestTooBig(t *testing.T) {
 	// IPv4 without DF: dropped, not answered.
 	noDF := bytes.Clone(big)
 	noDF[6] = 0
-	fixIPv4Checksum(noDF)
+	pkttest.FixIPv4Checksum(noDF)
 	if !n.Divert(noDF) || len(written) != 1 {
 		t.Errorf("IPv4 without DF: %d written; want no answer", len(written))
 	}
 
 	// IPv6: packet too big, quoting up to 1,280 bytes in all.
-	big6 := udpPkt(t, client6.String(), server6.String(), make([]byte, 1400))
+	big6 := pkttest.UDP(t, client6.String(), server6.String(), make([]byte, 1400))
 	if !n.Divert(big6) || len(written) != 2 {
 		t.Fatalf("IPv6 too big: %d written", len(written))
 	}
@@ -69,7 +71,7 @@ func TestTooBig(t *testing.T) {
 	}
 	icmp = a[40:]
 	if icmp[0] != 2 || icmp[1] != 0 || binary.BigEndian.Uint32(icmp[4:]) != max-1 ||
-		onesSum(pseudo(server6.Addr(), client6.Addr(), ProtoICMPv6, len(icmp)), icmp) != 0xffff {
+		pkttest.OnesSum(pkttest.Pseudo(server6.Addr(), client6.Addr(), ProtoICMPv6, len(icmp)), icmp) != 0xffff {
 		t.Errorf("ICMPv6 header % x: want type 2 code 0, MTU %d, checksum right", icmp[:8], max-1)
 	}
 	if !bytes.Equal(icmp[8:], big6[:1280-48]) {
@@ -80,7 +82,7 @@ func TestTooBig(t *testing.T) {
 	small := &fakeSender{max: 100}
 	n2 := NewNear(NearConfig{Route: func(netip.Addr) Sender { return small },
 		Write: func(p []byte) error { written = append(written, bytes.Clone(p)); return nil }})
-	pkt := udpPkt(t, client.String(), server.String(), make([]byte, 100))
+	pkt := pkttest.UDP(t, client.String(), server.String(), make([]byte, 100))
 	n2.Divert(pkt)
 	if a := written[len(written)-1]; len(a) != 28+len(pkt) || !bytes.Equal(a[28:], pkt) || binary.BigEndian.Uint16(a[26:]) != 99 {
 		t.Errorf("short packet's answer: %d bytes", len(a))
@@ -100,7 +102,7 @@ func TestTooBigRate(t *testing.T) {
 	n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return &fakeSender{max: 1000} },
 		Write: func([]byte) error { answers++; return nil },
 		now:   func() time.Time { return time.Unix(0, clock.Load()) }})
-	big := udpPkt(t, "198.18.1.2:5000", "198.18.2.2:53", make([]byte, 1200))
+	big := pkttest.UDP(t, "198.18.1.2:5000", "198.18.2.2:53", make([]byte, 1200))
 	flood := func(k int) int {
 		before := answers
 		for range k {
@@ -129,29 +131,5 @@ func TestTooBigRate(t *testing.T) {
 	st := n.Stats()
 	if st.TooBigAnswered != uint64(answers) || st.TooBigLimited != st.Drops.TooBig-st.TooBigAnswered || st.Drops.TooBig != 3000 {
 		t.Errorf("stats %+v, %d answers", st, answers)
-	}
-}
-
-func TestAppendTooBigErrors(t *testing.T) {
-	pkt := udp4(t)
-	p, err := Parse(pkt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mtu := range []int{0, 67, 70000} {
-		if b, err := AppendTooBig(nil, pkt, &p, mtu); err == nil || len(b) != 0 {
-			t.Errorf("MTU %d: %d bytes, %v; want an error", mtu, len(b), err)
-		}
-	}
-	q := p
-	q.Len = len(pkt) + 1
-	if _, err := AppendTooBig(nil, pkt, &q, 1000); err == nil {
-		t.Error("a length past the bytes: no error")
-	}
-	// Appends after what b holds, without allocating when b has room.
-	b := make([]byte, 3, 2048)
-	allocs := testing.AllocsPerRun(100, func() { b, _ = AppendTooBig(b[:3], pkt, &p, 1000) })
-	if allocs != 0 || len(b) != 3+28+len(pkt) {
-		t.Errorf("%v allocations, %d bytes", allocs, len(b))
 	}
 }

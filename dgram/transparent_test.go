@@ -2,58 +2,17 @@ package dgram
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/dgram/internal/pkttest"
+	"github.com/wanopt/wanopt/dgram/packet"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
-
-// echoPkt is an ICMP (ICMPv6 between IPv6 addresses) echo message of
-// type typ with identifier id.
-func echoPkt(t testing.TB, src, dst string, typ uint8, id uint16, data string) []byte {
-	t.Helper()
-	s := netip.MustParseAddr(src)
-	pkt := append(make([]byte, HeaderLen(s)), data...)
-	if err := PutEcho(pkt, s, netip.MustParseAddr(dst), typ, id, 7); err != nil {
-		t.Fatal(err)
-	}
-	return pkt
-}
-
-// icmpErrPkt is the ICMP (ICMPv6) error of type typ and code that from
-// sends to orig's source about orig, quoting as much of it as a router
-// does (576 bytes in all for IPv4, 1280 for IPv6), checksums included.
-func icmpErrPkt(t testing.TB, from string, orig []byte, typ, code uint8) []byte {
-	t.Helper()
-	src := netip.MustParseAddr(from)
-	var dst netip.Addr
-	proto, hl, limit := uint8(ProtoICMP), ipv4HeaderLen, maxErrorV4
-	if src.Is4() {
-		dst = netip.AddrFrom4([4]byte(orig[12:16]))
-	} else {
-		dst = netip.AddrFrom16([16]byte(orig[8:24]))
-		proto, hl, limit = ProtoICMPv6, ipv6HeaderLen, maxErrorV6
-	}
-	quote := orig[:min(len(orig), limit-hl-l4HeaderLen)]
-	pkt := make([]byte, hl+l4HeaderLen+len(quote))
-	copy(pkt[hl+l4HeaderLen:], quote)
-	l4, err := putIP(pkt, src, dst, proto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l4[0], l4[1] = typ, code
-	var initial uint16
-	if proto == ProtoICMPv6 {
-		initial = pseudoHeaderSum(src, dst, proto, len(l4))
-	}
-	binary.BigEndian.PutUint16(l4[2:], ^checksum.Checksum(l4, initial))
-	return pkt
-}
 
 // tunWriter records what a Far writes out of its TUN.
 type tunWriter struct {
@@ -109,10 +68,10 @@ func TestFarTransparent(t *testing.T) {
 
 	// Up: three flows (UDP over IPv4 and IPv6, ping), and one the policy
 	// refuses.
-	udp := udpPkt(t, client, server, []byte("query"))
-	udp6 := udpPkt(t, client6, server6, []byte("query6"))
-	ping := echoPkt(t, "198.18.1.2", "198.18.2.2", ICMPEchoRequest, 0xbeef, "ping")
-	for _, p := range [][]byte{udp, udp6, ping, udpPkt(t, client, refused.String(), []byte("x"))} {
+	udp := pkttest.UDP(t, client, server, []byte("query"))
+	udp6 := pkttest.UDP(t, client6, server6, []byte("query6"))
+	ping := pkttest.Echo(t, "198.18.1.2", "198.18.2.2", ICMPEchoRequest, 0xbeef, "ping")
+	for _, p := range [][]byte{udp, udp6, ping, pkttest.UDP(t, client, refused.String(), []byte("x"))} {
 		f.Deliver(p)
 	}
 	waitFor(t, "three packets out and one refused", func() bool {
@@ -125,7 +84,7 @@ func TestFarTransparent(t *testing.T) {
 	}
 	for i, p := range out {
 		// The client's own address, TTL and (valid) checksums.
-		if pp, err := Parse(p); err != nil || pp.HopLimit != defaultHopLimit || !l4ChecksumOK(&pp) {
+		if pp, err := Parse(p); err != nil || pp.HopLimit != 64 /* as the client built it */ || !l4ChecksumOK(&pp) {
 			t.Errorf("packet %d out: %+v, %v", i, pp, err)
 		}
 	}
@@ -134,17 +93,17 @@ func TestFarTransparent(t *testing.T) {
 	}
 	// A fourth flow is beyond the table's bound; a packet of a flow in
 	// the table still goes out.
-	f.Deliver(udpPkt(t, "198.18.1.3:1", server, []byte("x")))
+	f.Deliver(pkttest.UDP(t, "198.18.1.3:1", server, []byte("x")))
 	f.Deliver(udp)
 	waitFor(t, "the flow limit", func() bool { return f.Stats().Drops.FlowLimit == 1 && f.Stats().UDP.PacketsUp == 3 })
 
 	// Down: answers to the flows are taken and sent whole.
-	reply := udpPkt(t, server, client, []byte("answer"))
-	reply6 := udpPkt(t, server6, client6, []byte("answer6"))
-	pong := echoPkt(t, "198.18.2.2", "198.18.1.2", ICMPEchoReply, 0xbeef, "ping")
-	unreach := icmpErrPkt(t, "198.18.2.2", udp, ICMPDestUnreachable, 3)    // port unreachable
-	unreach6 := icmpErrPkt(t, "2001:2:0:2::1", udp6, icmpv6DestUnreach, 4) // port unreachable, from a router
-	hop := icmpErrPkt(t, "198.18.2.1", ping, icmpTimeExceeded, 0)          // traceroute's answer
+	reply := pkttest.UDP(t, server, client, []byte("answer"))
+	reply6 := pkttest.UDP(t, server6, client6, []byte("answer6"))
+	pong := pkttest.Echo(t, "198.18.2.2", "198.18.1.2", ICMPEchoReply, 0xbeef, "ping")
+	unreach := pkttest.ICMPError(t, "198.18.2.2", udp, ICMPDestUnreachable, 3)            // port unreachable
+	unreach6 := pkttest.ICMPError(t, "2001:2:0:2::1", udp6, pkttest.ICMPv6DestUnreach, 4) // port unreachable, from a router
+	hop := pkttest.ICMPError(t, "198.18.2.1", ping, pkttest.ICMPTimeExceeded, 0)          // traceroute's answer
 	want := [][]byte{reply, reply6, pong, unreach, unreach6, hop}
 	for i, p := range want {
 		if !f.Divert(p) {
@@ -167,9 +126,9 @@ func TestFarTransparent(t *testing.T) {
 	// Answers to no flow seen here are dropped and counted: another
 	// port, another echo identifier, an error about another flow.
 	for _, p := range [][]byte{
-		udpPkt(t, server, "198.18.1.2:40001", []byte("stray")),
-		echoPkt(t, "198.18.2.2", "198.18.1.2", ICMPEchoReply, 0xbef0, "ping"),
-		icmpErrPkt(t, "198.18.2.2", udpPkt(t, "198.18.1.2:40001", server, nil), ICMPDestUnreachable, 3),
+		pkttest.UDP(t, server, "198.18.1.2:40001", []byte("stray")),
+		pkttest.Echo(t, "198.18.2.2", "198.18.1.2", ICMPEchoReply, 0xbef0, "ping"),
+		pkttest.ICMPError(t, "198.18.2.2", pkttest.UDP(t, "198.18.1.2:40001", server, nil), ICMPDestUnreachable, 3),
 	} {
 		if !f.Divert(p) {
 			t.Error("an answer of no flow was left to the stack")
@@ -179,9 +138,9 @@ func TestFarTransparent(t *testing.T) {
 	// error about a TCP segment of no passed flow (the stack's own
 	// connection), other ICMP, not IP.
 	for _, p := range [][]byte{
-		echoPkt(t, "198.18.2.2", "198.18.1.2", ICMPEchoRequest, 1, "ping"),
-		icmpErrPkt(t, "198.18.2.2", tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:80", header.TCPFlagSyn, nil, ""), ICMPDestUnreachable, 3),
-		echoPkt(t, "198.18.2.2", "198.18.1.2", 13, 1, "timestamp"),
+		pkttest.Echo(t, "198.18.2.2", "198.18.1.2", ICMPEchoRequest, 1, "ping"),
+		pkttest.ICMPError(t, "198.18.2.2", pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:80", header.TCPFlagSyn, nil, ""), ICMPDestUnreachable, 3),
+		pkttest.Echo(t, "198.18.2.2", "198.18.1.2", 13, 1, "timestamp"),
 		{0x45, 0, 0},
 	} {
 		if f.Divert(p) {
@@ -219,7 +178,7 @@ func TestFarTransparent(t *testing.T) {
 		t.Errorf("the answer of an expired flow: %+v", f.Stats())
 	}
 	before := len(w.packets())
-	f.Deliver(udpPkt(t, "198.18.1.3:1", server, []byte("x")))
+	f.Deliver(pkttest.UDP(t, "198.18.1.3:1", server, []byte("x")))
 	waitFor(t, "a new flow", func() bool { return f.Stats().Flows == 1 && len(w.packets()) == before+1 })
 	if st := f.Stats(); st.FlowsOpened != 4 || st.Drops.FlowLimit != 1 {
 		t.Errorf("after the new flow: %+v", st)
@@ -230,7 +189,7 @@ func TestFarTransparent(t *testing.T) {
 func l4ChecksumOK(p *Packet) bool {
 	var initial uint16
 	if p.Proto != ProtoICMP {
-		initial = pseudoHeaderSum(p.Src, p.Dst, p.Proto, len(p.L4))
+		initial = packet.PseudoHeaderSum(p.Src, p.Dst, p.Proto, len(p.L4))
 	}
 	return checksum.Checksum(p.L4, initial) == 0xffff
 }
@@ -244,10 +203,10 @@ func TestFarTransparentPassedTCPError(t *testing.T) {
 	defer f.Close()
 	s := &lockedSender{fakeSender: fakeSender{max: 1400}}
 	f.SetTunnel(s)
-	syn := tcpPkt(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, synOpts, "")
+	syn := pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, pkttest.SynOpts, "")
 	f.Deliver(syn)
 	waitFor(t, "the SYN out", func() bool { return len(w.packets()) == 1 })
-	tooBig := icmpErrPkt(t, "198.18.2.1", syn, ICMPDestUnreachable, ICMPFragNeeded)
+	tooBig := pkttest.ICMPError(t, "198.18.2.1", syn, ICMPDestUnreachable, ICMPFragNeeded)
 	if !f.Divert(tooBig) || s.count() != 1 {
 		t.Fatalf("the error about a passed flow was not sent (sent %d)", s.count())
 	}
@@ -257,7 +216,7 @@ func TestFarTransparentPassedTCPError(t *testing.T) {
 		t.Fatal("the near side did not pass the SYN")
 	}
 	Demux(s.sent[0], n, nil)
-	other := icmpErrPkt(t, "198.18.2.1", tcpPkt(t, "198.18.1.2:40001", "198.18.2.2:80", header.TCPFlagSyn, nil, ""), ICMPDestUnreachable, 1)
+	other := pkttest.ICMPError(t, "198.18.2.1", pkttest.TCP(t, "198.18.1.2:40001", "198.18.2.2:80", header.TCPFlagSyn, nil, ""), ICMPDestUnreachable, 1)
 	Demux(append([]byte{KindDown}, other...), n, nil)
 	if len(*written) != 1 || !bytes.Equal((*written)[0], tooBig) {
 		t.Fatalf("wrote %d packets to the TUN, want the error about the passed flow", len(*written))
@@ -273,64 +232,22 @@ func TestNearDeliverICMPError(t *testing.T) {
 	var written [][]byte
 	n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return nil },
 		Write: func(p []byte) error { written = append(written, bytes.Clone(p)); return nil }})
-	udp6 := udpPkt(t, "[2001:2:0:1::2]:40000", "[2001:2:0:2::2]:53", []byte("q"))
+	udp6 := pkttest.UDP(t, "[2001:2:0:1::2]:40000", "[2001:2:0:2::2]:53", []byte("q"))
 	good := [][]byte{
-		icmpErrPkt(t, "198.18.2.2", udpPkt(t, "198.18.1.2:40000", "198.18.2.2:53", []byte("q")), ICMPDestUnreachable, 3),
-		icmpErrPkt(t, "2001:2:0:2::2", udp6, icmpv6DestUnreach, 4),
-		icmpErrPkt(t, "2001:2:0:2::1", echoPkt(t, "2001:2:0:1::2", "2001:2:0:2::2", ICMPv6EchoRequest, 5, "x"), icmpv6TimeExceeded, 0),
+		pkttest.ICMPError(t, "198.18.2.2", pkttest.UDP(t, "198.18.1.2:40000", "198.18.2.2:53", []byte("q")), ICMPDestUnreachable, 3),
+		pkttest.ICMPError(t, "2001:2:0:2::2", udp6, pkttest.ICMPv6DestUnreach, 4),
+		pkttest.ICMPError(t, "2001:2:0:2::1", pkttest.Echo(t, "2001:2:0:1::2", "2001:2:0:2::2", ICMPv6EchoRequest, 5, "x"), pkttest.ICMPv6TimeExceeded, 0),
 	}
 	for _, p := range good {
 		n.Deliver(p)
 	}
-	bad := icmpErrPkt(t, "198.18.2.2", udpPkt(t, "198.18.1.2:40000", "198.18.2.2:53", nil), ICMPDestUnreachable, 3)
-	n.Deliver(bad[:ipv4HeaderLen+l4HeaderLen+10]) // cut inside the quoted header (lengths no longer agree)
+	bad := pkttest.ICMPError(t, "198.18.2.2", pkttest.UDP(t, "198.18.1.2:40000", "198.18.2.2:53", nil), ICMPDestUnreachable, 3)
+	n.Deliver(bad[:packet.IPv4HeaderLen+packet.L4HeaderLen+10]) // cut inside the quoted header (lengths no longer agree)
 	if len(written) != len(good) {
 		t.Fatalf("wrote %d of %d errors", len(written), len(good))
 	}
 	if st := n.Stats(); st.ICMP.PacketsDown != 3 || st.Drops.Malformed != 1 {
 		t.Errorf("stats %+v", st)
-	}
-}
-
-func TestParseICMPError(t *testing.T) {
-	udp := udpPkt(t, "198.18.1.2:40000", "198.18.2.2:53", []byte("query"))
-	ping6 := echoPkt(t, "2001:2:0:1::2", "2001:2:0:2::2", ICMPv6EchoRequest, 0x1234, "x")
-	e, err := parseICMPError(icmpErrPkt(t, "198.18.2.2", udp, ICMPDestUnreachable, 3))
-	if err != nil || e.proto != ProtoUDP || e.from != netip.MustParseAddrPort("198.18.1.2:40000") || e.to != netip.MustParseAddrPort("198.18.2.2:53") || e.typ != 3 || e.code != 3 {
-		t.Errorf("port unreachable: %+v, %v", e, err)
-	}
-	e, err = parseICMPError(icmpErrPkt(t, "2001:2::1", ping6, ICMPv6PacketTooBig, 0))
-	if err != nil || e.proto != ProtoICMPv6 || e.from != netip.MustParseAddrPort("[2001:2:0:1::2]:4660") || e.to != netip.MustParseAddrPort("[2001:2:0:2::2]:0") {
-		t.Errorf("packet too big about an echo: %+v, %v", e, err)
-	}
-	// A quote cut after the transport's first 8 bytes is enough.
-	short := icmpErrPkt(t, "198.18.2.2", udp[:ipv4HeaderLen+8], icmpTimeExceeded, 0)
-	if _, err := parseICMPError(short); err != nil {
-		t.Errorf("a quote of 28 bytes: %v", err)
-	}
-	frag := bytes.Clone(udp)
-	binary.BigEndian.PutUint16(frag[6:], 100) // a fragment at offset 800
-	for _, c := range []struct {
-		name string
-		pkt  []byte
-		want error
-	}{
-		{"quote too short", icmpErrPkt(t, "198.18.2.2", udp[:ipv4HeaderLen+4], ICMPDestUnreachable, 3), ErrMalformed},
-		{"about a later fragment", icmpErrPkt(t, "198.18.2.2", frag, ICMPDestUnreachable, 3), ErrUnsupported},
-		{"about an echo reply", icmpErrPkt(t, "198.18.2.2", echoPkt(t, "198.18.1.2", "198.18.2.2", ICMPEchoReply, 1, "x"), ICMPDestUnreachable, 3), ErrUnsupported},
-		{"not an error", echoPkt(t, "198.18.1.2", "198.18.2.2", ICMPEchoReply, 1, "x"), ErrUnsupported},
-		{"UDP", udp, ErrUnsupported},
-	} {
-		if _, err := parseICMPError(c.pkt); !errors.Is(err, c.want) {
-			t.Errorf("%s: %v, want %v", c.name, err, c.want)
-		}
-	}
-	// An error whose destination is not the quoted packet's source.
-	mis := icmpErrPkt(t, "198.18.2.2", udp, ICMPDestUnreachable, 3)
-	copy(mis[16:20], []byte{198, 18, 1, 3})
-	fixIPv4Checksum(mis)
-	if _, err := parseICMPError(mis); !errors.Is(err, ErrMalformed) {
-		t.Errorf("an error to another address than the quoted sender's: %v", err)
 	}
 }
 
@@ -347,21 +264,21 @@ func TestDivertAmong(t *testing.T) {
 		f.SetTunnel(s)
 		fars, senders = append(fars, f), append(senders, s)
 	}
-	fars[1].Deliver(udpPkt(t, "198.18.5.2:40000", "198.18.2.2:53", []byte("q")))
+	fars[1].Deliver(pkttest.UDP(t, "198.18.5.2:40000", "198.18.2.2:53", []byte("q")))
 	waitFor(t, "branch 1's flow", func() bool { return fars[1].Stats().Flows == 1 })
-	if !DivertAmong(udpPkt(t, "198.18.2.2:53", "198.18.5.2:40000", []byte("a")), fars...) {
+	if !DivertAmong(pkttest.UDP(t, "198.18.2.2:53", "198.18.5.2:40000", []byte("a")), fars...) {
 		t.Fatal("the answer was left to the stack")
 	}
 	if senders[0].count() != 0 || senders[1].count() != 1 {
 		t.Errorf("sent %d by branch 0 and %d by branch 1, want the answer by branch 1", senders[0].count(), senders[1].count())
 	}
-	if !DivertAmong(udpPkt(t, "198.18.2.2:53", "198.18.6.2:40000", []byte("a")), fars...) {
+	if !DivertAmong(pkttest.UDP(t, "198.18.2.2:53", "198.18.6.2:40000", []byte("a")), fars...) {
 		t.Fatal("an answer of no flow was left to the stack")
 	}
 	if a, b := fars[0].Stats().Drops.Unmatched, fars[1].Stats().Drops.Unmatched; a != 1 || b != 0 {
 		t.Errorf("unmatched %d and %d, want 1 and 0", a, b)
 	}
-	if DivertAmong(udpPkt(t, "198.18.2.2:53", "198.18.6.2:40000", nil)) {
+	if DivertAmong(pkttest.UDP(t, "198.18.2.2:53", "198.18.6.2:40000", nil)) {
 		t.Error("no far side took a packet")
 	}
 }
@@ -375,10 +292,10 @@ func TestFarDivertAllocs(t *testing.T) {
 	f := NewFar(FarConfig{Check: func(netip.AddrPort) string { return "" }, WritePacket: func([]byte) error { return nil }})
 	defer f.Close()
 	f.SetTunnel(discardSender{})
-	f.Deliver(udpPkt(t, "198.18.1.2:40000", "198.18.2.2:53", []byte("q")))
+	f.Deliver(pkttest.UDP(t, "198.18.1.2:40000", "198.18.2.2:53", []byte("q")))
 	waitFor(t, "the flow", func() bool { return f.Stats().Flows == 1 })
-	reply := udpPkt(t, "198.18.2.2:53", "198.18.1.2:40000", []byte("answer"))
-	unreach := icmpErrPkt(t, "198.18.2.2", udpPkt(t, "198.18.1.2:40000", "198.18.2.2:53", []byte("q")), ICMPDestUnreachable, 3)
+	reply := pkttest.UDP(t, "198.18.2.2:53", "198.18.1.2:40000", []byte("answer"))
+	unreach := pkttest.ICMPError(t, "198.18.2.2", pkttest.UDP(t, "198.18.1.2:40000", "198.18.2.2:53", []byte("q")), ICMPDestUnreachable, 3)
 	if n := testing.AllocsPerRun(100, func() { f.Divert(reply); f.Divert(unreach) }); n != 0 {
 		t.Errorf("%.1f allocations per two answers", n)
 	}
@@ -388,27 +305,3 @@ type discardSender struct{}
 
 func (discardSender) SendDatagram([]byte) error { return nil }
 func (discardSender) MaxDatagramBytes() int     { return 1400 }
-
-// FuzzICMPError: parseICMPError never panics, and what it accepts is
-// consistent: an error to the quoted packet's sender, within the bytes.
-func FuzzICMPError(f *testing.F) {
-	udp := udpPkt(f, "198.18.1.2:40000", "198.18.2.2:53", []byte("query"))
-	f.Add(icmpErrPkt(f, "198.18.2.2", udp, ICMPDestUnreachable, 3))
-	f.Add(icmpErrPkt(f, "2001:2::1", echoPkt(f, "2001:2:0:1::2", "2001:2:0:2::2", ICMPv6EchoRequest, 1, "x"), ICMPv6PacketTooBig, 0))
-	f.Add(icmpErrPkt(f, "198.18.2.1", tcpPkt(f, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, synOpts, ""), icmpTimeExceeded, 0))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		e, err := parseICMPError(b)
-		if err != nil {
-			return
-		}
-		if e.len > len(b) || e.from.Addr() != e.dst || e.from.Addr().Is4() != e.to.Addr().Is4() {
-			t.Fatalf("inconsistent error from % x: %+v", b, e)
-		}
-		if e.proto != ProtoUDP && e.proto != ProtoTCP && e.proto != ProtoICMP && e.proto != ProtoICMPv6 {
-			t.Fatalf("about protocol %d", e.proto)
-		}
-		if p, ok := Protocol(b); !ok || !maybeICMPError(b, p) {
-			t.Fatal("parsed what the quick check refuses")
-		}
-	})
-}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wanopt/wanopt/dgram/internal/pkttest"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
 	"github.com/wanopt/wanopt/tunnel/crypt"
@@ -37,7 +38,7 @@ func TestThroughTunnel(t *testing.T) {
 	client := netip.MustParseAddrPort("198.18.1.2:33333")
 	for i := range 10 {
 		msg := bytes.Repeat([]byte{byte(i)}, 100+i)
-		if !near.Divert(udpPkt(t, client.String(), srv.String(), msg)) {
+		if !near.Divert(pkttest.UDP(t, client.String(), srv.String(), msg)) {
 			t.Fatal("Divert left a UDP packet to the netstack")
 		}
 		select {

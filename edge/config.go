@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/egress"
+	"github.com/wanopt/wanopt/ingress"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/bind"
 	"github.com/wanopt/wanopt/tunnel/crypt"
@@ -92,7 +92,7 @@ type Config struct {
 	// only), passed unterminated as datagrams, or dropped. None: TCP
 	// optimised, the rest passed. Passing TCP needs a far edge with
 	// transparent egress (Transparent).
-	NearRules dgram.NearRules
+	NearRules ingress.Rules
 	// Transparent connects flows from the client's address through the
 	// TUN's stack (--egress transparent), and sends the clients' UDP,
 	// pings and passed TCP out of the TUN, instead of kernel sockets.

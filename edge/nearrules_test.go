@@ -2,11 +2,12 @@ package edge
 
 import (
 	"crypto/rand"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 
-	"github.com/wanopt/wanopt/dgram"
+	"github.com/wanopt/wanopt/ingress"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 )
 
@@ -17,8 +18,8 @@ import (
 func TestNearRulesReload(t *testing.T) {
 	ka, _ := crypt.GenerateKey(rand.Reader)
 	kb, _ := crypt.GenerateKey(rand.Reader)
-	rules := func(ss ...string) dgram.NearRules {
-		rs, err := dgram.ParseNearRules(ss)
+	rules := func(ss ...string) ingress.Rules {
+		rs, err := ingress.ParseRules(ss)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +34,7 @@ func TestNearRulesReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	ssh, smb := netip.MustParseAddrPort("198.18.2.2:22"), netip.MustParseAddrPort("198.18.2.2:139")
-	if got := e.near.Rules().Match(dgram.ProtoTCP, ssh); got != dgram.Pass {
+	if got := e.near.Rules().Match(ingress.ProtoTCP, ssh); got != ingress.Pass {
 		t.Fatalf("at New, TCP to %v: %v, want pass", ssh, got)
 	}
 	if !strings.Contains(e.Status().Config, "near rules: pass:tcp:198.18.2.2/32:22") {
@@ -45,10 +46,10 @@ func TestNearRulesReload(t *testing.T) {
 	if err != nil || len(changed) != 1 || changed[0] != "near rules: drop:udp:0.0.0.0/0:137-139" {
 		t.Fatalf("reload: changed %q, err %v", changed, err)
 	}
-	if got := e.near.Rules().Match(dgram.ProtoTCP, ssh); got != dgram.Optimise {
+	if got := e.near.Rules().Match(ingress.ProtoTCP, ssh); got != ingress.Optimise {
 		t.Errorf("after the reload, TCP to %v: %v, want optimise", ssh, got)
 	}
-	if got := e.near.Rules().Match(dgram.ProtoUDP, smb); got != dgram.Drop {
+	if got := e.near.Rules().Match(ingress.ProtoUDP, smb); got != ingress.Drop {
 		t.Errorf("after the reload, UDP to %v: %v, want drop", smb, got)
 	}
 
@@ -56,7 +57,7 @@ func TestNearRulesReload(t *testing.T) {
 	if _, err := e.Reload(); err == nil || !strings.Contains(err.Error(), "--near-rule") {
 		t.Errorf("reload to near rules without a TUN: %v, want refused naming --near-rule", err)
 	}
-	if got := e.near.Rules().String(); got != "drop:udp:0.0.0.0/0:137-139" {
+	if got := fmt.Sprint(e.near.Rules()); got != "drop:udp:0.0.0.0/0:137-139" {
 		t.Errorf("the running rules did not stay: %q", got)
 	}
 }

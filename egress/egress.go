@@ -320,7 +320,7 @@ func (e *Egress) handle(ctx context.Context, in *driver.IncomingStream) {
 	}
 	// The server's end is the LAN side: its bytes go down, toward the
 	// near edge.
-	flow.Relay(ctx, c, s, flow.RelayOptions{LANToWAN: &f.down, WANToLAN: &f.up, Log: log,
+	flow.Relay(ctx, c, TunnelEnd{Stream: s}, flow.RelayOptions{LANToWAN: &f.down, WANToLAN: &f.up, Log: log,
 		IdleTimeout: e.opts.IdleTimeout, Idled: func() { e.idled.Add(1) }, Budget: e.opts.Budget, State: &f.relay})
 	log.Debug("flow closed", "up", f.up.Load(), "down", f.down.Load())
 }

@@ -144,17 +144,7 @@ func TestRelayHalfClose(t *testing.T) {
 		c.CloseWrite()
 		io.Copy(io.Discard, c)
 	})
-	pol, _ := ParsePolicy([]string{dst.String()})
-	e := New(pol, nil, Options{Logger: tcptest.Logger()})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Serve(ctx, far) }()
-	defer func() { cancel(); <-done }()
-
-	s, err := near.OpenStream(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), dst)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, s := serveAndOpen(t, near, far, dst)
 	defer s.Close()
 	if _, err := s.Write(bytes.Repeat([]byte{7}, size)); err != nil {
 		t.Fatal(err)
@@ -167,13 +157,35 @@ func TestRelayHalfClose(t *testing.T) {
 	if err != nil || !strings.HasSuffix(string(got), "got it") || len(got) != size%1000+6 {
 		t.Fatalf("reply %d bytes %q…, %v; want %d bytes ending in 'got it', then EOF", len(got), got[:min(len(got), 20)], err, size%1000+6)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.Stats().Active != 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitIdle(e)
 	st := e.Stats()
 	if st.Connected != 1 || st.Active != 0 || st.BytesUp != size || st.BytesDown != uint64(len(got)) {
 		t.Errorf("stats %+v; want 1 connected, 0 active, %d up, %d down", st, size, len(got))
+	}
+}
+
+// serveAndOpen runs an egress that allows dst alone on far until the test
+// ends, and opens a stream from near to dst.
+func serveAndOpen(t *testing.T, near, far *driver.Tunnel, dst netip.AddrPort) (*Egress, *driver.Stream) {
+	t.Helper()
+	pol, _ := ParsePolicy([]string{dst.String()})
+	e := New(pol, nil, Options{Logger: tcptest.Logger()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Serve(ctx, far) }()
+	t.Cleanup(func() { cancel(); <-done })
+	s, err := near.OpenStream(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, s
+}
+
+// waitIdle waits up to 5 s for e's flows to end.
+func waitIdle(e *Egress) {
+	deadline := time.Now().Add(5 * time.Second)
+	for e.Stats().Active != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -258,17 +270,7 @@ func TestNearReset(t *testing.T) {
 		_, err := io.Copy(io.Discard, c)
 		serverRead <- err
 	})
-	pol, _ := ParsePolicy([]string{dst.String()})
-	e := New(pol, nil, Options{Logger: tcptest.Logger()})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Serve(ctx, far) }()
-	defer func() { cancel(); <-done }()
-
-	s, err := near.OpenStream(ctx, netip.MustParseAddrPort("198.18.1.2:40000"), dst)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, s := serveAndOpen(t, near, far, dst)
 	s.Write([]byte("some data"))
 	if _, err := io.ReadFull(s, make([]byte, 2)); err != nil {
 		t.Fatal(err)
@@ -282,10 +284,7 @@ func TestNearReset(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the near edge's reset did not reach the server within 2 s")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.Stats().Active != 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitIdle(e)
 	if a := e.Stats().Active; a != 0 {
 		t.Errorf("%d flows still active after the reset", a)
 	}

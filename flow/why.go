@@ -1,10 +1,6 @@
 package flow
 
-import (
-	"sync/atomic"
-
-	"github.com/wanopt/wanopt/tunnel/stream"
-)
+import "sync/atomic"
 
 // Wait is what one direction of a relayed flow is blocked on now.
 type Wait uint32
@@ -32,11 +28,28 @@ type RelayState struct {
 	wan atomic.Pointer[SendLimiter]
 }
 
-// A SendLimiter is a flow end that can say what holds its writes back (a
-// tunnel stream).
+// A SendLimiter is a flow end that can say what holds its writes back:
+// the tunnel's end, through the tunnel side's adapter (egress.TunnelEnd).
 type SendLimiter interface {
-	SendLimit() stream.SendLimit
+	SendLimit() SendLimit
 }
+
+// SendLimit is what holds back the bytes written to a SendLimiter now.
+type SendLimit uint8
+
+const (
+	// SendFree: nothing waits to be sent and there is room.
+	SendFree SendLimit = iota
+	// SendPeerWindow: bytes wait for the peer's credit: the receiving
+	// side reads no faster.
+	SendPeerWindow
+	// SendCongestion: bytes wait for the congestion control: the path's
+	// rate holds them.
+	SendCongestion
+	// SendMemory: the buffer is at its floor because the memory budget
+	// has nothing left to give.
+	SendMemory
+)
 
 // Limit names what holds a flow back now, as one edge sees it.
 type Limit uint8
@@ -79,7 +92,7 @@ func (s *RelayState) Why(lanToWANBps, wanToLANBps uint64) Limit {
 		return LimitIdle
 	}
 	up, down := Wait(s.lanToWAN.v.Load()), Wait(s.wanToLAN.v.Load())
-	var wanLimit stream.SendLimit
+	var wanLimit SendLimit
 	if l := s.wan.Load(); l != nil {
 		wanLimit = (*l).SendLimit()
 	}
@@ -105,11 +118,11 @@ func (s *RelayState) Why(lanToWANBps, wanToLANBps uint64) Limit {
 		return LimitLANSender
 	}
 	switch wanLimit {
-	case stream.SendPeerWindow:
+	case SendPeerWindow:
 		return LimitPeerEdge
-	case stream.SendMemory:
+	case SendMemory:
 		return LimitMemory
-	case stream.SendCongestion:
+	case SendCongestion:
 		return LimitTunnel
 	}
 	if up == WaitWrite {

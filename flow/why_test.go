@@ -1,32 +1,28 @@
 package flow
 
-import (
-	"testing"
+import "testing"
 
-	"github.com/wanopt/wanopt/tunnel/stream"
-)
+type limiter SendLimit
 
-type limiter stream.SendLimit
-
-func (l limiter) SendLimit() stream.SendLimit { return stream.SendLimit(l) }
+func (l limiter) SendLimit() SendLimit { return SendLimit(l) }
 
 func TestWhy(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		up, down      Wait
-		wan           stream.SendLimit
+		wan           SendLimit
 		upBps, downBp uint64
 		want          string
 	}{
-		{"nothing moves", WaitRead, WaitRead, stream.SendFree, 0, 0, "idle"},
-		{"the client does not read", WaitRead, WaitWrite, stream.SendFree, 0, 0, "client-window"},
-		{"download, client reads slowly", WaitRead, WaitWrite, stream.SendFree, 1e3, 4e6, "client-window"},
-		{"download, data arrives slowly", WaitRead, WaitRead, stream.SendFree, 1e3, 4e6, "far-edge"},
-		{"upload, client sends slowly", WaitRead, WaitRead, stream.SendFree, 4e6, 1e3, "client-sends"},
-		{"upload, tunnel full", WaitWrite, WaitRead, stream.SendCongestion, 4e6, 1e3, "tunnel"},
-		{"upload, peer window", WaitWrite, WaitRead, stream.SendPeerWindow, 4e6, 1e3, "far-edge"},
-		{"upload, memory", WaitWrite, WaitRead, stream.SendMemory, 4e6, 1e3, "memory"},
-		{"upload stuck on the peer", WaitWrite, WaitRead, stream.SendPeerWindow, 0, 0, "far-edge"},
+		{"nothing moves", WaitRead, WaitRead, SendFree, 0, 0, "idle"},
+		{"the client does not read", WaitRead, WaitWrite, SendFree, 0, 0, "client-window"},
+		{"download, client reads slowly", WaitRead, WaitWrite, SendFree, 1e3, 4e6, "client-window"},
+		{"download, data arrives slowly", WaitRead, WaitRead, SendFree, 1e3, 4e6, "far-edge"},
+		{"upload, client sends slowly", WaitRead, WaitRead, SendFree, 4e6, 1e3, "client-sends"},
+		{"upload, tunnel full", WaitWrite, WaitRead, SendCongestion, 4e6, 1e3, "tunnel"},
+		{"upload, peer window", WaitWrite, WaitRead, SendPeerWindow, 4e6, 1e3, "far-edge"},
+		{"upload, memory", WaitWrite, WaitRead, SendMemory, 4e6, 1e3, "memory"},
+		{"upload stuck on the peer", WaitWrite, WaitRead, SendPeerWindow, 0, 0, "far-edge"},
 	} {
 		var s RelayState
 		s.lanToWAN.set(tc.up)

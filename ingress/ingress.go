@@ -20,6 +20,14 @@
 // at once that this destination is not served, rather than retrying SYNs
 // for minutes. A policy that must stay invisible belongs on the near edge
 // (route only allowed prefixes into the TUN).
+//
+// The near edge's rules are here too (Rules, ParseRules; the command's
+// --near-rule ACTION:PROTO:CIDR[:PORTS]): from a flow's first packet they
+// decide whether the stack terminates it (optimise), its packets cross
+// whole as datagrams (pass) or it is dropped. The edge hands them to the
+// datagram paths as a passthru.Rules, so neither package dgram nor the
+// stack imports this package. The matcher reads parsed headers, never
+// bytes.
 package ingress
 
 import (
@@ -30,6 +38,7 @@ import (
 	"net/netip"
 	"sync/atomic"
 
+	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/driver"
@@ -92,12 +101,12 @@ func (d *Dialer) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, 
 	// socket. The other way, a server's RST makes the far edge reset the
 	// stream, Read here fails with a *driver.StreamError (not io.EOF), and
 	// the stack resets the client.
-	return s, nil
+	return egress.TunnelEnd{Stream: s}, nil
 }
 
 // A stream reports its peer's reset to the relay even while the relay waits
 // on the client both ways.
-var _ flow.ResetWatcher = (*driver.Stream)(nil)
+var _ flow.ResetWatcher = egress.TunnelEnd{}
 
 // classify maps a driver error to the stack error that gives the client the
 // outcome it would have seen without wanopt, and counts it.

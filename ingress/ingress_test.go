@@ -80,6 +80,22 @@ func TestErrorMapping(t *testing.T) {
 	}
 }
 
+// serveEgress runs package egress on far, allowing the policy rules,
+// until the test ends; the context ends with it.
+func serveEgress(t *testing.T, far *driver.Tunnel, rules ...string) context.Context {
+	t.Helper()
+	pol, err := egress.ParsePolicy(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eg := egress.New(pol, nil, egress.Options{Logger: tcptest.Logger()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- eg.Serve(ctx, far) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ctx
+}
+
 // TestThroughEgress: a flow dialled by the bridge and served by package
 // egress carries 8 MB each way, hash-checked, with half-close; a refused
 // port maps to ErrRefused and a port outside the policy to ErrNotAllowed.
@@ -88,15 +104,7 @@ func TestThroughEgress(t *testing.T) {
 	near, far := drivertest.Pair(t, tcptest.Logger())
 	lnAddr := tcptest.Server(t, tcptest.Echo)
 	closed := netip.AddrPortFrom(lnAddr.Addr(), 1)
-	pol, err := egress.ParsePolicy([]string{lnAddr.String(), "127.0.0.1:1", "127.0.0.1:2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eg := egress.New(pol, nil, egress.Options{Logger: tcptest.Logger()})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- eg.Serve(ctx, far) }()
-	defer func() { cancel(); <-done }()
+	ctx := serveEgress(t, far, lnAddr.String(), "127.0.0.1:1", "127.0.0.1:2")
 
 	d := New(near, tcptest.Logger())
 	src := netip.MustParseAddrPort("198.18.1.2:40000")
@@ -156,15 +164,7 @@ func TestResetEndToEnd(t *testing.T) {
 			serverRead <- err
 		}
 	})
-	pol, err := egress.ParsePolicy([]string{lnAddr.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eg := egress.New(pol, nil, egress.Options{Logger: tcptest.Logger()})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- eg.Serve(ctx, far) }()
-	defer func() { cancel(); <-done }()
+	ctx := serveEgress(t, far, lnAddr.String())
 	d := New(near, tcptest.Logger())
 
 	// Client → server.
@@ -197,7 +197,7 @@ func TestResetEndToEnd(t *testing.T) {
 	}
 	defer fc.Close()
 	fc.Write([]byte("rst"))
-	fc.(*driver.Stream).SetReadDeadline(time.Now().Add(time.Second))
+	fc.(egress.TunnelEnd).SetReadDeadline(time.Now().Add(time.Second))
 	got, err := io.ReadAll(fc)
 	var se *driver.StreamError
 	if !errors.As(err, &se) || se.StopSending || se.Code != driver.CodeTCPReset {

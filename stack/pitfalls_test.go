@@ -33,6 +33,7 @@ import (
 
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
+	"github.com/wanopt/wanopt/internal/seed"
 	"github.com/wanopt/wanopt/internal/tcptest"
 )
 
@@ -242,7 +243,7 @@ func (l *lossyLink) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error
 	for _, p := range pkts.AsSlice() {
 		if p.Data().Size() > 0 && !l.healed.Load() {
 			l.n++
-			if l.rng.Float64()*100 < l.lossPct || (l.burstEvery > 0 && l.n%l.burstEvery < l.burstLen) {
+			if seed.Chance(l.rng, l.lossPct) || (l.burstEvery > 0 && l.n%l.burstEvery < l.burstLen) {
 				l.dropped.Add(1)
 				continue
 			}
@@ -318,11 +319,11 @@ func (d genDialer) Dial(context.Context, netip.AddrPort, netip.AddrPort) (flow.C
 
 // lossyPair joins a plain gVisor client stack (198.18.1.2) and a Stack
 // whose far side is far, through a link that drops data packets both ways.
-func lossyPair(t *testing.T, far *genFar, cfg Config, lossPct float64, seed uint64) (*gstack.Stack, *Stack, [2]*lossyLink) {
+func lossyPair(t *testing.T, far *genFar, cfg Config, lossPct float64, lossSeed uint64) (*gstack.Stack, *Stack, [2]*lossyLink) {
 	t.Helper()
 	a, b := pipe.New("", "", 1500)
-	la := &lossyLink{LinkEndpoint: a, lossPct: lossPct, burstEvery: 997, burstLen: 4, rng: rand.New(rand.NewPCG(seed, 1))}
-	lb := &lossyLink{LinkEndpoint: b, lossPct: lossPct, burstEvery: 991, burstLen: 4, rng: rand.New(rand.NewPCG(seed, 2))}
+	la := &lossyLink{LinkEndpoint: a, lossPct: lossPct, burstEvery: 997, burstLen: 4, rng: seed.Rand(lossSeed << 1)}
+	lb := &lossyLink{LinkEndpoint: b, lossPct: lossPct, burstEvery: 991, burstLen: 4, rng: seed.Rand(lossSeed<<1 | 1)}
 	cfg.MTU, cfg.Logger, cfg.KeepAliveIdle = 1500, quiet, -1
 	st, err := NewWithEndpoint(context.Background(), lb, genDialer{far}, cfg)
 	if err != nil {

@@ -107,6 +107,23 @@ func transferBothWays(t *testing.T, mtu int, offload bool, dst netip.Addr) {
 	waitFlowsEmpty(t, l.st, 5*time.Second)
 }
 
+// labConn is a lab whose dialer connects to addr, and a client's
+// connection through it to port 80, closed when the test ends, with its
+// deadline d away.
+func labConn(t *testing.T, addr netip.AddrPort, d time.Duration) (*lab, *net.TCPConn) {
+	t.Helper()
+	l := newLab(t, 1500, &fakeDialer{target: addr}, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	c, err := l.dial(ctx, netip.AddrPortFrom(interAddr, 80))
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(d))
+	return l, c
+}
+
 // TestHalfClose: the client shuts its write half; the server sees EOF and
 // only then answers, and the client still receives the answer.
 func TestHalfClose(t *testing.T) {
@@ -118,15 +135,7 @@ func TestHalfClose(t *testing.T) {
 		fmt.Fprintf(c, "got %d bytes", len(b))
 		c.Write(bytes.Repeat([]byte("x"), 1<<20))
 	})
-	l := newLab(t, 1500, &fakeDialer{target: addr}, Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := l.dial(ctx, netip.AddrPortFrom(interAddr, 80))
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(20 * time.Second))
+	l, c := labConn(t, addr, 20*time.Second)
 	if _, err := c.Write([]byte("hello")); err != nil {
 		t.Fatal(err)
 	}
@@ -219,16 +228,8 @@ func TestFarReset(t *testing.T) {
 		c.SetLinger(0)
 		c.Close()
 	})
-	l := newLab(t, 1500, &fakeDialer{target: addr}, Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := l.dial(ctx, netip.AddrPortFrom(interAddr, 80))
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	_, err = io.ReadAll(c)
+	l, c := labConn(t, addr, 10*time.Second)
+	_, err := io.ReadAll(c)
 	if !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("client read: %v, want connection reset", err)
 	}

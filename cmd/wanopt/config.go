@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/edge"
 	"github.com/wanopt/wanopt/egress"
+	"github.com/wanopt/wanopt/ingress"
 	"github.com/wanopt/wanopt/internal/units"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/crypt"
@@ -312,7 +312,7 @@ func (f *runFlags) validate(warn io.Writer) (*runConfig, error) {
 		return nil, err
 	}
 	for i, s := range f.nearRules {
-		r, err := dgram.ParseNearRule(s)
+		r, err := ingress.ParseRule(s)
 		if err != nil {
 			return nil, usagef("%s %s: %s", f.label("near-rule", i), s, nearRuleProblem(s))
 		}

@@ -132,7 +132,7 @@ func portsProblem(ports string) string {
 }
 
 // nearRuleProblem says what is wrong with ACTION:PROTO:CIDR[:PORTS], split
-// as dgram.ParseNearRule splits it.
+// as ingress.ParseRule splits it.
 func nearRuleProblem(s string) string {
 	const syntax = "want ACTION:PROTO:CIDR[:PORTS], e.g. pass:tcp:198.18.2.2/32:22 or drop:udp:0.0.0.0/0:137-139"
 	act, rest, ok1 := strings.Cut(strings.TrimSpace(s), ":")

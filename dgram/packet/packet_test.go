@@ -1,4 +1,4 @@
-package dgram
+package packet_test
 
 import (
 	"bytes"
@@ -6,36 +6,10 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+
+	"github.com/wanopt/wanopt/dgram/internal/pkttest"
+	. "github.com/wanopt/wanopt/dgram/packet"
 )
-
-// onesSum is an independent ones'-complement sum (RFC 1071) for checking
-// the checksums the builders write: a correct header or segment, with its
-// pseudo-header, sums to 0xffff.
-func onesSum(parts ...[]byte) uint16 {
-	var s uint32
-	for _, b := range parts {
-		for i := 0; i+1 < len(b); i += 2 {
-			s += uint32(b[i])<<8 | uint32(b[i+1])
-		}
-		if len(b)%2 == 1 {
-			s += uint32(b[len(b)-1]) << 8
-		}
-	}
-	for s > 0xffff {
-		s = s&0xffff + s>>16
-	}
-	return uint16(s)
-}
-
-func pseudo(src, dst netip.Addr, proto uint8, n int) []byte {
-	if src.Is4() {
-		s, d := src.As4(), dst.As4()
-		return append(append(append([]byte{}, s[:]...), d[:]...), 0, proto, byte(n>>8), byte(n))
-	}
-	s, d := src.As16(), dst.As16()
-	b := append(append([]byte{}, s[:]...), d[:]...)
-	return append(b, byte(n>>24), byte(n>>16), byte(n>>8), byte(n), 0, 0, 0, proto)
-}
 
 func TestBuildParseUDP(t *testing.T) {
 	for _, c := range []struct{ src, dst string }{
@@ -57,7 +31,7 @@ func TestBuildParseUDP(t *testing.T) {
 			t.Fatalf("%v: parsed %+v", c, p)
 		}
 		if src.Addr().Is4() {
-			if s := onesSum(pkt[:20]); s != 0xffff {
+			if s := pkttest.OnesSum(pkt[:20]); s != 0xffff {
 				t.Errorf("IPv4 header sums to %#x", s)
 			}
 			if pkt[0] != 0x45 || binary.BigEndian.Uint16(pkt[2:]) != uint16(len(pkt)) || pkt[9] != ProtoUDP {
@@ -66,7 +40,7 @@ func TestBuildParseUDP(t *testing.T) {
 		} else if pkt[0]>>4 != 6 || int(binary.BigEndian.Uint16(pkt[4:])) != len(pkt)-40 || pkt[6] != ProtoUDP {
 			t.Errorf("IPv6 header % x", pkt[:40])
 		}
-		if s := onesSum(pseudo(src.Addr(), dst.Addr(), ProtoUDP, len(p.L4)), p.L4); s != 0xffff {
+		if s := pkttest.OnesSum(pkttest.Pseudo(src.Addr(), dst.Addr(), ProtoUDP, len(p.L4)), p.L4); s != 0xffff {
 			t.Errorf("%v: UDP checksum: segment sums to %#x", c, s)
 		}
 	}
@@ -101,9 +75,9 @@ func TestBuildParseEcho(t *testing.T) {
 		}
 		var s uint16
 		if src.Is4() {
-			s = onesSum(p.L4)
+			s = pkttest.OnesSum(p.L4)
 		} else {
-			s = onesSum(pseudo(src, dst, ProtoICMPv6, len(p.L4)), p.L4)
+			s = pkttest.OnesSum(pkttest.Pseudo(src, dst, ProtoICMPv6, len(p.L4)), p.L4)
 		}
 		if s != 0xffff {
 			t.Errorf("%v: ICMP checksum: message sums to %#x", c, s)
@@ -133,11 +107,6 @@ func udp4(t testing.TB) []byte {
 	return pkt
 }
 
-func fixIPv4Checksum(b []byte) {
-	binary.BigEndian.PutUint16(b[10:], 0)
-	binary.BigEndian.PutUint16(b[10:], ^onesSum(b[:20]))
-}
-
 func TestParseRefuses(t *testing.T) {
 	v6 := append(make([]byte, 48), "x"...)
 	PutUDP(v6, netip.MustParseAddrPort("[2001:db8::1]:1"), netip.MustParseAddrPort("[2001:db8::2]:2"))
@@ -149,16 +118,16 @@ func TestParseRefuses(t *testing.T) {
 		{"empty", func(b []byte) []byte { return nil }, ErrMalformed},
 		{"truncated header", func(b []byte) []byte { return b[:19] }, ErrMalformed},
 		{"truncated packet", func(b []byte) []byte { return b[:len(b)-1] }, ErrMalformed},
-		{"IHL 4", func(b []byte) []byte { b[0] = 0x44; fixIPv4Checksum(b); return b }, ErrMalformed},
+		{"IHL 4", func(b []byte) []byte { b[0] = 0x44; pkttest.FixIPv4Checksum(b); return b }, ErrMalformed},
 		{"bad header checksum", func(b []byte) []byte { b[10] ^= 1; return b }, ErrMalformed},
 		{"version 5", func(b []byte) []byte { b[0] = 0x55; return b }, ErrMalformed},
-		{"fragment", func(b []byte) []byte { b[6] = 0x20; fixIPv4Checksum(b); return b }, ErrUnsupported},
-		{"later fragment", func(b []byte) []byte { b[6], b[7] = 0, 8; fixIPv4Checksum(b); return b }, ErrUnsupported},
-		{"GRE", func(b []byte) []byte { b[9] = 47; fixIPv4Checksum(b); return b }, ErrUnsupported},
+		{"fragment", func(b []byte) []byte { b[6] = 0x20; pkttest.FixIPv4Checksum(b); return b }, ErrUnsupported},
+		{"later fragment", func(b []byte) []byte { b[6], b[7] = 0, 8; pkttest.FixIPv4Checksum(b); return b }, ErrUnsupported},
+		{"GRE", func(b []byte) []byte { b[9] = 47; pkttest.FixIPv4Checksum(b); return b }, ErrUnsupported},
 		{"UDP length too long", func(b []byte) []byte { b[25] = 200; return b }, ErrMalformed},
 		{"UDP length under 8", func(b []byte) []byte { b[24], b[25] = 0, 7; return b }, ErrMalformed},
-		{"ICMP unreachable", func(b []byte) []byte { b[9] = ProtoICMP; fixIPv4Checksum(b); b[20] = 3; return b }, ErrUnsupported},
-		{"echo with code 1", func(b []byte) []byte { b[9] = ProtoICMP; fixIPv4Checksum(b); b[20], b[21] = 8, 1; return b }, ErrMalformed},
+		{"ICMP unreachable", func(b []byte) []byte { b[9] = ProtoICMP; pkttest.FixIPv4Checksum(b); b[20] = 3; return b }, ErrUnsupported},
+		{"echo with code 1", func(b []byte) []byte { b[9] = ProtoICMP; pkttest.FixIPv4Checksum(b); b[20], b[21] = 8, 1; return b }, ErrMalformed},
 		{"IPv6 extension header", func([]byte) []byte { b := bytes.Clone(v6); b[6] = 0; return b }, ErrUnsupported},
 		{"IPv6 short payload", func([]byte) []byte { b := bytes.Clone(v6); b[5] = 200; return b }, ErrMalformed},
 		{"IPv6 no transport", func([]byte) []byte { b := bytes.Clone(v6[:44]); b[4], b[5] = 0, 4; return b }, ErrMalformed},
@@ -173,5 +142,29 @@ func TestParseRefuses(t *testing.T) {
 	p, err := Parse(append(udp4(t), 0, 0, 0))
 	if err != nil || p.Len != 33 || string(p.Payload) != "hello" {
 		t.Errorf("packet with trailing bytes: %+v, %v", p, err)
+	}
+}
+
+func TestAppendTooBigErrors(t *testing.T) {
+	pkt := udp4(t)
+	p, err := Parse(pkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mtu := range []int{0, 67, 70000} {
+		if b, err := AppendTooBig(nil, pkt, &p, mtu); err == nil || len(b) != 0 {
+			t.Errorf("MTU %d: %d bytes, %v; want an error", mtu, len(b), err)
+		}
+	}
+	q := p
+	q.Len = len(pkt) + 1
+	if _, err := AppendTooBig(nil, pkt, &q, 1000); err == nil {
+		t.Error("a length past the bytes: no error")
+	}
+	// Appends after what b holds, without allocating when b has room.
+	b := make([]byte, 3, 2048)
+	allocs := testing.AllocsPerRun(100, func() { b, _ = AppendTooBig(b[:3], pkt, &p, 1000) })
+	if allocs != 0 || len(b) != 3+28+len(pkt) {
+		t.Errorf("%v allocations, %d bytes", allocs, len(b))
 	}
 }

@@ -1,4 +1,4 @@
-package dgram
+package ingress
 
 import (
 	"errors"
@@ -6,46 +6,38 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/wanopt/wanopt/dgram/packet"
+	"github.com/wanopt/wanopt/dgram/passthru"
 	"github.com/wanopt/wanopt/egress"
 )
 
-// Action is what a near edge does with a flow (NearRule).
-type Action uint8
+// Action is what a near edge does with a flow (Rule). It is the type of
+// the hook the datagram paths take the decision through
+// (passthru.Rules), so that neither they nor the stack know the rules.
+type Action = passthru.Action
 
-// The actions. The zero Action is Default: no rule matched, and the
-// flow gets the default, Optimise for TCP and Pass for the rest.
+// The actions. The zero Action is Default: no rule matched, and the flow
+// gets the default, Optimise for TCP and Pass for the rest.
 const (
-	Default Action = iota
-	// Optimise terminates a TCP flow in the near edge's stack and carries
-	// its bytes as a tunnel stream (TCP only).
-	Optimise
-	// Pass carries the flow's IP packets unterminated, one per tunnel
-	// datagram: TCP keeps its end-to-end handshake and options.
-	Pass
-	// Drop drops the flow's packets (counted as Drops.Policy).
-	Drop
+	Default  = passthru.Default
+	Optimise = passthru.Optimise // the stack terminates it (TCP only)
+	Pass     = passthru.Pass     // its IP packets cross whole, one per datagram
+	Drop     = passthru.Drop     // counted as the datagrams' Drops.Policy
 )
 
-// String names the action as NearRule syntax spells it ("default" for
-// Default).
-func (a Action) String() string {
-	switch a {
-	case Optimise:
-		return "optimise"
-	case Pass:
-		return "pass"
-	case Drop:
-		return "drop"
-	}
-	return "default"
-}
+// Protocol numbers a Rule names.
+const (
+	ProtoTCP  = packet.ProtoTCP
+	ProtoUDP  = packet.ProtoUDP
+	ProtoICMP = packet.ProtoICMP
+)
 
-// ProtoAny in a NearRule matches every protocol.
+// ProtoAny in a Rule matches every protocol.
 const ProtoAny = 0
 
-// NearRule matches the first packet of a flow by protocol, destination
+// Rule matches the first packet of a flow by protocol, destination
 // prefix and destination port, and says what to do with the flow.
-type NearRule struct {
+type Rule struct {
 	Action Action
 	// Proto is ProtoTCP, ProtoUDP, ProtoICMP (ICMP and ICMPv6 echo) or
 	// ProtoAny.
@@ -56,28 +48,28 @@ type NearRule struct {
 	Dst egress.Rule
 }
 
-// ErrNearRule marks a rule ParseNearRule cannot read.
-var ErrNearRule = errors.New("near rule")
+// ErrRule marks a rule ParseRule cannot read.
+var ErrRule = errors.New("near rule")
 
-// NearRuleSyntax is the syntax ParseNearRule reads, for flag help.
-const NearRuleSyntax = "ACTION:PROTO:CIDR[:PORTS]"
+// RuleSyntax is the syntax ParseRule reads, for flag help.
+const RuleSyntax = "ACTION:PROTO:CIDR[:PORTS]"
 
-// ParseNearRule reads "ACTION:PROTO:CIDR[:PORTS]": ACTION is optimise,
+// ParseRule reads "ACTION:PROTO:CIDR[:PORTS]": ACTION is optimise,
 // pass or drop; PROTO tcp, udp, icmp (ping, IPv4 and IPv6) or any; and
 // CIDR[:PORTS] the destination as an egress rule spells it (egress.ParseRule:
 // "198.18.2.0/24:80,443,8000-8100", IPv6 bracketed with ports,
 // "[2001:db8::/32]:22"). optimise is for TCP only: a datagram protocol
 // has no stream to optimise.
-func ParseNearRule(s string) (NearRule, error) {
-	bad := func(why string) (NearRule, error) {
-		return NearRule{}, fmt.Errorf("%w %q: %s (want %s, e.g. pass:tcp:198.18.2.2/32:22 or drop:udp:0.0.0.0/0:137-139)", ErrNearRule, s, why, NearRuleSyntax)
+func ParseRule(s string) (Rule, error) {
+	bad := func(why string) (Rule, error) {
+		return Rule{}, fmt.Errorf("%w %q: %s (want %s, e.g. pass:tcp:198.18.2.2/32:22 or drop:udp:0.0.0.0/0:137-139)", ErrRule, s, why, RuleSyntax)
 	}
 	act, rest, ok1 := strings.Cut(strings.TrimSpace(s), ":")
 	proto, dst, ok2 := strings.Cut(rest, ":")
 	if !ok1 || !ok2 {
 		return bad("missing fields")
 	}
-	var r NearRule
+	var r Rule
 	switch strings.ToLower(act) {
 	case "optimise", "optimize":
 		r.Action = Optimise
@@ -111,8 +103,8 @@ func ParseNearRule(s string) (NearRule, error) {
 	return r, nil
 }
 
-// String formats r as ParseNearRule reads it.
-func (r NearRule) String() string {
+// String formats r as ParseRule reads it.
+func (r Rule) String() string {
 	p := "any"
 	switch r.Proto {
 	case ProtoTCP:
@@ -125,15 +117,15 @@ func (r NearRule) String() string {
 	return r.Action.String() + ":" + p + ":" + r.Dst.String()
 }
 
-// NearRules are a near edge's ordered rules: the first that matches a
+// Rules are a near edge's ordered rules: the first that matches a
 // flow decides its action.
-type NearRules []NearRule
+type Rules []Rule
 
-// ParseNearRules parses each rule with ParseNearRule.
-func ParseNearRules(ss []string) (NearRules, error) {
-	var rs NearRules
+// ParseRules parses each rule with ParseRule.
+func ParseRules(ss []string) (Rules, error) {
+	var rs Rules
 	for _, s := range ss {
-		r, err := ParseNearRule(s)
+		r, err := ParseRule(s)
 		if err != nil {
 			return nil, err
 		}
@@ -143,7 +135,7 @@ func ParseNearRules(ss []string) (NearRules, error) {
 }
 
 // String formats the rules space-separated ("default" for none).
-func (rs NearRules) String() string {
+func (rs Rules) String() string {
 	if len(rs) == 0 {
 		return "default"
 	}
@@ -155,9 +147,20 @@ func (rs NearRules) String() string {
 }
 
 // HasTCPPass reports whether a rule may pass TCP.
-func (rs NearRules) HasTCPPass() bool {
+func (rs Rules) HasTCPPass() bool {
 	for _, r := range rs {
 		if r.Action == Pass && (r.Proto == ProtoTCP || r.Proto == ProtoAny) {
+			return true
+		}
+	}
+	return false
+}
+
+// DivertsTCP reports whether a rule may pass or drop TCP, so that the
+// near edge reads TCP packets at all (passthru.Rules).
+func (rs Rules) DivertsTCP() bool {
+	for _, r := range rs {
+		if r.Action != Optimise && (r.Proto == ProtoTCP || r.Proto == ProtoAny) {
 			return true
 		}
 	}
@@ -168,8 +171,8 @@ func (rs NearRules) HasTCPPass() bool {
 // (ICMPv6 counts as ProtoICMP) to dst, whose port is ignored for ICMP;
 // Optimise for TCP and Pass for the rest when none matches. It works on
 // parsed headers, never on bytes, and does not allocate.
-func (rs NearRules) Match(proto uint8, dst netip.AddrPort) Action {
-	if proto == ProtoICMPv6 {
+func (rs Rules) Match(proto uint8, dst netip.AddrPort) Action {
+	if proto == packet.ProtoICMPv6 {
 		proto = ProtoICMP
 	}
 	a := dst.Addr().Unmap()

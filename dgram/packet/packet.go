@@ -1,4 +1,9 @@
-package dgram
+// Package packet reads and writes the IP packets that cross the tunnel
+// as datagrams (package dgram): the datagram's kind byte, IPv4 and IPv6
+// headers, UDP and ICMP echo, and the "packet too big" answers a router
+// sends. It holds no state; every parser of bytes from the network
+// returns an error, never panics (FuzzParse).
+package packet
 
 import (
 	"encoding/binary"
@@ -10,7 +15,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 )
 
-// Datagram kinds: the first byte of every datagram (see the package doc).
+// Datagram kinds: the first byte of every datagram (package dgram).
 const (
 	KindUp   byte = 1 // a client's packet, for the far edge to send on
 	KindDown byte = 2 // a packet for the near edge's client
@@ -29,10 +34,11 @@ const (
 	ICMPv6EchoReply   = 129
 )
 
+// Header lengths without options.
 const (
-	ipv4HeaderLen = 20
-	ipv6HeaderLen = 40
-	l4HeaderLen   = 8 // UDP, and ICMP echo
+	IPv4HeaderLen = 20
+	IPv6HeaderLen = 40
+	L4HeaderLen   = 8 // UDP, ICMP echo, and an ICMP error's own header
 	// defaultHopLimit is the TTL of the packets this package builds: they
 	// come from the far edge's socket, whose own hops are the kernel's.
 	defaultHopLimit = 64
@@ -94,12 +100,12 @@ func Protocol(b []byte) (uint8, bool) {
 	}
 	switch b[0] >> 4 {
 	case 4:
-		if len(b) < ipv4HeaderLen {
+		if len(b) < IPv4HeaderLen {
 			return 0, false
 		}
 		return b[9], true
 	case 6:
-		if len(b) < ipv6HeaderLen {
+		if len(b) < IPv6HeaderLen {
 			return 0, false
 		}
 		return b[6], true
@@ -107,32 +113,32 @@ func Protocol(b []byte) (uint8, bool) {
 	return 0, false
 }
 
-// ipHeader is what parseIP read of an IP header.
-type ipHeader struct {
-	v6       bool
-	proto    uint8 // the IPv4 protocol or IPv6 next header
-	hopLimit uint8
-	src, dst netip.Addr
-	hdrLen   int // the IP header's length
-	len      int // the IP packet's length (bytes after it are ignored)
+// Header is what ParseHeader read of an IP header.
+type Header struct {
+	V6       bool
+	Proto    uint8 // the IPv4 protocol or IPv6 next header
+	HopLimit uint8
+	Src, Dst netip.Addr
+	HdrLen   int // the IP header's length
+	Len      int // the IP packet's length (bytes after it are ignored)
 }
 
-// parseIP checks the IPv4 or IPv6 header of b: lengths within b, IPv4's
+// ParseHeader checks the IPv4 or IPv6 header of b: lengths within b, IPv4's
 // header checksum, no IPv4 fragment. Errors wrap ErrMalformed or
 // ErrUnsupported. It never panics, whatever b holds.
-func parseIP(b []byte) (ipHeader, error) {
-	var h ipHeader
+func ParseHeader(b []byte) (Header, error) {
+	var h Header
 	if len(b) == 0 {
 		return h, fmt.Errorf("%w: empty", ErrMalformed)
 	}
 	switch b[0] >> 4 {
 	case 4:
-		if len(b) < ipv4HeaderLen {
+		if len(b) < IPv4HeaderLen {
 			return h, fmt.Errorf("%w: %d bytes, shorter than an IPv4 header", ErrMalformed, len(b))
 		}
 		ihl := int(b[0]&0x0f) * 4
 		total := int(binary.BigEndian.Uint16(b[2:]))
-		if ihl < ipv4HeaderLen || total < ihl || total > len(b) {
+		if ihl < IPv4HeaderLen || total < ihl || total > len(b) {
 			return h, fmt.Errorf("%w: IPv4 header length %d, total length %d, %d bytes", ErrMalformed, ihl, total, len(b))
 		}
 		if checksum.Checksum(b[:ihl], 0) != 0xffff {
@@ -141,36 +147,36 @@ func parseIP(b []byte) (ipHeader, error) {
 		if binary.BigEndian.Uint16(b[6:])&0x3fff != 0 {
 			return h, fmt.Errorf("%w: IPv4 fragment", ErrUnsupported)
 		}
-		h.proto, h.hopLimit = b[9], b[8]
-		h.src = netip.AddrFrom4([4]byte(b[12:16]))
-		h.dst = netip.AddrFrom4([4]byte(b[16:20]))
-		h.hdrLen, h.len = ihl, total
+		h.Proto, h.HopLimit = b[9], b[8]
+		h.Src = netip.AddrFrom4([4]byte(b[12:16]))
+		h.Dst = netip.AddrFrom4([4]byte(b[16:20]))
+		h.HdrLen, h.Len = ihl, total
 	case 6:
-		if len(b) < ipv6HeaderLen {
+		if len(b) < IPv6HeaderLen {
 			return h, fmt.Errorf("%w: %d bytes, shorter than an IPv6 header", ErrMalformed, len(b))
 		}
 		pl := int(binary.BigEndian.Uint16(b[4:]))
-		if ipv6HeaderLen+pl > len(b) {
+		if IPv6HeaderLen+pl > len(b) {
 			return h, fmt.Errorf("%w: IPv6 payload length %d, %d bytes", ErrMalformed, pl, len(b))
 		}
-		h.v6 = true
-		h.proto, h.hopLimit = b[6], b[7]
-		h.src = netip.AddrFrom16([16]byte(b[8:24]))
-		h.dst = netip.AddrFrom16([16]byte(b[24:40]))
-		h.hdrLen, h.len = ipv6HeaderLen, ipv6HeaderLen+pl
+		h.V6 = true
+		h.Proto, h.HopLimit = b[6], b[7]
+		h.Src = netip.AddrFrom16([16]byte(b[8:24]))
+		h.Dst = netip.AddrFrom16([16]byte(b[24:40]))
+		h.HdrLen, h.Len = IPv6HeaderLen, IPv6HeaderLen+pl
 	default:
 		return h, fmt.Errorf("%w: IP version %d", ErrMalformed, b[0]>>4)
 	}
 	return h, nil
 }
 
-// unsupportedProto is the error for an IP packet of a protocol the caller
+// UnsupportedProto is the error for an IP packet of a protocol the caller
 // does not carry.
-func (h *ipHeader) unsupportedProto() error {
-	if h.v6 {
-		return fmt.Errorf("%w: IPv6 next header %d", ErrUnsupported, h.proto)
+func (h *Header) UnsupportedProto() error {
+	if h.V6 {
+		return fmt.Errorf("%w: IPv6 next header %d", ErrUnsupported, h.Proto)
 	}
-	return fmt.Errorf("%w: IPv4 protocol %d", ErrUnsupported, h.proto)
+	return fmt.Errorf("%w: IPv4 protocol %d", ErrUnsupported, h.Proto)
 }
 
 // Parse reads an IPv4 or IPv6 packet carrying UDP or an ICMP (ICMPv6)
@@ -180,31 +186,31 @@ func (h *ipHeader) unsupportedProto() error {
 // verifies the replies'.
 func Parse(b []byte) (Packet, error) {
 	var p Packet
-	h, err := parseIP(b)
+	h, err := ParseHeader(b)
 	if err != nil {
 		return p, err
 	}
-	p.Proto, p.HopLimit, p.Src, p.Dst, p.Len = h.proto, h.hopLimit, h.src, h.dst, h.len
+	p.Proto, p.HopLimit, p.Src, p.Dst, p.Len = h.Proto, h.HopLimit, h.Src, h.Dst, h.Len
 	icmp := uint8(ProtoICMP)
-	if h.v6 {
+	if h.V6 {
 		icmp = ProtoICMPv6
 	}
 	if p.Proto != ProtoUDP && p.Proto != icmp {
-		return p, h.unsupportedProto()
+		return p, h.UnsupportedProto()
 	}
-	l4 := b[h.hdrLen:h.len]
-	if len(l4) < l4HeaderLen {
+	l4 := b[h.HdrLen:h.Len]
+	if len(l4) < L4HeaderLen {
 		return p, fmt.Errorf("%w: %d bytes of transport header", ErrMalformed, len(l4))
 	}
 	p.L4 = l4
 	if p.Proto == ProtoUDP {
 		ul := int(binary.BigEndian.Uint16(l4[4:]))
-		if ul < l4HeaderLen || ul > len(l4) {
+		if ul < L4HeaderLen || ul > len(l4) {
 			return p, fmt.Errorf("%w: UDP length %d in %d bytes", ErrMalformed, ul, len(l4))
 		}
 		p.SrcPort = binary.BigEndian.Uint16(l4[0:])
 		p.DstPort = binary.BigEndian.Uint16(l4[2:])
-		p.L4, p.Payload = l4[:ul], l4[l4HeaderLen:ul]
+		p.L4, p.Payload = l4[:ul], l4[L4HeaderLen:ul]
 		return p, nil
 	}
 	p.Type = l4[0]
@@ -216,7 +222,7 @@ func Parse(b []byte) (Packet, error) {
 	}
 	p.ID = binary.BigEndian.Uint16(l4[4:])
 	p.Seq = binary.BigEndian.Uint16(l4[6:])
-	p.Payload = l4[l4HeaderLen:]
+	p.Payload = l4[L4HeaderLen:]
 	return p, nil
 }
 
@@ -224,9 +230,9 @@ func Parse(b []byte) (Packet, error) {
 // packet between addresses of a's family: 28 for IPv4, 48 for IPv6.
 func HeaderLen(a netip.Addr) int {
 	if a.Is4() {
-		return ipv4HeaderLen + l4HeaderLen
+		return IPv4HeaderLen + L4HeaderLen
 	}
-	return ipv6HeaderLen + l4HeaderLen
+	return IPv6HeaderLen + L4HeaderLen
 }
 
 // PutUDP makes pkt a UDP packet from src to dst whose payload is
@@ -235,7 +241,7 @@ func HeaderLen(a netip.Addr) int {
 // addresses count as IPv4).
 func PutUDP(pkt []byte, src, dst netip.AddrPort) error {
 	s, d := src.Addr().Unmap(), dst.Addr().Unmap()
-	l4, err := putIP(pkt, s, d, ProtoUDP)
+	l4, err := PutIP(pkt, s, d, ProtoUDP)
 	if err != nil {
 		return err
 	}
@@ -243,7 +249,7 @@ func PutUDP(pkt []byte, src, dst netip.AddrPort) error {
 	binary.BigEndian.PutUint16(l4[2:], dst.Port())
 	binary.BigEndian.PutUint16(l4[4:], uint16(len(l4)))
 	binary.BigEndian.PutUint16(l4[6:], 0)
-	sum := ^checksum.Checksum(l4, pseudoHeaderSum(s, d, ProtoUDP, len(l4)))
+	sum := ^checksum.Checksum(l4, PseudoHeaderSum(s, d, ProtoUDP, len(l4)))
 	if sum == 0 {
 		sum = 0xffff // UDP: 0 means "no checksum"
 	}
@@ -260,7 +266,7 @@ func PutEcho(pkt []byte, src, dst netip.Addr, typ uint8, id, seq uint16) error {
 	if s.Is6() {
 		proto = ProtoICMPv6
 	}
-	l4, err := putIP(pkt, s, d, proto)
+	l4, err := PutIP(pkt, s, d, proto)
 	if err != nil {
 		return err
 	}
@@ -270,15 +276,15 @@ func PutEcho(pkt []byte, src, dst netip.Addr, typ uint8, id, seq uint16) error {
 	binary.BigEndian.PutUint16(l4[6:], seq)
 	var initial uint16
 	if proto == ProtoICMPv6 {
-		initial = pseudoHeaderSum(s, d, proto, len(l4))
+		initial = PseudoHeaderSum(s, d, proto, len(l4))
 	}
 	binary.BigEndian.PutUint16(l4[2:], ^checksum.Checksum(l4, initial))
 	return nil
 }
 
-// putIP writes the IP header of a packet of len(pkt) bytes and returns
+// PutIP writes the IP header of a packet of len(pkt) bytes and returns
 // the transport part.
-func putIP(pkt []byte, src, dst netip.Addr, proto uint8) ([]byte, error) {
+func PutIP(pkt []byte, src, dst netip.Addr, proto uint8) ([]byte, error) {
 	switch {
 	case !src.IsValid() || !dst.IsValid() || src.Is4() != dst.Is4():
 		return nil, fmt.Errorf("dgram: addresses %v and %v: want two of one family", src, dst)
@@ -289,7 +295,7 @@ func putIP(pkt []byte, src, dst netip.Addr, proto uint8) ([]byte, error) {
 		if len(pkt) > 0xffff {
 			return nil, fmt.Errorf("dgram: an IPv4 packet of %d bytes is too long", len(pkt))
 		}
-		h := pkt[:ipv4HeaderLen]
+		h := pkt[:IPv4HeaderLen]
 		h[0], h[1] = 0x45, 0
 		binary.BigEndian.PutUint16(h[2:], uint16(len(pkt)))
 		binary.BigEndian.PutUint16(h[4:], 0)      // identification: unused with DF
@@ -300,23 +306,23 @@ func putIP(pkt []byte, src, dst netip.Addr, proto uint8) ([]byte, error) {
 		copy(h[12:], s4[:])
 		copy(h[16:], d4[:])
 		binary.BigEndian.PutUint16(h[10:], ^checksum.Checksum(h, 0))
-		return pkt[ipv4HeaderLen:], nil
+		return pkt[IPv4HeaderLen:], nil
 	}
-	if len(pkt)-ipv6HeaderLen > 0xffff {
-		return nil, fmt.Errorf("dgram: an IPv6 payload of %d bytes is too long", len(pkt)-ipv6HeaderLen)
+	if len(pkt)-IPv6HeaderLen > 0xffff {
+		return nil, fmt.Errorf("dgram: an IPv6 payload of %d bytes is too long", len(pkt)-IPv6HeaderLen)
 	}
-	h := pkt[:ipv6HeaderLen]
+	h := pkt[:IPv6HeaderLen]
 	binary.BigEndian.PutUint32(h[0:], 6<<28)
-	binary.BigEndian.PutUint16(h[4:], uint16(len(pkt)-ipv6HeaderLen))
+	binary.BigEndian.PutUint16(h[4:], uint16(len(pkt)-IPv6HeaderLen))
 	h[6], h[7] = proto, defaultHopLimit
 	s16, d16 := src.As16(), dst.As16()
 	copy(h[8:], s16[:])
 	copy(h[24:], d16[:])
-	return pkt[ipv6HeaderLen:], nil
+	return pkt[IPv6HeaderLen:], nil
 }
 
-// pseudoHeaderSum is the checksum of the transport pseudo-header.
-func pseudoHeaderSum(src, dst netip.Addr, proto uint8, length int) uint16 {
+// PseudoHeaderSum is the checksum of the transport pseudo-header.
+func PseudoHeaderSum(src, dst netip.Addr, proto uint8, length int) uint16 {
 	var b [40]byte
 	if src.Is4() {
 		s, d := src.As4(), dst.As4()
@@ -340,11 +346,11 @@ const (
 	ICMPFragNeeded      = 4 // ... code: fragmentation needed and DF set
 	ICMPv6PacketTooBig  = 2
 
-	// maxErrorV4 bounds an ICMPv4 error: it quotes as much of the packet
-	// as fits in 576 bytes (RFC 1812 4.3.2.3); maxErrorV6 an ICMPv6 error,
+	// MaxErrorV4 bounds an ICMPv4 error: it quotes as much of the packet
+	// as fits in 576 bytes (RFC 1812 4.3.2.3); MaxErrorV6 an ICMPv6 error,
 	// in the minimum IPv6 MTU (RFC 4443 2.4 (c)).
-	maxErrorV4 = 576
-	maxErrorV6 = 1280
+	MaxErrorV4 = 576
+	MaxErrorV6 = 1280
 	// minMTUv4 is the smallest MTU an IPv4 link may have (RFC 791).
 	minMTUv4 = 68
 )
@@ -359,9 +365,9 @@ const (
 // 1,280 bytes).
 func AppendTooBig(b, orig []byte, p *Packet, mtu int) ([]byte, error) {
 	src, dst := p.Dst, p.Src
-	proto, hl, limit := uint8(ProtoICMP), ipv4HeaderLen, maxErrorV4
+	proto, hl, limit := uint8(ProtoICMP), IPv4HeaderLen, MaxErrorV4
 	if src.Is6() {
-		proto, hl, limit = ProtoICMPv6, ipv6HeaderLen, maxErrorV6
+		proto, hl, limit = ProtoICMPv6, IPv6HeaderLen, MaxErrorV6
 	}
 	switch {
 	case p.Len <= 0 || p.Len > len(orig):
@@ -371,17 +377,17 @@ func AppendTooBig(b, orig []byte, p *Packet, mtu int) ([]byte, error) {
 	case mtu <= 0:
 		return b, fmt.Errorf("dgram: MTU %d", mtu)
 	}
-	quote := orig[:min(p.Len, limit-hl-l4HeaderLen)]
-	n := hl + l4HeaderLen + len(quote)
+	quote := orig[:min(p.Len, limit-hl-L4HeaderLen)]
+	n := hl + L4HeaderLen + len(quote)
 	start := len(b)
 	b = slices.Grow(b, n)[:start+n]
 	pkt := b[start:]
-	copy(pkt[hl+l4HeaderLen:], quote)
-	l4, err := putIP(pkt, src, dst, proto)
+	copy(pkt[hl+L4HeaderLen:], quote)
+	l4, err := PutIP(pkt, src, dst, proto)
 	if err != nil {
 		return b[:start], err
 	}
-	clear(l4[:l4HeaderLen])
+	clear(l4[:L4HeaderLen])
 	var initial uint16
 	if proto == ProtoICMP {
 		l4[0], l4[1] = ICMPDestUnreachable, ICMPFragNeeded
@@ -389,7 +395,7 @@ func AppendTooBig(b, orig []byte, p *Packet, mtu int) ([]byte, error) {
 	} else {
 		l4[0] = ICMPv6PacketTooBig
 		binary.BigEndian.PutUint32(l4[4:], uint32(mtu))
-		initial = pseudoHeaderSum(src, dst, proto, len(l4))
+		initial = PseudoHeaderSum(src, dst, proto, len(l4))
 	}
 	binary.BigEndian.PutUint16(l4[2:], ^checksum.Checksum(l4, initial))
 	return b, nil
