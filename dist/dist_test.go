@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/edge"
+	"github.com/wanopt/wanopt/egress"
 	"golang.org/x/sys/unix"
 )
 
@@ -274,7 +275,7 @@ func checkMemory(t *testing.T, text string) {
 		return n
 	}
 	high, max := limit("MemoryHigh"), limit("MemoryMax")
-	goLimit := edge.Config{}.RuntimeMemoryLimit()
+	goLimit := edge.PlanMemory(edge.DefaultMemoryMiB, egress.DefaultMaxFlows).RuntimeLimitBytes
 	process := int64(edge.DefaultMemoryMiB+edge.FixedOverheadMiB) << 20
 	if high <= goLimit || high < process || max <= high {
 		t.Errorf("wanopt@.service: MemoryHigh=%d MiB, MemoryMax=%d MiB; want MemoryHigh above the Go runtime's limit (%d MiB) and the default budget with the process's overhead (%d MiB), and MemoryMax above MemoryHigh",

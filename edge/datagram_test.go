@@ -3,7 +3,6 @@ package edge
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"fmt"
 	"net"
 	"net/netip"
@@ -14,20 +13,18 @@ import (
 	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/internal/leaktest"
-	"github.com/wanopt/wanopt/tunnel/bind"
-	"github.com/wanopt/wanopt/tunnel/crypt"
 )
 
 // The near edges of these tests have no TUN: attachNear gives one the
-// near side a TUN would (newNear's, with datagramRoute), whose Write
+// near side a TUN would (newNear's, with its peers' route), whose Write
 // hands the packets for the client to a channel instead of the TUN. The
 // rest — routing, the tunnels, the far sides, the policy — is the edge's.
 
 // attachNear sets e's near side (before Run) and returns what it writes
 // toward the client.
-func attachNear(e *Edge) <-chan []byte {
+func attachNear(n *Near) <-chan []byte {
 	out := make(chan []byte, 64)
-	e.near = dgram.NewNear(dgram.NearConfig{Route: e.datagramRoute, Write: func(p []byte) error {
+	n.near = dgram.NewNear(dgram.NearConfig{Route: n.peers.route, Write: func(p []byte) error {
 		select {
 		case out <- bytes.Clone(p):
 			return nil
@@ -76,9 +73,9 @@ func udpPacket(t *testing.T, src, dst netip.AddrPort, payload string) []byte {
 // udpExchange sends payload from src to dst through e's near side and
 // returns the payload of the answer written toward the client, or an
 // error if none came within wait.
-func udpExchange(t *testing.T, e *Edge, answers <-chan []byte, src, dst netip.AddrPort, payload string, wait time.Duration) (string, error) {
+func udpExchange(t *testing.T, n *Near, answers <-chan []byte, src, dst netip.AddrPort, payload string, wait time.Duration) (string, error) {
 	t.Helper()
-	if !e.near.Divert(udpPacket(t, src, dst, payload)) {
+	if !n.near.Divert(udpPacket(t, src, dst, payload)) {
 		t.Fatalf("the near side did not take a UDP packet to %v", dst)
 	}
 	select {
@@ -109,50 +106,24 @@ func TestEdgeHubDatagrams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hk, _ := crypt.GenerateKey(rand.Reader)
 	names := []string{"a", "b"}
-	keys := make([]crypt.PrivateKey, len(names))
-	var branches []Branch
-	for i, n := range names {
-		keys[i], _ = crypt.GenerateKey(rand.Reader)
-		branches = append(branches, Branch{Name: n, Key: keys[i].PublicKey()})
-	}
-	branches[0].Allow = []egress.Rule{rule} // a may reach the server, b not
-	sock, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, _ := egress.ParsePolicy([]string{"192.0.2.1/32"})
-	hubCfg := Config{PrivateKey: hk, Listen: sock.LocalAddr(), Branches: branches, Policy: pol,
-		Bind: func() (bind.Conn, error) { return sock, nil }}
-	var (
-		mu   sync.Mutex
-		next = hubCfg
-	)
-	hubCfg.Reload = func() (Config, error) { mu.Lock(); defer mu.Unlock(); return next, nil }
-	hub, err := New(hubCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	run, wait := edgeRunner(t, ctx)
 	defer wait()
 	defer cancel()
-	run(hub)
-	near := make([]*Edge, len(names))
+	h := startHub(t, run, names, func(c *HubConfig) {
+		c.Branches[0].Allow = []egress.Rule{rule} // a may reach the server, b not
+		c.Policy = branchPolicy
+	})
+	hub, branches := h.hub, h.next.Branches
+	near := make([]*Near, len(names))
 	answers := make([]<-chan []byte, len(names))
 	for i := range near {
-		if near[i], err = New(Config{PrivateKey: keys[i], PeerKey: hk.PublicKey(), Peer: sock.LocalAddr(), Policy: pol}); err != nil {
-			t.Fatal(err)
-		}
+		near[i] = h.branch(t, h.keys[i])
 		answers[i] = attachNear(near[i])
 		run(near[i])
 	}
 	for i := range near {
-		for deadline := time.Now().Add(10 * time.Second); near[i].Status().Tunnel == nil; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("branch %s: no tunnel within 10 s", names[i])
-			}
-		}
+		waitTunnel(t, near[i], "branch "+names[i])
 	}
 	client := netip.MustParseAddrPort("198.18.1.2:40000")
 	if got, err := udpExchange(t, near[0], answers[0], client, echo, "hello a", 5*time.Second); err != nil || got != "hello a" {
@@ -181,9 +152,9 @@ func TestEdgeHubDatagrams(t *testing.T) {
 	}
 
 	// A reload lets b reach the server too.
-	mu.Lock()
-	next.Branches = []Branch{branches[0], {Name: "b", Key: branches[1].Key, Allow: []egress.Rule{rule}}}
-	mu.Unlock()
+	h.setNext(func(c *HubConfig) {
+		c.Branches = []Branch{branches[0], {Name: "b", Key: branches[1].Key, Allow: []egress.Rule{rule}}}
+	})
 	if _, err := hub.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +163,7 @@ func TestEdgeHubDatagrams(t *testing.T) {
 	}
 	// A reload removing a closes its table: its flow is gone at once.
 	var farA *dgram.Far
-	for _, b := range hub.hubBranches() {
+	for _, b := range hub.running() {
 		if b.Name == "a" {
 			farA = b.far
 		}
@@ -200,9 +171,7 @@ func TestEdgeHubDatagrams(t *testing.T) {
 	if farA == nil || farA.Stats().Flows != 1 {
 		t.Fatalf("branch a's table before its removal: %v", farA)
 	}
-	mu.Lock()
-	next.Branches = next.Branches[1:]
-	mu.Unlock()
+	h.setNext(func(c *HubConfig) { c.Branches = c.Branches[1:] })
 	if changed, err := hub.Reload(); err != nil || fmt.Sprint(changed) != "[branch a removed]" {
 		t.Fatalf("reload removing a: %q, %v", changed, err)
 	}

@@ -6,9 +6,11 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/internal/tcptest"
+	"github.com/wanopt/wanopt/stack"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/bind"
 	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
@@ -25,123 +28,152 @@ import (
 
 func TestMemoryBudget(t *testing.T) {
 	floor := int64(flowFloorBytes)
+	lan := func(grown int) stack.BufferRange {
+		return stack.BufferRange{Min: 4 << 10, Default: 16 << 10, Max: grown}
+	}
 	for _, tc := range []struct {
 		mib  int
-		want bufferPlan
+		want MemoryPlan
 	}{
 		// The default: 1 MiB each way for streaming flows, room for
 		// 1,000 flows and more.
-		{384, bufferPlan{TunnelBytes: 96 << 20, GrantBytes: 96 << 20, FlowFloorBytes: floor, FlowLimit: int((192 << 20) / floor),
-			RecvFloor: 16 << 10, RecvGrown: 1 << 20, SendFloor: 16 << 10, SendGrown: 1 << 20}},
-		{16, bufferPlan{TunnelBytes: 4 << 20, GrantBytes: 4 << 20, FlowFloorBytes: floor, FlowLimit: int((8 << 20) / floor),
-			RecvFloor: 16 << 10, RecvGrown: 256 << 10, SendFloor: 16 << 10, SendGrown: 256 << 10}},
-		// --max-flows caps the flows the budget would hold.
-		{4096, bufferPlan{TunnelBytes: 1 << 30, GrantBytes: 1 << 30, FlowFloorBytes: floor, FlowLimit: 4096,
-			RecvFloor: 16 << 10, RecvGrown: 1 << 20, SendFloor: 16 << 10, SendGrown: 1 << 20}},
+		{384, MemoryPlan{TunnelBytes: 96 << 20, GrantBytes: 96 << 20, FlowFloorBytes: floor, FlowLimit: int((192 << 20) / floor),
+			Receive: lan(1 << 20), Send: lan(1 << 20), RuntimeLimitBytes: (384 + 20) << 20}},
+		{16, MemoryPlan{TunnelBytes: 4 << 20, GrantBytes: 4 << 20, FlowFloorBytes: floor, FlowLimit: int((8 << 20) / floor),
+			Receive: lan(256 << 10), Send: lan(256 << 10), RuntimeLimitBytes: (16 + 20) << 20}},
+		// MaxFlows caps the flows the budget would hold.
+		{4096, MemoryPlan{TunnelBytes: 1 << 30, GrantBytes: 1 << 30, FlowFloorBytes: floor, FlowLimit: 4096,
+			Receive: lan(1 << 20), Send: lan(1 << 20), RuntimeLimitBytes: (4096 + 20) << 20}},
 	} {
-		c := Config{MemoryMiB: tc.mib}
-		if tc.mib == DefaultMemoryMiB && c.FlowLimit() < 1000 {
-			t.Errorf("the default budget admits %d flows; want 1,000 at least", c.FlowLimit())
+		p := PlanMemory(tc.mib, egress.DefaultMaxFlows)
+		if tc.mib == DefaultMemoryMiB && p.FlowLimit < 1000 {
+			t.Errorf("the default budget admits %d flows; want 1,000 at least", p.FlowLimit)
 		}
 		// A flow without a grant copies 4 KiB at a time: the default
 		// budget grants enough downloads for many flows to stream at once.
-		if p := c.buffers(); tc.mib == DefaultMemoryMiB {
-			grant := int64(64<<10 + p.SendGrown - p.SendFloor) // flow.bigBuf and the send buffer's growth
+		if tc.mib == DefaultMemoryMiB {
+			grant := int64(64<<10 + p.Send.Max - p.Send.Default) // flow.bigBuf and the send buffer's growth
 			if n := p.GrantBytes / grant; n < 64 {
 				t.Errorf("the default budget grants %d streaming downloads at once; want 64 at least", n)
 			}
 		}
-		if got := c.buffers(); got != tc.want {
-			t.Errorf("MemoryMiB %d: %+v, want %+v", tc.mib, got, tc.want)
+		if p != tc.want {
+			t.Errorf("MemoryMiB %d: %+v, want %+v", tc.mib, p, tc.want)
 		}
 		// Floors and grants fill at most the budget beside the tunnel's
 		// quarter.
-		p := c.buffers()
 		if flows := int64(p.FlowLimit)*p.FlowFloorBytes + p.GrantBytes + int64(p.TunnelBytes); flows > int64(tc.mib)<<20 {
 			t.Errorf("MemoryMiB %d: the shares add up to %d bytes", tc.mib, flows)
 		}
 	}
+	// The edge hands down the plan it made once.
+	if e, err := NewFar(FarConfig{Shared: Shared{PrivateKey: mustKey(t), MemoryMiB: 16, Policy: branchPolicy}, PeerKey: mustKey(t).PublicKey(),
+		Listen: netip.MustParseAddrPort("198.18.0.2:4500")}); err != nil || e.Memory() != PlanMemory(16, egress.DefaultMaxFlows) {
+		t.Errorf("a far edge at 16 MiB plans %+v (%v); want %+v", e.Memory(), err, PlanMemory(16, egress.DefaultMaxFlows))
+	}
+}
+
+func mustKey(t *testing.T) crypt.PrivateKey {
+	k, err := crypt.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
 func TestConfigValidate(t *testing.T) {
-	ka, _ := crypt.GenerateKey(rand.Reader)
-	kb, _ := crypt.GenerateKey(rand.Reader)
+	ka, kb := mustKey(t), mustKey(t)
 	pol, _ := egress.ParsePolicy([]string{"198.18.2.0/24"})
-	far := Config{PrivateKey: kb, PeerKey: ka.PublicKey(), Listen: netip.MustParseAddrPort("198.18.0.2:4500"), Policy: pol}
-	if err := far.Validate(); err != nil {
+	addr := netip.MustParseAddrPort("198.18.0.2:4500")
+	far := FarConfig{Shared: Shared{PrivateKey: kb, Policy: pol}, PeerKey: ka.PublicKey(), Listen: addr}
+	if err := Check(far); err != nil {
 		t.Fatalf("a far edge's config: %v", err)
 	}
+	farWith := func(f func(c *FarConfig)) func() Config { return func() Config { c := far; f(&c); return c } }
+	hub := func(bs ...Branch) func() Config {
+		return func() Config { return HubConfig{Shared: far.Shared, Listen: addr, Branches: bs} }
+	}
+	ups := func(us ...Upstream) func() Config {
+		return func() Config { return NearConfig{Shared: far.Shared, Upstreams: us} }
+	}
+	r := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	kc := mustKey(t)
 	for _, tc := range []struct {
-		name   string
-		change func(c *Config)
-		want   string // in the error
+		name  string
+		cfg   func() Config
+		field string
+		want  string // the error
 	}{
-		{"no end", func(c *Config) { c.Listen = netip.AddrPort{} }, "--listen ADDR:PORT"},
-		{"both ends", func(c *Config) { c.Peer = c.Listen }, "exclusive"},
-		{"no key", func(c *Config) { c.PrivateKey = crypt.PrivateKey{} }, "--key"},
-		{"own key as peer", func(c *Config) { c.PeerKey = kb.PublicKey() }, "own public key"},
-		{"nothing to do", func(c *Config) { c.Policy = egress.Policy{} }, "would do nothing"},
-		{"transparent without TUN", func(c *Config) { c.Transparent = true }, "needs --tun NAME"},
-		{"memory", func(c *Config) { c.MemoryMiB = 8 }, "--memory-mib 8"},
-		{"MTU", func(c *Config) { c.TUN, c.MTU = "wo0", 100 }, "--mtu"},
-		{"tunnel MTU small", func(c *Config) { c.TunnelMTU = 1279 }, "--tunnel-mtu"},
-		{"tunnel MTU large", func(c *Config) { c.TunnelMTU = MaxTunnelMTU + 1 }, "--tunnel-mtu"},
-		{"routes without setup", func(c *Config) { c.TUN, c.TUNRoutes = "wo0", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} }, "need --tun-setup"},
-		{"peer timeout", func(c *Config) { c.PeerTimeout = time.Second }, "--peer-timeout"},
-		{"hub with a peer key", func(c *Config) { c.Branches = []Branch{{Name: "a", Key: ka.PublicKey()}} }, "exclusive"},
-		{"hub dialling", func(c *Config) {
-			c.PeerKey, c.Listen, c.Peer, c.Branches = crypt.PublicKey{}, netip.AddrPort{}, c.Listen, []Branch{{Name: "a", Key: ka.PublicKey()}}
-		}, "needs --listen"},
-		{"branch name", func(c *Config) {
-			c.PeerKey, c.Branches = crypt.PublicKey{}, []Branch{{Name: "a b", Key: ka.PublicKey()}}
-		}, "a name is"},
-		{"branch twice", func(c *Config) {
-			c.PeerKey, c.Branches = crypt.PublicKey{}, []Branch{{Name: "a", Key: ka.PublicKey()}, {Name: "a", Key: kb.PublicKey()}}
-		}, "given twice"},
-		{"branch keys", func(c *Config) {
-			c.PeerKey, c.Branches = crypt.PublicKey{}, []Branch{{Name: "a", Key: ka.PublicKey()}, {Name: "b", Key: ka.PublicKey()}}
-		}, "same key"},
-		{"branch own key", func(c *Config) { c.PeerKey, c.Branches = crypt.PublicKey{}, []Branch{{Name: "a", Key: kb.PublicKey()}} }, "own public key"},
-		{"upstream beside a peer key", func(c *Config) {
-			c.Listen, c.Upstreams = netip.AddrPort{}, []Upstream{{Name: "dc", Key: ka.PublicKey(), Addr: netip.MustParseAddrPort("198.18.0.2:4500"), Routes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}
-		}, "exclusive"},
-		{"upstream without routes", func(c *Config) {
-			c.Listen, c.PeerKey, c.Upstreams = netip.AddrPort{}, crypt.PublicKey{}, []Upstream{{Name: "dc", Key: ka.PublicKey(), Addr: netip.MustParseAddrPort("198.18.0.2:4500")}}
-		}, "carries nothing"},
-		{"upstream routes overlap", func(c *Config) {
-			r := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
-			k, _ := crypt.GenerateKey(rand.Reader)
-			c.Listen, c.PeerKey, c.Upstreams = netip.AddrPort{}, crypt.PublicKey{}, []Upstream{
-				{Name: "dc1", Key: ka.PublicKey(), Addr: netip.MustParseAddrPort("198.18.0.2:4500"), Routes: r},
-				{Name: "dc2", Key: k.PublicKey(), Addr: netip.MustParseAddrPort("198.18.0.3:4500"), Routes: r}}
-		}, "given to both"},
+		{"no key", farWith(func(c *FarConfig) { c.PrivateKey = crypt.PrivateKey{} }), "PrivateKey", "PrivateKey is required"},
+		{"no listen", farWith(func(c *FarConfig) { c.Listen = netip.AddrPort{} }), "Listen", "Listen is required"},
+		{"own key as peer", farWith(func(c *FarConfig) { c.PeerKey = kb.PublicKey() }), "PeerKey", "own public key"},
+		{"nothing to do", farWith(func(c *FarConfig) { c.Policy = egress.Policy{} }), "TUN", "would do nothing"},
+		{"transparent without TUN", farWith(func(c *FarConfig) { c.Transparent = true }), "Transparent", "Transparent connects servers through the TUN device's stack: it needs TUN,"},
+		{"memory", farWith(func(c *FarConfig) { c.MemoryMiB = 8 }), "MemoryMiB", "MemoryMiB 8: want 16 to 1048576"},
+		{"MTU", farWith(func(c *FarConfig) { c.TUN, c.MTU = "wo0", 100 }), "MTU", "MTU 100"},
+		{"tunnel MTU small", farWith(func(c *FarConfig) { c.TunnelMTU = 1279 }), "TunnelMTU", "TunnelMTU 1279"},
+		{"tunnel MTU large", farWith(func(c *FarConfig) { c.TunnelMTU = MaxTunnelMTU + 1 }), "TunnelMTU", "TunnelMTU 9217"},
+		{"routes without setup", farWith(func(c *FarConfig) { c.TUN, c.TUNRoutes = "wo0", r }), "TUNRoutes", "TUNRoutes needs TUNSetup"},
+		{"peer timeout", farWith(func(c *FarConfig) { c.PeerTimeout = time.Second }), "PeerTimeout", "PeerTimeout 1s"},
+		{"hub intercepting", func() Config { c := hub(Branch{Name: "a", Key: ka.PublicKey()})().(HubConfig); c.TUN = "wo0"; return c }, "TUN", "a hub intercepts nothing"},
+		{"hub without branches", hub(), "Branches", "Branches is empty"},
+		{"branch name", hub(Branch{Name: "a b", Key: ka.PublicKey()}), "Branches", "a name is"},
+		{"branch twice", hub(Branch{Name: "a", Key: ka.PublicKey()}, Branch{Name: "a", Key: kc.PublicKey()}), "Branches", "given twice"},
+		{"branch keys", hub(Branch{Name: "a", Key: ka.PublicKey()}, Branch{Name: "b", Key: ka.PublicKey()}), "Branches", "same key"},
+		{"branch own key", hub(Branch{Name: "a", Key: kb.PublicKey()}), "Branches", "own public key"},
+		{"upstream beside a peer key", func() Config {
+			c := ups(Upstream{Name: "dc", Key: ka.PublicKey(), Addr: addr, Routes: r})().(NearConfig)
+			c.PeerKey = ka.PublicKey()
+			return c
+		}, "Upstreams", "exclusive"},
+		{"upstream without routes", ups(Upstream{Name: "dc", Key: ka.PublicKey(), Addr: addr}), "Upstreams", "Upstreams dc carries nothing: give it Upstreams.Routes dc:CIDR"},
+		{"upstream routes overlap", ups(Upstream{Name: "dc1", Key: ka.PublicKey(), Addr: addr, Routes: r},
+			Upstream{Name: "dc2", Key: kc.PublicKey(), Addr: netip.MustParseAddrPort("198.18.0.3:4500"), Routes: r}), "Upstreams.Routes", "given to both"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := far
-			tc.change(&c)
-			err := c.Validate()
-			if !errors.Is(err, ErrConfig) || !bytes.Contains([]byte(err.Error()), []byte(tc.want)) {
-				t.Errorf("%v; want ErrConfig mentioning %q", err, tc.want)
+			c := tc.cfg()
+			err := Check(c)
+			var fe *FieldError
+			if !errors.Is(err, ErrConfig) || !errors.As(err, &fe) || fe.Field != tc.field || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v; want a FieldError for %s mentioning %q", err, tc.field, tc.want)
 			}
-			if _, err := New(c); err == nil {
-				t.Error("New accepted it")
+			// A command names the fields its own way.
+			if got := fe.Render(func(f string) string { return "<" + f + ">" }); !strings.Contains(got, "<"+tc.field+">") {
+				t.Errorf("rendered %q; want the field named the command's way", got)
+			}
+			if _, err := build(c); err == nil {
+				t.Error("the constructor accepted it")
 			}
 		})
 	}
+}
+
+// build is the edge cfg configures, from its role's constructor.
+func build(cfg Config) (runnable, error) {
+	switch c := cfg.(type) {
+	case NearConfig:
+		return NewNear(c)
+	case FarConfig:
+		return NewFar(c)
+	case HubConfig:
+		return NewHub(c)
+	}
+	return nil, fmt.Errorf("no role has a %T", cfg)
 }
 
 // pair runs a near and a far edge in this process over an in-memory bind
 // (no TUN, no root): the far edge's egress connects what its policy allows
 // with kernel sockets on loopback.
 type pair struct {
-	near, far *Edge
-	stop      func()
+	near *Near
+	far  *Far
+	stop func()
 }
 
 func startPair(t *testing.T, allow string) *pair { return startPairWith(t, allow, nil) }
 
 // startPairWith is startPair with mod applied to the far edge's config.
-func startPairWith(t *testing.T, allow string, mod func(*Config)) *pair {
+func startPairWith(t *testing.T, allow string, mod func(*FarConfig)) *pair {
 	t.Helper()
 	ka, _ := crypt.GenerateKey(rand.Reader)
 	kb, _ := crypt.GenerateKey(rand.Reader)
@@ -159,17 +191,17 @@ func startPairWith(t *testing.T, allow string, mod func(*Config)) *pair {
 			return c, nil
 		}
 	}
-	fcfg := Config{PrivateKey: kb, PeerKey: ka.PublicKey(), Listen: b.LocalAddr(), Policy: pol, Bind: once(b)}
+	fcfg := FarConfig{Shared: Shared{PrivateKey: kb, Policy: pol, Bind: once(b)}, PeerKey: ka.PublicKey(), Listen: b.LocalAddr()}
 	if mod != nil {
 		mod(&fcfg)
 	}
-	far, err := New(fcfg)
+	far, err := NewFar(fcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The near edge has no TUN here; flows come in through Dial. Its policy
 	// only makes it a valid edge (it connects nothing in this test).
-	near, err := New(Config{PrivateKey: ka, PeerKey: kb.PublicKey(), Peer: b.LocalAddr(), Policy: pol, Bind: once(a), CC: tunnel.CCCubic})
+	near, err := NewNear(NearConfig{Shared: Shared{PrivateKey: ka, Policy: pol, Bind: once(a), CC: tunnel.CCCubic}, PeerKey: kb.PublicKey(), Peer: b.LocalAddr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,14 +223,8 @@ func startPairWith(t *testing.T, allow string, mod func(*Config)) *pair {
 		}
 	}}
 	t.Cleanup(p.stop)
-	for _, e := range []*Edge{near, far} {
-		deadline := time.Now().Add(10 * time.Second)
-		for e.Status().Tunnel == nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: tunnel not up within 10 s", e.cfg.Role())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+	for _, e := range []runnable{near, far} {
+		waitTunnel(t, e, e.Role())
 	}
 	return p
 }
@@ -296,7 +322,7 @@ func TestEdgePairOutcomes(t *testing.T) {
 // counted.
 func TestEdgePairIdleFlow(t *testing.T) {
 	leaktest.Check(t)
-	p := startPairWith(t, "127.0.0.1/32", func(c *Config) { c.FlowIdleTimeout = 200 * time.Millisecond })
+	p := startPairWith(t, "127.0.0.1/32", func(c *FarConfig) { c.FlowIdleTimeout = 200 * time.Millisecond })
 	dst := tcptest.Server(t, func(c *net.TCPConn) { io.Copy(io.Discard, c) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

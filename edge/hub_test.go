@@ -17,7 +17,6 @@ import (
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/internal/leaktest"
 	"github.com/wanopt/wanopt/internal/tcptest"
-	"github.com/wanopt/wanopt/tunnel/bind"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 )
 
@@ -38,56 +37,28 @@ func TestEdgeHub(t *testing.T) {
 		}
 		return r
 	}
-	hk, _ := crypt.GenerateKey(rand.Reader)
 	names := []string{"a", "b", "c"}
-	keys := make([]crypt.PrivateKey, len(names))
-	var branches []Branch
-	for i, n := range names {
-		keys[i], _ = crypt.GenerateKey(rand.Reader)
-		branches = append(branches, Branch{Name: n, Key: keys[i].PublicKey()})
-	}
-	branches[0].Allow = []egress.Rule{rule(private)}
-	sock, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hubCfg := Config{PrivateKey: hk, Listen: sock.LocalAddr(), Branches: branches,
-		Policy: egress.Policy{Rules: []egress.Rule{rule(open)}}, Bind: func() (bind.Conn, error) { return sock, nil }}
-	var (
-		mu      sync.Mutex
-		hubNext = hubCfg
-	)
-	hubCfg.Reload = func() (Config, error) { mu.Lock(); defer mu.Unlock(); return hubNext, nil }
-	hub, err := New(hubCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	run, wait := edgeRunner(t, ctx)
 	defer wait()
 	defer cancel()
-	run(hub)
-	pol, _ := egress.ParsePolicy([]string{"192.0.2.1/32"}) // only makes the near edges valid
-	near := make([]*Edge, len(names)+1)
+	h := startHub(t, run, names, func(c *HubConfig) {
+		c.Branches[0].Allow = []egress.Rule{rule(private)}
+		c.Policy = egress.Policy{Rules: []egress.Rule{rule(open)}}
+	})
+	hub, branches := h.hub, h.next.Branches
+	near := make([]*Near, len(names)+1)
 	for i := range near {
 		var k crypt.PrivateKey
 		if i < len(names) {
-			k = keys[i]
+			k = h.keys[i]
 		} else {
 			k, _ = crypt.GenerateKey(rand.Reader) // a stranger
 		}
-		if near[i], err = New(Config{PrivateKey: k, PeerKey: hk.PublicKey(), Peer: sock.LocalAddr(), Policy: pol}); err != nil {
-			t.Fatal(err)
-		}
+		near[i] = h.branch(t, k)
 		run(near[i])
 	}
 	for i := range names {
-		deadline := time.Now().Add(10 * time.Second)
-		for near[i].Status().Tunnel == nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("branch %s: no tunnel within 10 s", names[i])
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitTunnel(t, near[i], "branch "+names[i])
 	}
 	dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer dcancel()
@@ -135,7 +106,7 @@ func TestEdgeHub(t *testing.T) {
 	}
 	// The hub's refusals name the stranger's key, and its branches'
 	// tunnels their state.
-	stranger := near[len(names)].cfg.PrivateKey.PublicKey().Base64()
+	stranger := near[len(names)].sh.PrivateKey.PublicKey().Base64()
 	if r := st.Refused; r == nil || r.UnknownKey == 0 || r.Last == nil || r.Last.Reason != "unknown_key" || r.Last.Key != stranger {
 		t.Errorf("hub's refusals %+v; want the stranger's key %s", r, stranger)
 	}
@@ -168,10 +139,10 @@ func TestEdgeHub(t *testing.T) {
 	}
 
 	// A reload gives b a rule of its own; a new branch needs a restart.
-	mu.Lock()
-	hubNext.Branches = append([]Branch(nil), branches...)
-	hubNext.Branches[1].Allow = []egress.Rule{rule(private)}
-	mu.Unlock()
+	h.setNext(func(c *HubConfig) {
+		c.Branches = append([]Branch(nil), branches...)
+		c.Branches[1].Allow = []egress.Rule{rule(private)}
+	})
 	if changed, err := hub.Reload(); err != nil || len(changed) != 1 {
 		t.Fatalf("reload: changed %q, err %v; want branch b's policy", changed, err)
 	}
@@ -181,24 +152,17 @@ func TestEdgeHub(t *testing.T) {
 		c.Close()
 	}
 	// A branch added by a reload is served at once; one removed is gone.
-	mu.Lock()
 	dk, _ := crypt.GenerateKey(rand.Reader)
-	hubNext.Branches = append(append([]Branch(nil), hubNext.Branches[:2]...), Branch{Name: "d", Key: dk.PublicKey()})
-	mu.Unlock()
+	h.setNext(func(c *HubConfig) {
+		c.Branches = append(append([]Branch(nil), c.Branches[:2]...), Branch{Name: "d", Key: dk.PublicKey()})
+	})
 	changed, err := hub.Reload()
 	if err != nil || strings.Join(changed, "; ") != "branch c removed; branch d added" {
 		t.Fatalf("reload adding d and removing c: changed %q, err %v", changed, err)
 	}
-	d, err := New(Config{PrivateKey: dk, PeerKey: hk.PublicKey(), Peer: sock.LocalAddr(), Policy: pol})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := h.branch(t, dk)
 	run(d)
-	for deadline := time.Now().Add(10 * time.Second); d.Status().Tunnel == nil; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("branch d: no tunnel within 10 s of the reload adding it")
-		}
-	}
+	waitTunnel(t, d, "branch d, after the reload adding it")
 	c, err := d.Dial(dctx, src, open)
 	if err != nil {
 		t.Fatalf("branch d: dial: %v", err)
@@ -227,37 +191,19 @@ func TestEdgeHubRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	const rateBps = 16_000_000
-	hk, _ := crypt.GenerateKey(rand.Reader)
 	names := []string{"a", "b"}
-	keys := make([]crypt.PrivateKey, len(names))
-	var branches []Branch
-	for i, n := range names {
-		keys[i], _ = crypt.GenerateKey(rand.Reader)
-		branches = append(branches, Branch{Name: n, Key: keys[i].PublicKey()})
-	}
-	sock, err := bind.Listen("udp4", netip.MustParseAddrPort("127.0.0.1:0"), bind.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hubCfg := Config{PrivateKey: hk, Listen: sock.LocalAddr(), Branches: branches, HubRateBps: rateBps,
-		Policy: egress.Policy{Rules: []egress.Rule{rule}}, Bind: func() (bind.Conn, error) { return sock, nil }}
-	next := hubCfg
-	next.HubRateBps = 0
-	hubCfg.Reload = func() (Config, error) { return next, nil }
-	hub, err := New(hubCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	run, wait := edgeRunner(t, ctx)
 	defer wait()
 	defer cancel()
-	run(hub)
-	pol, _ := egress.ParsePolicy([]string{"192.0.2.1/32"})
-	near := make([]*Edge, len(names))
+	h := startHub(t, run, names, func(c *HubConfig) {
+		c.HubRateBps = rateBps
+		c.Policy = egress.Policy{Rules: []egress.Rule{rule}}
+	})
+	h.setNext(func(c *HubConfig) { c.HubRateBps = 0 })
+	hub := h.hub
+	near := make([]*Near, len(names))
 	for i := range near {
-		if near[i], err = New(Config{PrivateKey: keys[i], PeerKey: hk.PublicKey(), Peer: sock.LocalAddr(), Policy: pol}); err != nil {
-			t.Fatal(err)
-		}
+		near[i] = h.branch(t, h.keys[i])
 		run(near[i])
 	}
 	capped := func() (caps []uint64) {

@@ -181,9 +181,9 @@ func downError(err error) string {
 	case errors.Is(err, tunnel.ErrPeerLostSession):
 		return "the peer restarted and lost the session"
 	case errors.Is(err, tunnel.ErrIdleTimeout):
-		return "nothing heard from the peer for --peer-timeout"
+		return "nothing heard from the peer for its timeout (PeerTimeout)"
 	case errors.Is(err, tunnel.ErrHandshakeTimeout):
-		return "no answer to the handshakes within --peer-timeout"
+		return "no answer to the handshakes within the peer timeout (PeerTimeout)"
 	}
 	s := oneLine(err.Error())
 	for _, p := range []string{"driver: tunnel closed: ", "driver: dial: ", "driver: "} {

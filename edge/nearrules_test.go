@@ -11,8 +11,8 @@ import (
 	"github.com/wanopt/wanopt/tunnel/crypt"
 )
 
-// TestNearRulesReload: the near rules (--near-rule) reach the near side
-// at New and change with a reload, which lists them among the changes;
+// TestNearRulesReload: the near rules reach the near side at NewNear
+// and change with a reload, which lists them among the changes;
 // a configuration that would give them to an edge without interception is
 // refused, and the running rules stay.
 func TestNearRulesReload(t *testing.T) {
@@ -25,11 +25,11 @@ func TestNearRulesReload(t *testing.T) {
 		}
 		return rs
 	}
-	base := Config{TUN: "wo-test", PrivateKey: ka, PeerKey: kb.PublicKey(), Peer: netip.MustParseAddrPort("198.18.0.2:4500"),
-		NearRules: rules("pass:tcp:198.18.2.2/32:22")}
+	base := NearConfig{Shared: Shared{PrivateKey: ka, LAN: LAN{TUN: "wo-test", NearRules: rules("pass:tcp:198.18.2.2/32:22")}},
+		PeerKey: kb.PublicKey(), Peer: netip.MustParseAddrPort("198.18.0.2:4500")}
 	next := base
 	base.Reload = func() (Config, error) { return next, nil }
-	e, err := New(base)
+	e, err := NewNear(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,9 +53,9 @@ func TestNearRulesReload(t *testing.T) {
 		t.Errorf("after the reload, UDP to %v: %v, want drop", smb, got)
 	}
 
-	next.TUN, next.Listen, next.Peer = "", netip.MustParseAddrPort("198.18.0.2:4500"), netip.AddrPort{}
-	if _, err := e.Reload(); err == nil || !strings.Contains(err.Error(), "--near-rule") {
-		t.Errorf("reload to near rules without a TUN: %v, want refused naming --near-rule", err)
+	next.TUN = ""
+	if _, err := e.Reload(); err == nil || !strings.Contains(err.Error(), "NearRules") {
+		t.Errorf("reload to near rules without a TUN: %v, want refused naming NearRules", err)
 	}
 	if got := fmt.Sprint(e.near.Rules()); got != "drop:udp:0.0.0.0/0:137-139" {
 		t.Errorf("the running rules did not stay: %q", got)

@@ -32,7 +32,7 @@ func freeUDP(t *testing.T) netip.AddrPort {
 // loopbackEdges makes a far edge listening on loopback UDP and a near edge
 // dialling it, with real sockets (no root: no TUN). nearKnowsFar and
 // farKnowsNear choose whether each has the other's key or a stranger's.
-func loopbackEdges(t *testing.T, nearKnowsFar, farKnowsNear bool) (near, far *Edge) {
+func loopbackEdges(t *testing.T, nearKnowsFar, farKnowsNear bool) (near *Near, far *Far) {
 	t.Helper()
 	kn, _ := crypt.GenerateKey(rand.Reader)
 	kf, _ := crypt.GenerateKey(rand.Reader)
@@ -46,11 +46,11 @@ func loopbackEdges(t *testing.T, nearKnowsFar, farKnowsNear bool) (near, far *Ed
 	if !nearKnowsFar {
 		nearPeer = stranger.PublicKey()
 	}
-	far, err := New(Config{PrivateKey: kf, PeerKey: farPeer, Listen: addr, Policy: pol, Metrics: "127.0.0.1:0"})
+	far, err := NewFar(FarConfig{Shared: Shared{PrivateKey: kf, Policy: pol, Metrics: "127.0.0.1:0"}, PeerKey: farPeer, Listen: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	near, err = New(Config{PrivateKey: kn, PeerKey: nearPeer, Peer: addr, Policy: pol, Metrics: "127.0.0.1:0"})
+	near, err = NewNear(NearConfig{Shared: Shared{PrivateKey: kn, Policy: pol, Metrics: "127.0.0.1:0"}, PeerKey: nearPeer, Peer: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,11 +70,9 @@ func waitFor(d time.Duration, cond func() bool) bool {
 }
 
 // readyz is the status code and body of the edge's /readyz.
-func readyz(t *testing.T, e *Edge) (int, string) {
+func readyz(t *testing.T, e served) (int, string) {
 	t.Helper()
-	e.mu.Lock()
-	addr := e.metricsAddr
-	e.mu.Unlock()
+	addr := e.metricsAt()
 	if addr == "" {
 		return 0, "metrics server not started"
 	}
@@ -114,10 +112,10 @@ func TestReadyz(t *testing.T) {
 	if !waitFor(5*time.Second, far.Serving) {
 		t.Fatal("far edge not serving after 5 s")
 	}
-	for _, e := range []*Edge{near, far} {
+	for _, e := range []served{near, far} {
 		if !waitFor(10*time.Second, func() bool { code, _ := readyz(t, e); return code == http.StatusOK }) {
 			code, body := readyz(t, e)
-			t.Fatalf("%s: /readyz = %d %q after 10 s; want 200", e.cfg.Role(), code, body)
+			t.Fatalf("%s: /readyz = %d %q after 10 s; want 200", e.Role(), code, body)
 		}
 	}
 	if s := near.Status().TunnelState; s == nil || s.State != "up" || s.LastHandshake.IsZero() || s.HandshakeAttempts != 0 {
@@ -176,8 +174,8 @@ func TestWrongKeys(t *testing.T) {
 			if r.Last == nil || r.Last.Reason != tc.reason || (r.Last.Key != "") != tc.wantKey {
 				t.Errorf("far edge's last refusal %+v; want reason %s, key shown %v", r.Last, tc.reason, tc.wantKey)
 			}
-			if tc.wantKey && r.Last.Key != near.cfg.PrivateKey.PublicKey().Base64() {
-				t.Errorf("refused key %s; want the near edge's %s", r.Last.Key, near.cfg.PrivateKey.PublicKey().Base64())
+			if tc.wantKey && r.Last.Key != near.sh.PrivateKey.PublicKey().Base64() {
+				t.Errorf("refused key %s; want the near edge's %s", r.Last.Key, near.sh.PrivateKey.PublicKey().Base64())
 			}
 			if tc.reason == "unknown_key" && r.UnknownKey == 0 || tc.reason == "bad_mac" && r.BadMAC == 0 {
 				t.Errorf("far edge's counts %+v", r)
@@ -186,9 +184,9 @@ func TestWrongKeys(t *testing.T) {
 			if ns.Tunnel != nil || ns.TunnelState.State != "down" || ns.TunnelState.Peer != far.cfg.Listen.String() {
 				t.Errorf("near edge: tunnel %v, state %+v", ns.Tunnel, ns.TunnelState)
 			}
-			for _, e := range []*Edge{near, far} {
+			for _, e := range []served{near, far} {
 				if code, body := readyz(t, e); code != http.StatusServiceUnavailable {
-					t.Errorf("%s: /readyz = %d %q; want 503", e.cfg.Role(), code, body)
+					t.Errorf("%s: /readyz = %d %q; want 503", e.Role(), code, body)
 				}
 			}
 			if ok, why := near.Ready(); ok || !strings.Contains(why, "no answer to") || !strings.Contains(why, far.cfg.Listen.String()) {

@@ -28,9 +28,9 @@ func TestEdgeReload(t *testing.T) {
 	rule := func(ap netip.AddrPort) string { return fmt.Sprintf("%v/32:%d", ap.Addr(), ap.Port()) }
 	var (
 		mu   sync.Mutex
-		edit func(*Config) error
+		edit func(*FarConfig) error
 	)
-	p := startPairWith(t, rule(a), func(c *Config) {
+	p := startPairWith(t, rule(a), func(c *FarConfig) {
 		base := *c
 		c.Reload = func() (Config, error) {
 			mu.Lock()
@@ -39,13 +39,13 @@ func TestEdgeReload(t *testing.T) {
 			return n, edit(&n)
 		}
 	})
-	setEdit := func(f func(*Config) error) {
+	setEdit := func(f func(*FarConfig) error) {
 		mu.Lock()
 		edit = f
 		mu.Unlock()
 	}
-	policy := func(rules ...string) func(*Config) error {
-		return func(c *Config) error {
+	policy := func(rules ...string) func(*FarConfig) error {
+		return func(c *FarConfig) error {
 			var err error
 			c.Policy, err = egress.ParsePolicy(rules)
 			return err
@@ -101,12 +101,12 @@ func TestEdgeReload(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		edit func(*Config) error
+		edit func(*FarConfig) error
 		want string
 	}{
-		{"invalid", func(c *Config) error { c.MemoryMiB = 1; return nil }, "--memory-mib"},
-		{"unreadable", func(*Config) error { return errors.New("config file: no such file") }, "no such file"},
-		{"needs a restart", func(c *Config) error { c.MemoryMiB = 64; return policy(rule(a))(c) }, "--memory-mib cannot change without a restart"},
+		{"invalid", func(c *FarConfig) error { c.MemoryMiB = 1; return nil }, "MemoryMiB 1: want 16 to"},
+		{"unreadable", func(*FarConfig) error { return errors.New("config file: no such file") }, "no such file"},
+		{"needs a restart", func(c *FarConfig) error { c.MemoryMiB = 64; return policy(rule(a))(c) }, "MemoryMiB cannot change without a restart"},
 	} {
 		setEdit(tc.edit)
 		if changed, err := p.far.Reload(); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -14,10 +14,10 @@ import (
 	"github.com/wanopt/wanopt/tunnel/driver"
 )
 
-// Resolver looks up a host name's addresses (Config.Resolver).
+// Resolver looks up a host name's addresses (Shared.Resolver).
 type Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
 
-// defaultResolver is Config.Resolver when none is set: the system's, as
+// defaultResolver is Shared.Resolver when none is set: the system's, as
 // 'wanopt run' resolves the names at start.
 func defaultResolver(ctx context.Context, host string) ([]netip.Addr, error) {
 	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
@@ -160,11 +160,11 @@ func (p *peerAddr) warnDue(now time.Time) bool {
 // dialFollowing runs one open of the tunnel to pa's address, looking
 // pa's host name up again while the tunnel stays down: a lookup due
 // before the dial goes first, and one that falls due during the dial (a
-// dial waits for an answer up to --peer-timeout) runs in a goroutine
+// dial waits for an answer up to the peer timeout) runs in a goroutine
 // this call owns and waits for. A new address ends the dial with an
 // error wrapping errPeerMoved, so that the next one dials it. Without a
 // host name it is open with the address given.
-func (e *Edge) dialFollowing(ctx context.Context, l *link, pa *peerAddr, open func(context.Context, netip.AddrPort) (*driver.Tunnel, error)) (*driver.Tunnel, error) {
+func dialFollowing(ctx context.Context, l *link, pa *peerAddr, open func(context.Context, netip.AddrPort) (*driver.Tunnel, error)) (*driver.Tunnel, error) {
 	if pa.host == "" {
 		return open(ctx, pa.current())
 	}

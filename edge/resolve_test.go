@@ -139,18 +139,18 @@ func TestReresolvePeer(t *testing.T) {
 				func() ([]netip.Addr, error) { return nil, &net.DNSError{Err: "server misbehaving", Name: "far.test"} },
 				answer("127.0.0.2"), answer("127.0.0.1"),
 			}}
-			far, err := New(Config{PrivateKey: kf, PeerKey: kn.PublicKey(), Listen: addr, Policy: pol})
+			far, err := NewFar(FarConfig{Shared: Shared{PrivateKey: kf, Policy: pol}, PeerKey: kn.PublicKey(), Listen: addr})
 			if err != nil {
 				t.Fatal(err)
 			}
-			nc := Config{PrivateKey: kn, Policy: pol, Resolver: dns.lookup}
+			nc := NearConfig{Shared: Shared{PrivateKey: kn, Policy: pol, Resolver: dns.lookup}}
 			if upstream {
 				nc.Upstreams = []Upstream{{Name: "dc1", Key: kf.PublicKey(), Addr: dead, Host: "far.test",
 					Routes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}
 			} else {
 				nc.PeerKey, nc.Peer, nc.PeerHost = kf.PublicKey(), dead, "far.test"
 			}
-			near, err := New(nc)
+			near, err := NewNear(nc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -201,6 +201,18 @@ func TestReresolvePeer(t *testing.T) {
 	}
 }
 
+// reloadReady reports whether n runs what Reload works on: its control
+// socket and, with upstreams, their loops.
+func reloadReady(n *Near) bool {
+	n.mu.Lock()
+	serving := n.serving
+	n.mu.Unlock()
+	if u, ok := n.peers.(*upstreams); ok {
+		return serving && u.running()
+	}
+	return serving
+}
+
 // TestReloadKeepsResolved: a reload reads the configuration again, which
 // looks the host names up again; an answer that changed is no change of
 // --peer (nor of an upstream, whose tunnel would restart), and the
@@ -215,19 +227,26 @@ func TestReloadKeepsResolved(t *testing.T) {
 	start := netip.MustParseAddrPort("127.0.0.2:4500")
 	moved := netip.MustParseAddrPort("127.0.0.3:4500")
 	routes := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	// A command's words for the fields: both name the peer's address.
+	flags := func(field string) string {
+		if field == "Peer" || field == "PeerHost" {
+			return "--peer"
+		}
+		return field
+	}
 	for _, tc := range []struct {
 		name string
-		cfg  func(addr netip.AddrPort, host string) Config
+		cfg  func(addr netip.AddrPort, host string) NearConfig
 		// status is the running address in the status.
-		status func(*Edge) string
+		status func(*Near) string
 	}{
-		{"peer", func(addr netip.AddrPort, host string) Config {
-			return Config{PrivateKey: kn, PeerKey: kf.PublicKey(), Peer: addr, PeerHost: host, Policy: pol, Resolver: dns}
-		}, func(e *Edge) string { return e.Status().TunnelState.Peer }},
-		{"upstream", func(addr netip.AddrPort, host string) Config {
-			return Config{PrivateKey: kn, Policy: pol, Resolver: dns,
+		{"peer", func(addr netip.AddrPort, host string) NearConfig {
+			return NearConfig{Shared: Shared{PrivateKey: kn, Policy: pol, Resolver: dns, FieldName: flags}, PeerKey: kf.PublicKey(), Peer: addr, PeerHost: host}
+		}, func(n *Near) string { return n.Status().TunnelState.Peer }},
+		{"upstream", func(addr netip.AddrPort, host string) NearConfig {
+			return NearConfig{Shared: Shared{PrivateKey: kn, Policy: pol, Resolver: dns, FieldName: flags},
 				Upstreams: []Upstream{{Name: "dc1", Key: kf.PublicKey(), Addr: addr, Host: host, Routes: routes}}}
-		}, func(e *Edge) string { return e.Status().Peers[0].TunnelState.Peer }},
+		}, func(n *Near) string { return n.Status().Peers[0].TunnelState.Peer }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var (
@@ -236,7 +255,7 @@ func TestReloadKeepsResolved(t *testing.T) {
 			)
 			cfg := tc.cfg(start, "far.test")
 			cfg.Reload = func() (Config, error) { mu.Lock(); defer mu.Unlock(); return next, nil }
-			e, err := New(cfg)
+			e, err := NewNear(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -245,11 +264,7 @@ func TestReloadKeepsResolved(t *testing.T) {
 			defer wait()
 			defer cancel()
 			run(e)
-			if !waitFor(5*time.Second, func() bool {
-				e.mu.Lock()
-				defer e.mu.Unlock()
-				return e.serving && (e.router == nil || e.upRun != nil) // what Reload works on
-			}) {
+			if !waitFor(5*time.Second, func() bool { return reloadReady(e) }) {
 				t.Fatal("the edge did not start within 5 s")
 			}
 			if changed, err := e.Reload(); err != nil || len(changed) != 0 {

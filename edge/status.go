@@ -2,143 +2,59 @@ package edge
 
 import (
 	"cmp"
+	"net/netip"
 	"slices"
 	"time"
 
 	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/egress"
+	"github.com/wanopt/wanopt/stack"
 	"github.com/wanopt/wanopt/tunnel/driver"
 )
 
-// Status reports the edge's tunnel and counters (the control socket's
-// "status").
-func (e *Edge) Status() control.Status {
-	cfg := e.config()
-	r := control.Status{Role: cfg.Role(), Config: cfg.Summary(), Bridge: e.br.Stats()}
-	m := e.budget.Stats()
-	r.Memory = control.Memory{Flows: m.Flows, MaxFlows: m.MaxFlows, FloorBytes: m.FloorBytes,
-		GrantedBytes: m.GrantedBytes, GrantLimitBytes: m.GrantLimitBytes, FlowsRefused: m.FlowsRefused, Grants: m.Grants, GrantsRefused: m.GrantsRefused}
-	e.mu.Lock()
-	started := e.started
-	e.mu.Unlock()
-	if !started.IsZero() {
-		r.Uptime = time.Since(started)
+// stackFlows appends the flows the stack st (nil: none) intercepted:
+// peerFor names the upstream each goes to, srtt is the tunnel's round
+// trip.
+func stackFlows(out []control.Flow, st *stack.Stack, peerFor func(netip.Addr) string, srtt time.Duration) []control.Flow {
+	if st == nil {
+		return out
 	}
-	if eg := e.egress(); eg != nil {
-		r.Egress = eg.Stats()
-	}
-	now := time.Now()
-	if len(cfg.Branches) == 0 && len(cfg.Upstreams) == 0 {
-		r.PeerName, r.PeerKey = cfg.peerName(), cfg.PeerKey.Base64()
-		var keysAge time.Duration
-		if t := e.br.Tunnel(); t != nil {
-			r.Tunnel = tunnelStatus(t)
-			keysAge = r.Tunnel.HandshakeAge
-		}
-		ts := e.link.snapshot(now, keysAge)
-		ts.Host = cfg.PeerHost
-		r.TunnelState = &ts
-	}
-	if e.refusals != nil {
-		r.Refused = refusedStatus(e.refusals.Stats())
-	}
-	if ups := e.upstreamStatus(); ups != nil {
-		r.Peers = ups
-	}
-	if peers := e.peerStatus(); peers != nil {
-		r.Peers = peers
-		var ds dgram.Stats
-		for _, p := range peers {
-			r.Egress = r.Egress.Add(p.Egress)
-			if p.Datagrams != nil {
-				ds = ds.Add(*p.Datagrams)
-			}
-		}
-		r.DatagramEgress = &ds
-		if h := e.hubOf(); h != nil {
-			hs := h.Stats()
-			r.Hub = &hs
-		}
-	}
-	if st := e.stack(); st != nil {
-		s := st.Stats()
-		r.Ingress = &s
-	}
-	if e.near != nil {
-		s := e.near.Stats()
-		r.DatagramIngress = &s
-	}
-	if far := e.far.Load(); far != nil {
-		s := far.Stats()
-		r.DatagramEgress = &s
-	}
-	return r
-}
-
-// Flows lists the flows through the edge now (the control socket's
-// "flows"): those intercepted here, then those connected here.
-func (e *Edge) Flows() []control.Flow {
-	var out []control.Flow
-	var srtt time.Duration
-	if t := e.br.Tunnel(); t != nil {
-		srtt = t.Stats().Tunnel.SmoothedRTT
-	}
-	if st := e.stack(); st != nil {
-		for _, f := range st.Flows() {
-			var peer string
-			if e.router != nil {
-				if u := e.router.route(f.Dst.Addr().Unmap()); u != nil {
-					peer = u.Name
-				}
-			}
-			out = append(out, control.Flow{Side: "ingress", Action: "optimise", Peer: peer, Src: f.Src.String(), Dst: f.Dst.String(), State: f.State.String(),
-				BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: f.Age,
-				Why: f.Why.Name("client", "far-edge")})
-		}
-	}
-	passed := func(side string, fl []dgram.PassedFlow) {
-		slices.SortFunc(fl, func(a, b dgram.PassedFlow) int { return cmp.Compare(b.Age, a.Age) }) // oldest first
-		for _, f := range fl {
-			state := "passing"
-			if f.Closing {
-				state = "closing"
-			}
-			var peer string
-			if e.router != nil {
-				if u := e.router.route(f.Server.Addr().Unmap()); u != nil {
-					peer = u.Name
-				}
-			}
-			out = append(out, control.Flow{Side: side, Action: "pass", Peer: peer, Src: f.Client.String(), Dst: f.Server.String(), State: state,
-				BytesUp: f.BytesUp, BytesDown: f.BytesDown, TunnelRTT: srtt, Age: f.Age})
-		}
-	}
-	if e.near != nil {
-		passed("ingress", e.near.PassedFlows())
-	}
-	if far := e.far.Load(); far != nil {
-		passed("egress", far.PassedFlows())
-	}
-	egressFlows := func(eg *egress.Egress, peer string, srtt time.Duration) {
-		for _, f := range eg.Flows() {
-			out = append(out, control.Flow{Side: "egress", Action: "optimise", Peer: peer, Src: f.Src.String(), Dst: f.Dst.String(), State: "relaying",
-				BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: time.Since(f.Started),
-				Why: f.Why.Name("server", "near-edge")})
-		}
-	}
-	if eg := e.egress(); eg != nil {
-		egressFlows(eg, "", srtt)
-	}
-	for _, b := range e.hubBranches() {
-		var srtt time.Duration
-		if t := b.tunnel(); t != nil {
-			srtt = t.Stats().Tunnel.SmoothedRTT
-		}
-		egressFlows(b.eg, b.Name, srtt)
+	for _, f := range st.Flows() {
+		out = append(out, control.Flow{Side: "ingress", Action: "optimise", Peer: peerFor(f.Dst.Addr().Unmap()), Src: f.Src.String(), Dst: f.Dst.String(), State: f.State.String(),
+			BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: f.Age,
+			Why: f.Why.Name("client", "far-edge")})
 	}
 	return out
 }
+
+// passedFlows appends the flows a datagram side passes unterminated,
+// oldest first.
+func passedFlows(out []control.Flow, side string, fl []dgram.PassedFlow, peerFor func(netip.Addr) string, srtt time.Duration) []control.Flow {
+	slices.SortFunc(fl, func(a, b dgram.PassedFlow) int { return cmp.Compare(b.Age, a.Age) }) // oldest first
+	for _, f := range fl {
+		state := "passing"
+		if f.Closing {
+			state = "closing"
+		}
+		out = append(out, control.Flow{Side: side, Action: "pass", Peer: peerFor(f.Server.Addr().Unmap()), Src: f.Client.String(), Dst: f.Server.String(), State: state,
+			BytesUp: f.BytesUp, BytesDown: f.BytesDown, TunnelRTT: srtt, Age: f.Age})
+	}
+	return out
+}
+
+// egressFlows appends the flows eg connected for peer.
+func egressFlows(out []control.Flow, eg *egress.Egress, peer string, srtt time.Duration) []control.Flow {
+	for _, f := range eg.Flows() {
+		out = append(out, control.Flow{Side: "egress", Action: "optimise", Peer: peer, Src: f.Src.String(), Dst: f.Dst.String(), State: "relaying",
+			BytesUp: f.BytesUp, BytesDown: f.BytesDown, RateUpBps: f.RateUpBps, RateDownBps: f.RateDownBps, TunnelRTT: srtt, Age: time.Since(f.Started),
+			Why: f.Why.Name("server", "near-edge")})
+	}
+	return out
+}
+
+// noPeer names no upstream: an edge with one peer.
+func noPeer(netip.Addr) string { return "" }
 
 // refusedStatus is the status of the initiations a responder refused.
 func refusedStatus(s driver.RefusalStats) *control.Refused {

@@ -6,47 +6,37 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/wanopt/wanopt/dgram"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
 	"github.com/wanopt/wanopt/ingress"
-	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/crypt"
 	"github.com/wanopt/wanopt/tunnel/driver"
 )
 
-// Upstream is one of the far edges a near edge with several peers dials
-// (--upstream NAME:KEY@ADDR:PORT): an intercepted flow goes to the
-// upstream whose Routes hold its destination, the most specific prefix
-// winning (--upstream-route NAME:CIDR), as WireGuard's AllowedIPs choose
-// a peer.
+// Upstream is one of the far edges a near edge with several peers dials:
+// an intercepted flow goes to the upstream whose Routes hold its
+// destination, the most specific prefix winning, as WireGuard's
+// AllowedIPs choose a peer.
 type Upstream struct {
 	Name string
 	Key  crypt.PublicKey
 	Addr netip.AddrPort
-	// Host is the host name Addr was resolved from (--upstream
-	// NAME:KEY@HOST:PORT); empty when an address was given. While the
-	// upstream's tunnel is down the edge looks it up again, as for
-	// Config.PeerHost.
+	// Host is the host name Addr was resolved from; empty when an
+	// address was given. While the upstream's tunnel is down the edge
+	// looks it up again, as for NearConfig.PeerHost.
 	Host   string
 	Routes []netip.Prefix
 }
 
 // validateUpstreams checks a near edge's upstreams.
-func (c Config) validateUpstreams() error {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
-	}
-	switch {
-	case c.Peer.IsValid() || !c.PeerKey.IsZero():
-		return bad("--upstream and --peer/--peer-key are exclusive: name each far edge with --upstream NAME:KEY@ADDR:PORT")
-	case c.Listen.IsValid() || len(c.Branches) > 0:
-		return bad("--upstream makes this edge dial its peers: it cannot also --listen")
-	}
+func (c NearConfig) validateUpstreams() error {
 	names := map[string]bool{}
 	keys := map[crypt.PublicKey]string{}
 	routes := map[netip.Prefix]string{}
@@ -54,21 +44,21 @@ func (c Config) validateUpstreams() error {
 	for _, u := range c.Upstreams {
 		switch {
 		case !branchName.MatchString(u.Name):
-			return bad("--upstream %q: a name is 1 to 32 letters, digits, '.', '_' or '-', starting with a letter or digit", u.Name)
+			return bad("Upstreams", "{Upstreams} %q: a name is 1 to 32 letters, digits, '.', '_' or '-', starting with a letter or digit", u.Name)
 		case names[u.Name]:
-			return bad("--upstream %s is given twice", u.Name)
+			return bad("Upstreams", "{Upstreams} %s is given twice", u.Name)
 		case u.Key.IsZero() || u.Key == own:
-			return bad("--upstream %s: give the far edge's public key", u.Name)
+			return bad("Upstreams", "{Upstreams} %s: give the far edge's public key", u.Name)
 		case keys[u.Key] != "":
-			return bad("--upstream %s and %s have the same key", keys[u.Key], u.Name)
+			return bad("Upstreams", "{Upstreams} %s and %s have the same key", keys[u.Key], u.Name)
 		case !u.Addr.IsValid() || u.Addr.Port() == 0 || u.Addr.Addr().IsUnspecified():
-			return bad("--upstream %s: want the far edge's ADDR:PORT", u.Name)
+			return bad("Upstreams", "{Upstreams} %s: want the far edge's ADDR:PORT", u.Name)
 		case len(u.Routes) == 0:
-			return bad("--upstream %s carries nothing: give it --upstream-route %s:CIDR", u.Name, u.Name)
+			return bad("Upstreams", "{Upstreams} %s carries nothing: give it {Upstreams.Routes} %s:CIDR", u.Name, u.Name)
 		}
 		for _, p := range u.Routes {
 			if o, ok := routes[p.Masked()]; ok {
-				return bad("--upstream-route %v is given to both %s and %s: a destination needs one upstream", p, o, u.Name)
+				return bad("Upstreams.Routes", "{Upstreams.Routes} %v is given to both %s and %s: a destination needs one upstream", p, o, u.Name)
 			}
 			routes[p.Masked()] = u.Name
 		}
@@ -88,12 +78,11 @@ type upstream struct {
 	done   chan struct{}
 }
 
-// newUpstream returns u of an edge configured by cfg, not yet running,
-// at now.
-func newUpstream(u Upstream, cfg Config, now time.Time) *upstream {
-	log := cfg.Logger.With("upstream", u.Name)
+// newUpstream returns u of the near edge n, not yet running, at now.
+func newUpstream(n *Near, u Upstream, now time.Time) *upstream {
+	log := n.log.With("upstream", u.Name)
 	return &upstream{Upstream: u, br: ingress.New(nil, log.With("sub", "bridge")), link: newLink(true, u.Addr.String(), now),
-		addr: newPeerAddr(u.Addr, u.Host, cfg.Resolver, log.With("sub", "dns"))}
+		addr: newPeerAddr(u.Addr, u.Host, n.sh.Resolver, log.With("sub", "dns"))}
 }
 
 // router is the near edge's flow.Dialer with several upstreams: it hands
@@ -133,49 +122,83 @@ func (r *router) Dial(ctx context.Context, src, dst netip.AddrPort) (flow.Conn, 
 	u := r.route(dst.Addr().Unmap())
 	if u == nil {
 		r.unroutable.Add(1)
-		return nil, fmt.Errorf("no --upstream-route holds %v: %w", dst.Addr(), flow.ErrUnreachable)
+		return nil, fmt.Errorf("no upstream route holds %v: %w", dst.Addr(), flow.ErrUnreachable)
 	}
 	return u.br.Dial(ctx, src, dst)
 }
 
-// upstreamLoop keeps u's tunnel up until ctx ends, as tunnelLoop does for
-// the one peer; serveEgress serves the flows its peer opens.
-func (e *Edge) upstreamLoop(ctx context.Context, cfg Config, u *upstream, serveEgress func(context.Context, *driver.Tunnel)) {
-	log := e.log.With("upstream", u.Name)
-	open := func(ctx context.Context, addr netip.AddrPort) (*driver.Tunnel, error) {
-		// The upstreams share the stream memory evenly.
-		dc := driver.Config{RemoteAddr: addr, Logger: log.With("sub", "driver"),
-			Tunnel:     e.tunnelConfig(cfg, u.Key, cfg.buffers().TunnelBytes/uint64(len(cfg.Upstreams)), log),
-			OnDatagram: e.onUpstreamDatagram, OnHandshakeSent: u.link.handshakesSent}
-		dc.Tunnel.MaxUDPPayloadBytes = tunnel.MaxUDPPayloadBytesForMTU(addr.Addr(), cfg.withDefaults().TunnelMTU) // IPv6's headers are larger
-		if addr.Addr().Is4() {
-			dc.Network = "udp4"
-		}
-		return driver.Dial(ctx, dc)
-	}
-	e.keepUp(ctx, log, u.link, u.addr, open, func(ctx context.Context, t *driver.Tunnel) {
-		u.br.SetTunnel(t)
-		sctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); serveEgress(sctx, t) }()
-		select {
-		case <-t.Done():
-		case <-ctx.Done():
-		}
-		u.br.SetTunnel(nil)
-		cancel()
-		<-done
-		t.Close()
-	})
+// upstreams are a near edge's several far edges: the router that hands
+// each flow to the bridge of the upstream that routes its destination,
+// and the loops that keep their tunnels up.
+type upstreams struct {
+	n      *Near
+	router router
+	// Set by keepUp (under n.mu): what the loops share.
+	ctx context.Context
+	eg  *egress.Egress
+	wg  sync.WaitGroup
 }
 
-// upstreamStatus is the status of each upstream.
-func (e *Edge) upstreamStatus() []control.Peer {
-	var out []control.Peer
-	if e.router == nil {
+func newUpstreams(n *Near, list []Upstream) *upstreams {
+	s := &upstreams{n: n}
+	var ups []*upstream
+	now := time.Now()
+	for _, u := range list {
+		ups = append(ups, newUpstream(n, u, now))
+	}
+	s.router.ups.Store(&ups)
+	return s
+}
+
+func (s *upstreams) dialer() flow.Dialer { return &s.router }
+
+// route is the tunnel of the upstream whose route holds dst (the longest
+// prefix, as for TCP flows).
+func (s *upstreams) route(dst netip.Addr) dgram.Sender {
+	u := s.router.route(dst.Unmap())
+	if u == nil {
 		return nil
 	}
-	for _, u := range e.router.list() {
+	if t := u.br.Tunnel(); t != nil {
+		return t
+	}
+	return nil
+}
+
+func (s *upstreams) peerFor(dst netip.Addr) string {
+	if u := s.router.route(dst); u != nil {
+		return u.Name
+	}
+	return ""
+}
+
+func (s *upstreams) srtt() time.Duration { return 0 }
+
+func (s *upstreams) bridged() ingress.Stats {
+	var b ingress.Stats
+	for _, u := range s.router.list() {
+		b = b.Add(u.br.Stats())
+	}
+	return b
+}
+
+func (s *upstreams) ready(now time.Time) (bool, string) {
+	var down []string
+	for _, u := range s.router.list() {
+		if !u.link.isUp() {
+			down = append(down, "upstream "+u.Name+": "+u.link.downReason(now))
+		}
+	}
+	if len(down) > 0 {
+		return false, strings.Join(down, "; ")
+	}
+	return true, ""
+}
+
+// fill sets the status of each upstream.
+func (s *upstreams) fill(r *control.Status) {
+	var out []control.Peer
+	for _, u := range s.router.list() {
 		routes := make([]string, len(u.Routes))
 		for i, p := range u.Routes {
 			routes[i] = p.String()
@@ -192,59 +215,89 @@ func (e *Edge) upstreamStatus() []control.Peer {
 		p.TunnelState = &ts
 		out = append(out, p)
 	}
-	return out
+	r.Peers = out
 }
 
-// upRun is what a near edge's upstream loops share.
-type upRun struct {
-	ctx context.Context
-	cfg Config
-	eg  *egress.Egress
-	wg  sync.WaitGroup
+// keepUp keeps a tunnel up to every upstream until ctx ends.
+func (s *upstreams) keepUp(ctx context.Context, eg *egress.Egress) {
+	s.n.mu.Lock()
+	s.ctx, s.eg = ctx, eg
+	s.n.mu.Unlock()
+	for _, u := range s.router.list() {
+		s.start(u)
+	}
+	<-ctx.Done()
+	s.wg.Wait()
 }
 
-// startUpstream starts u's loop (at Run, or added by a reload).
-func (e *Edge) startUpstream(r *upRun, u *upstream) {
-	ctx, cancel := context.WithCancel(r.ctx)
+// running reports whether keepUp runs (Reload then starts and stops
+// loops).
+func (s *upstreams) running() bool {
+	s.n.mu.Lock()
+	defer s.n.mu.Unlock()
+	return s.ctx != nil
+}
+
+// start starts u's loop (at Run, or added by a reload).
+func (s *upstreams) start(u *upstream) {
+	s.n.mu.Lock()
+	ctx, eg := s.ctx, s.eg
+	s.n.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
 	u.cancel, u.done = cancel, make(chan struct{})
-	r.wg.Add(1)
+	s.wg.Add(1)
 	go func() {
-		defer r.wg.Done()
+		defer s.wg.Done()
 		defer close(u.done)
-		e.upstreamLoop(ctx, r.cfg, u, func(ctx context.Context, t *driver.Tunnel) {
-			if err := r.eg.Serve(ctx, t); err != nil && !errors.Is(err, driver.ErrTunnelClosed) {
-				e.log.Warn("egress stopped", "upstream", u.Name, "err", err)
+		s.loop(ctx, u, func(ctx context.Context, t *driver.Tunnel) {
+			if err := eg.Serve(ctx, t); err != nil && !errors.Is(err, driver.ErrTunnelClosed) {
+				s.n.log.Warn("egress stopped", "upstream", u.Name, "err", err)
 			}
 		})
 	}()
 }
 
-// runUpstreams keeps a tunnel up to every upstream until ctx ends.
-func (e *Edge) runUpstreams(ctx context.Context, cfg Config, eg *egress.Egress) {
-	r := &upRun{ctx: ctx, cfg: cfg, eg: eg}
-	e.mu.Lock()
-	e.upRun = r
-	e.mu.Unlock()
-	for _, u := range e.router.list() {
-		e.startUpstream(r, u)
+// loop keeps u's tunnel up until ctx ends, as the one peer's loop does;
+// serveEgress serves the flows its peer opens.
+func (s *upstreams) loop(ctx context.Context, u *upstream, serveEgress func(context.Context, *driver.Tunnel)) {
+	n := s.n
+	log := n.log.With("upstream", u.Name)
+	open := func(ctx context.Context, addr netip.AddrPort) (*driver.Tunnel, error) {
+		// The upstreams share the stream memory evenly.
+		dc := driver.Config{RemoteAddr: addr, Logger: log.With("sub", "driver"),
+			Tunnel:     n.tunnelConfig(u.Key, n.mem.share(len(n.config().Upstreams)), addr.Addr(), log),
+			OnDatagram: n.onAnswer, OnHandshakeSent: u.link.handshakesSent}
+		if addr.Addr().Is4() {
+			dc.Network = "udp4"
+		}
+		return driver.Dial(ctx, dc)
 	}
-	<-ctx.Done()
-	r.wg.Wait()
+	n.keepUp(ctx, log, u.link, u.addr, open, func(ctx context.Context, t *driver.Tunnel) {
+		u.br.SetTunnel(t)
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); serveEgress(sctx, t) }()
+		select {
+		case <-t.Done():
+		case <-ctx.Done():
+		}
+		u.br.SetTunnel(nil)
+		cancel()
+		<-done
+		t.Close()
+	})
 }
 
-// reloadUpstreams brings a running near edge's upstreams to next's: one
-// removed (or whose key or address changed) stops, its tunnel closing and
-// the flows through it reset; one added starts at once; the others keep
+// reload brings a running near edge's upstreams to next's: one removed
+// (or whose key or address changed) stops, its tunnel closing and the
+// flows through it reset; one added starts at once; the others keep
 // their tunnels and flows and take their new routes.
-func (e *Edge) reloadUpstreams(next Config) (changed []string) {
-	e.mu.Lock()
-	r := e.upRun
-	e.mu.Unlock()
-	if r == nil {
+func (s *upstreams) reload(next NearConfig) (changed []string) {
+	if !s.running() {
 		return nil
 	}
 	have := map[string]*upstream{}
-	for _, u := range e.router.list() {
+	for _, u := range s.router.list() {
 		have[u.Name] = u
 	}
 	var list []*upstream
@@ -260,9 +313,9 @@ func (e *Edge) reloadUpstreams(next Config) (changed []string) {
 			kept[nu.Name] = true
 			continue
 		}
-		list = append(list, newUpstream(nu, e.config(), time.Now()))
+		list = append(list, newUpstream(s.n, nu, time.Now()))
 	}
-	e.router.ups.Store(&list)
+	s.router.ups.Store(&list)
 	for name, u := range have {
 		if !kept[name] {
 			u.cancel()
@@ -272,7 +325,7 @@ func (e *Edge) reloadUpstreams(next Config) (changed []string) {
 	}
 	for _, u := range list {
 		if !kept[u.Name] {
-			e.startUpstream(r, u)
+			s.start(u)
 			changed = append(changed, "upstream "+u.Name+" added")
 		}
 	}

@@ -44,7 +44,7 @@ func TestEdgeUpstreams(t *testing.T) {
 	nk, _ := crypt.GenerateKey(rand.Reader)
 	pol, _ := egress.ParsePolicy([]string{"127.0.0.1/32", "127.0.0.2/32"})
 	var ups []Upstream
-	var fars []*Edge
+	var fars []*Far
 	for i, route := range []string{"127.0.0.1/32", "127.0.0.0/8"} {
 		fk, _ := crypt.GenerateKey(rand.Reader)
 		// A free port for the far edge, which opens its socket anew for
@@ -55,7 +55,7 @@ func TestEdgeUpstreams(t *testing.T) {
 		}
 		addr := sock.LocalAddr()
 		sock.Close()
-		far, err := New(Config{PrivateKey: fk, PeerKey: nk.PublicKey(), Listen: addr, Policy: pol})
+		far, err := NewFar(FarConfig{Shared: Shared{PrivateKey: fk, Policy: pol}, PeerKey: nk.PublicKey(), Listen: addr})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,11 +66,11 @@ func TestEdgeUpstreams(t *testing.T) {
 	}
 	var (
 		mu      sync.Mutex
-		nearCfg = Config{PrivateKey: nk, Upstreams: ups, Policy: egress.Policy{Rules: []egress.Rule{{Prefix: netip.MustParsePrefix("192.0.2.1/32")}}}}
+		nearCfg = NearConfig{Shared: Shared{PrivateKey: nk, Policy: branchPolicy}, Upstreams: ups}
 		next    = nearCfg
 	)
 	nearCfg.Reload = func() (Config, error) { mu.Lock(); defer mu.Unlock(); return next, nil }
-	near, err := New(nearCfg)
+	near, err := NewNear(nearCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,19 +205,3 @@ func TestEdgeUpstreams(t *testing.T) {
 }
 
 func isUnreachable(err error) bool { return errors.Is(err, flow.ErrUnreachable) }
-
-// edgeRunner returns run, which runs an edge until ctx ends, and wait,
-// which waits for every edge run returned (call it after ctx ends).
-func edgeRunner(t *testing.T, ctx context.Context) (run func(*Edge), wait func()) {
-	var wg sync.WaitGroup
-	run = func(e *Edge) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := e.Run(ctx); err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		}()
-	}
-	return run, wg.Wait
-}

@@ -28,7 +28,7 @@ import (
 // configuration and what only the command uses. parseRunConfig builds it
 // from flags and an optional config file, so the edge never sees either.
 type runConfig struct {
-	edge.Config
+	edgeSettings
 	// Procs is GOMAXPROCS for the edge (--procs); 0: Go's default.
 	Procs    int
 	LogLevel slog.Level
@@ -269,10 +269,11 @@ func (f *runFlags) annotate(msg string) string {
 func (f *runFlags) validate(warn io.Writer) (*runConfig, error) {
 	flowIdle := f.flowIdle
 	if flowIdle == 0 {
-		flowIdle = -1 // never, in edge.Config's terms
+		flowIdle = -1 // never, in edge.Shared's terms
 	}
-	c := &runConfig{Config: edge.Config{TUN: f.tun, TUNSetup: f.tunSetup, MTU: f.mtu, DialTimeout: f.dialTimeout, PeerTimeout: f.peerTimeout, FlowIdleTimeout: flowIdle,
-		MaxFlows: f.maxFlows, MemoryMiB: f.memoryMiB, Control: f.control, CaptureDir: f.capture, PeerName: f.peerName, Resolver: lookupIP}, Check: f.check}
+	c := &runConfig{edgeSettings: edgeSettings{Shared: edge.Shared{LAN: edge.LAN{TUN: f.tun, TUNSetup: f.tunSetup, MTU: f.mtu, CaptureDir: f.capture},
+		DialTimeout: f.dialTimeout, PeerTimeout: f.peerTimeout, FlowIdleTimeout: flowIdle,
+		MaxFlows: f.maxFlows, MemoryMiB: f.memoryMiB, Control: f.control, Resolver: lookupIP, FieldName: flagOf}, PeerName: f.peerName}, Check: f.check}
 	var err error
 	if f.listen != "" {
 		if c.Listen, err = parseListen(f.listen); err != nil {
@@ -350,7 +351,7 @@ func (f *runFlags) validate(warn io.Writer) (*runConfig, error) {
 			return nil, usagef("%s", f.annotate(fmt.Sprintf("--%s needs --tun-setup and --tun: the edge sets it when it sets up the TUN device", x.name)))
 		}
 	}
-	// Zero means the default in edge.Config; on the command line it is a
+	// Zero means the default in edge.Shared; on the command line it is a
 	// mistake.
 	if f.dialTimeout <= 0 {
 		return nil, usagef("%s %v: must be positive", f.label("dial-timeout", 0), f.dialTimeout)
@@ -406,8 +407,12 @@ func (f *runFlags) validate(warn io.Writer) (*runConfig, error) {
 		}
 		c.Metrics = f.metrics
 	}
-	if err := c.Config.Validate(); err != nil {
-		return nil, usagef("%s", f.annotate(strings.TrimPrefix(err.Error(), edge.ErrConfig.Error()+": ")))
+	ec, err := c.roleConfig()
+	if err == nil {
+		err = inFlags(edge.Check(ec))
+	}
+	if err != nil {
+		return nil, usagef("%s", f.annotate(err.Error()))
 	}
 	return c, nil
 }

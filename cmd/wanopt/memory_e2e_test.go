@@ -149,7 +149,7 @@ func TestEdgeMemoryBudget(t *testing.T) {
 	if opened == flows || refused.Load() == 0 {
 		t.Errorf("%d of %d flows admitted, %d refused: at %d MiB the budget cannot hold them all", opened, flows, refused.Load(), budgetMiB)
 	}
-	if limit := (edge.Config{MemoryMiB: budgetMiB}).FlowLimit(); opened != limit {
+	if limit := edge.PlanMemory(budgetMiB, 1<<30).FlowLimit; opened != limit { // the budget caps the flows, not --max-flows
 		t.Errorf("%d flows admitted; the budget holds %d", opened, limit)
 	}
 

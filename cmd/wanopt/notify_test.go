@@ -146,13 +146,8 @@ func TestNotifyReadiness(t *testing.T) {
 			e := &fakeEdge{}
 			e.set(tt.before)
 			o := notifyOptions{initiator: tt.initiator, wait: tt.wait, poll: 20 * time.Millisecond, every: 20 * time.Millisecond, statusEvery: 50 * time.Millisecond}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				notifyLoop(ctx, n, e, o, slog.New(slog.DiscardHandler))
-			}()
-			defer func() { cancel(); <-done }()
+			stop := startNotifyLoop(n, e, o)
+			defer stop()
 
 			// Before: the first status, and READY=1 only if expected.
 			first := await(t, ch, "STATUS="+tt.wantStatus[0], time.Second)
@@ -177,8 +172,7 @@ func TestNotifyReadiness(t *testing.T) {
 			if !contains(msgs, sdnotify.Ready) {
 				msgs = append(msgs, await(t, ch, sdnotify.Ready, time.Second)...)
 			}
-			cancel()
-			<-done
+			stop()
 			msgs = append(msgs, await(t, ch, sdnotify.Stopping, time.Second)...)
 
 			// Each status once, in order; READY=1 once; nothing after
@@ -273,7 +267,7 @@ func TestNotifyEdges(t *testing.T) {
 	// start runs an edge and its notify loop; the loop's messages arrive
 	// on the returned channel.
 	start := func(name string, cfg edge.Config, wait time.Duration) <-chan string {
-		e, err := edge.New(cfg)
+		e, err := newEdge(cfg)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -282,7 +276,7 @@ func TestNotifyEdges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o := notifyOptions{initiator: cfg.Role() == "initiator", wait: wait, poll: 20 * time.Millisecond, every: 100 * time.Millisecond, statusEvery: time.Hour}
+		o := notifyOptions{initiator: e.Role() == "initiator", wait: wait, poll: 20 * time.Millisecond, every: 100 * time.Millisecond, statusEvery: time.Hour}
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
@@ -297,14 +291,14 @@ func TestNotifyEdges(t *testing.T) {
 		return ch
 	}
 
-	far := start("far edge", edge.Config{PrivateKey: kf, PeerKey: kn.PublicKey(), Listen: addr, Policy: pol}, time.Hour)
+	far := start("far edge", edge.FarConfig{Shared: edge.Shared{PrivateKey: kf, Policy: pol}, PeerKey: kn.PublicKey(), Listen: addr}, time.Hour)
 	msgs := await(t, far, sdnotify.Ready, 5*time.Second)
 	if !contains(msgs, "STATUS=no tunnel up") {
 		t.Errorf("far edge ready before its peer came: received %q; want its status to say no tunnel is up", msgs)
 	}
 	t.Logf("far edge, no peer yet: %q", msgs)
 
-	near := start("near edge", edge.Config{PrivateKey: kn, PeerKey: kf.PublicKey(), Peer: addr, Policy: pol}, time.Hour)
+	near := start("near edge", edge.NearConfig{Shared: edge.Shared{PrivateKey: kn, Policy: pol}, PeerKey: kf.PublicKey(), Peer: addr}, time.Hour)
 	msgs = await(t, near, sdnotify.Ready, 10*time.Second)
 	if !contains(msgs, "STATUS=ready") {
 		t.Errorf("near edge: received %q; want READY=1 with STATUS=ready once its tunnel is up", msgs)
@@ -314,7 +308,7 @@ func TestNotifyEdges(t *testing.T) {
 
 	// A near edge the far edge does not know: ready after the wait, with
 	// the reason.
-	lost := start("near edge with an unknown key", edge.Config{PrivateKey: stranger, PeerKey: kf.PublicKey(), Peer: addr, Policy: pol}, time.Second)
+	lost := start("near edge with an unknown key", edge.NearConfig{Shared: edge.Shared{PrivateKey: stranger, Policy: pol}, PeerKey: kf.PublicKey(), Peer: addr}, time.Second)
 	began := time.Now()
 	msgs = await(t, lost, sdnotify.Ready, 5*time.Second)
 	if d := time.Since(began); d < time.Second-100*time.Millisecond {
@@ -344,13 +338,7 @@ func TestNotifyStatusSpacing(t *testing.T) {
 	e := &fakeEdge{}
 	e.set(edgeState{reason: "down since 1s", serving: true})
 	o := notifyOptions{initiator: true, wait: time.Hour, poll: 10 * time.Millisecond, every: 10 * time.Millisecond, statusEvery: time.Hour}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		notifyLoop(ctx, n, e, o, slog.New(slog.DiscardHandler))
-	}()
-	defer func() { cancel(); <-done }()
+	defer startNotifyLoop(n, e, o)()
 	await(t, ch, "STATUS=down since 1s", time.Second)
 	e.set(edgeState{reason: "down since 2s", serving: true})
 	time.Sleep(200 * time.Millisecond)
@@ -361,4 +349,16 @@ func TestNotifyStatusSpacing(t *testing.T) {
 	}
 	e.set(edgeState{ready: true, serving: true})
 	await(t, ch, "STATUS=ready", time.Second)
+}
+
+// startNotifyLoop runs notifyLoop for e until the returned stop is called
+// (which waits for it; a second call returns at once).
+func startNotifyLoop(n *sdnotify.Notifier, e readiness, o notifyOptions) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		notifyLoop(ctx, n, e, o, slog.New(slog.DiscardHandler))
+	}()
+	return func() { cancel(); <-done }
 }

@@ -37,9 +37,13 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if cfg.Check {
-		fmt.Fprintf(stdout, "configuration OK: %s\n", cfg.Summary())
+		e, err := cfg.newEdge()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "configuration OK: %s\n", e.Summary())
 		if cfg.TUN != "" && cfg.NearRules.HasTCPPass() {
-			fmt.Fprintf(stdout, "note: %s\n", edge.PassTCPWarning)
+			fmt.Fprintf(stdout, "note: %s\n", passTCPNote)
 		}
 		return nil
 	}
@@ -71,6 +75,20 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	return runEdge(ctx, cfg, log)
 }
 
+// passTCPNote is what --check notes when a near rule passes TCP (the
+// edge logs the same when it starts): only the far edge knows whether it
+// can send the passed packets on.
+const passTCPNote = "a --near-rule passes TCP unterminated: the far edge must run with --egress transparent (its own TUN, from which it sends the clients' packets on); a far edge with kernel egress drops them and counts them as unsupported datagrams ('wanopt status' there)"
+
+// newEdge builds the edge the settings configure.
+func (c *runConfig) newEdge() (runningEdge, error) {
+	ec, err := c.roleConfig()
+	if err != nil {
+		return nil, err
+	}
+	return newEdge(ec)
+}
+
 // reloader reads the same command line again for a reload, and with it
 // the config file: what the operator edited. Settings of the command
 // itself (logging, threads) need a restart, as some of the edge's do.
@@ -78,16 +96,16 @@ func reloader(args []string, cfg *runConfig) func() (edge.Config, error) {
 	return func() (edge.Config, error) {
 		next, err := parseRunConfig(args, io.Discard)
 		if err != nil {
-			return edge.Config{}, err
+			return nil, err
 		}
 		if next.LogLevel != cfg.LogLevel || next.LogJSON != cfg.LogJSON || next.Procs != cfg.Procs {
-			return edge.Config{}, errors.New("--log-level, --log-format and --procs cannot change without a restart")
+			return nil, errors.New("--log-level, --log-format and --procs cannot change without a restart")
 		}
 		if next.Control == "" {
 			// The socket runEdge chose when --control was not given.
 			next.Control = cfg.Control
 		}
-		return next.Config, nil
+		return next.roleConfig()
 	}
 }
 
@@ -116,16 +134,15 @@ func runEdge(ctx context.Context, cfg *runConfig, log *slog.Logger) error {
 	if cfg.Control == "" {
 		cfg.Control = defaultControl(controlSocketDefault, log)
 	}
-	ec := cfg.Config
-	ec.Logger = log
-	e, err := edge.New(ec)
+	cfg.Logger = log
+	e, err := cfg.newEdge()
 	if err != nil {
 		return err
 	}
 	// The garbage collector works to keep the process within the budget
 	// and the fixed overhead, unless the operator set GOMEMLIMIT.
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(ec.RuntimeMemoryLimit())
+		debug.SetMemoryLimit(e.Memory().RuntimeLimitBytes)
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -144,9 +161,9 @@ func runEdge(ctx context.Context, cfg *runConfig, log *slog.Logger) error {
 			}
 		}
 	}()
-	stopNotify := notifySystemd(ctx, e, cfg.Role(), log)
+	stopNotify := notifySystemd(ctx, e, e.Role(), log)
 	defer stopNotify()
-	return e.Run(ctx)
+	return inFlags(e.Run(ctx))
 }
 
 // defaultControl returns path, the control socket of an edge run without
@@ -178,25 +195,15 @@ func defaultControl(path string, log *slog.Logger) string {
 // runReload is 'wanopt reload': the running edge reads its configuration
 // again, as on SIGHUP, and says what changed or why it refused.
 func runReload(args []string, stdout, stderr io.Writer) error {
-	fs, path, js := controlFlags("reload")
-	if done, err := parseControl(fs, "reload", reloadSummary, args, stdout); done || err != nil {
-		return err
-	}
 	var r control.Reloaded
-	if err := control.Query(*path, "reload", &r); err != nil {
+	js, done, err := askEdge("reload", reloadSummary, args, stdout, &r, nil)
+	if done || err != nil {
 		return err
-	}
-	if *js {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
-			return err
-		}
 	}
 	if r.Error != "" {
 		return errors.New(r.Error)
 	}
-	if *js {
+	if js {
 		return nil
 	}
 	if len(r.Changed) == 0 {
@@ -260,6 +267,29 @@ func parseControl(fs *pflag.FlagSet, name, summary string, args []string, stdout
 	return false, nil
 }
 
+// askEdge is a control command, name: it parses the command line (the
+// command's own flags added by more, if set), asks the edge for name's
+// answer into v, and prints it as JSON with --json. done reports that
+// --help printed the help, and nothing was asked.
+func askEdge(name, summary string, args []string, stdout io.Writer, v any, more func(*pflag.FlagSet)) (js, done bool, err error) {
+	fs, path, jsFlag := controlFlags(name)
+	if more != nil {
+		more(fs)
+	}
+	if done, err := parseControl(fs, name, summary, args, stdout); done || err != nil {
+		return false, done, err
+	}
+	if err := control.Query(*path, name, v); err != nil {
+		return false, false, err
+	}
+	if !*jsFlag {
+		return false, false, nil
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return true, false, enc.Encode(v)
+}
+
 // tunnelDown is the exit of 'wanopt status' when a tunnel is down (status
 // 3): scripts and health checks tell it from an edge not answering (1).
 type tunnelDown struct{ msg string }
@@ -269,21 +299,12 @@ func (e tunnelDown) ExitCode() int { return 3 }
 
 // runStatus is 'wanopt status': the edge's tunnels and counters.
 func runStatus(args []string, stdout, stderr io.Writer) error {
-	fs, path, js := controlFlags("status")
-	if done, err := parseControl(fs, "status", statusSummary, args, stdout); done || err != nil {
-		return err
-	}
 	var r control.Status
-	if err := control.Query(*path, "status", &r); err != nil {
+	js, done, err := askEdge("status", statusSummary, args, stdout, &r, nil)
+	if done || err != nil {
 		return err
 	}
-	if *js {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
-			return err
-		}
-	} else {
+	if !js {
 		printStatus(stdout, r, time.Now())
 	}
 	if down := downTunnels(r); len(down) > 0 {
@@ -587,19 +608,13 @@ func orText(s, alt string) string {
 
 // runFlows is 'wanopt flows': the flows through the edge now.
 func runFlows(args []string, stdout, stderr io.Writer) error {
-	fs, path, js := controlFlags("flows")
-	why := fs.Bool("why", false, "add what limits each flow now, as this edge sees it: client-window, client-sends, server-window, server-sends, tunnel, memory, far-edge or near-edge (the other edge's side: ask it), idle")
-	if done, err := parseControl(fs, "flows", flowsSummary, args, stdout); done || err != nil {
-		return err
-	}
 	var fl []control.Flow
-	if err := control.Query(*path, "flows", &fl); err != nil {
+	var why *bool
+	js, done, err := askEdge("flows", flowsSummary, args, stdout, &fl, func(fs *pflag.FlagSet) {
+		why = fs.Bool("why", false, "add what limits each flow now, as this edge sees it: client-window, client-sends, server-window, server-sends, tunnel, memory, far-edge or near-edge (the other edge's side: ask it), idle")
+	})
+	if done || err != nil || js {
 		return err
-	}
-	if *js {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(fl)
 	}
 	if len(fl) == 0 {
 		fmt.Fprintln(stdout, "no flows")

@@ -41,11 +41,11 @@ func statusEdges(t *testing.T, matching bool) (nearSock, farSock string, stopFar
 	pol, _ := egress.ParsePolicy([]string{"127.0.0.1/32:9"})
 	dir := t.TempDir()
 	nearSock, farSock = filepath.Join(dir, "near.sock"), filepath.Join(dir, "far.sock")
-	far, err := edge.New(edge.Config{PrivateKey: kf, PeerKey: allowed, Listen: addr, Policy: pol, Control: farSock})
+	far, err := edge.NewFar(edge.FarConfig{Shared: edge.Shared{PrivateKey: kf, Policy: pol, Control: farSock}, PeerKey: allowed, Listen: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	near, err := edge.New(edge.Config{PrivateKey: kn, PeerKey: kf.PublicKey(), Peer: addr, Policy: pol, Control: nearSock})
+	near, err := edge.NewNear(edge.NearConfig{Shared: edge.Shared{PrivateKey: kn, Policy: pol, Control: nearSock}, PeerKey: kf.PublicKey(), Peer: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func statusEdges(t *testing.T, matching bool) (nearSock, farSock string, stopFar
 	farCtx, cancelFar := context.WithCancel(ctx)
 	done := make(chan struct{}, 2)
 	for _, r := range []struct {
-		e   *edge.Edge
+		e   runningEdge
 		ctx context.Context
 	}{{far, farCtx}, {near, ctx}} {
 		go func() {

@@ -246,16 +246,8 @@ func TestRunReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	startEdge(t, args, cfg)
-	status := func() string {
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			// 3: the far edge's peer has not come; the status answers.
-			if code, out, _ := run("status", "--control", sock); code == 0 || code == 3 {
-				return out
-			}
-		}
-		t.Fatal("no status within 5 s")
-		return ""
-	}
+	// 3: the far edge's peer has not come; the status answers.
+	status := statusWhen(t, sock, func(code int) bool { return code == 0 || code == 3 })
 	status()
 	if code, out, errs := run("reload", "--control", sock); code != 0 || out != "reloaded: nothing changed\n" {
 		t.Errorf("reload of the same file: code %d, out %q, stderr %q", code, out, errs)
@@ -309,16 +301,8 @@ func TestRunReloadHostName(t *testing.T) {
 		t.Fatalf("--peer far.test:4500: %+v, %v", cfg, err)
 	}
 	startEdge(t, args, cfg)
-	status := func() string {
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			// 3: nothing answers at the peer's address; the status does.
-			if code, out, _ := run("status", "--control", sock); code == 3 {
-				return out
-			}
-		}
-		t.Fatal("no status within 5 s")
-		return ""
-	}
+	// 3: nothing answers at the peer's address; the status does.
+	status := statusWhen(t, sock, func(code int) bool { return code == 3 })
 	status()
 	if code, out, errs := run("reload", "--control", sock); code != 0 || out != "reloaded: nothing changed\n" {
 		t.Errorf("reload with the name answering 127.0.0.3: code %d, out %q, stderr %q; want nothing changed", code, out, errs)
@@ -345,4 +329,19 @@ func startEdge(t *testing.T, args []string, cfg *runConfig) {
 			t.Errorf("runEdge: %v", err)
 		}
 	})
+}
+
+// statusWhen returns a function that asks the edge at sock for its
+// status until the exit code satisfies want (within 5 s), and returns it.
+func statusWhen(t *testing.T, sock string, want func(code int) bool) func() string {
+	return func() string {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if code, out, _ := run("status", "--control", sock); want(code) {
+				return out
+			}
+		}
+		t.Fatal("no status within 5 s")
+		return ""
+	}
 }

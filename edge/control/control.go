@@ -259,7 +259,7 @@ type Source interface {
 	Status() Status
 	Flows() []Flow
 	// Reload reads the edge's configuration again and applies it, or
-	// refuses it (see edge.Edge.Reload).
+	// refuses it (see edge.Near.Reload).
 	Reload() (changed []string, err error)
 }
 
@@ -279,7 +279,7 @@ func Serve(path string, src Source, log *slog.Logger) (stop func(), err error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		if c, err := net.Dial("unix", path); err == nil {
 			c.Close()
-			return nil, fmt.Errorf("control socket %s: another wanopt is running there; stop it or choose another --control", path)
+			return nil, fmt.Errorf("control socket %s: another wanopt is running there; stop it or choose another path", path)
 		}
 		os.Remove(path) // stale, from a run that was killed
 	}
@@ -294,7 +294,7 @@ func Serve(path string, src Source, log *slog.Logger) (stop func(), err error) {
 		case errors.Is(err, syscall.EINVAL) && len(path) > 100:
 			why = "the path is too long for a unix socket (at most 107 bytes)"
 		}
-		return nil, fmt.Errorf("control socket %s: %s (choose a writable --control PATH)", path, why)
+		return nil, fmt.Errorf("control socket %s: %s (choose a writable path)", path, why)
 	}
 	if err := os.Chmod(path, 0o660); err != nil {
 		ln.Close()

@@ -18,7 +18,7 @@ func Query(path, req string, v any) error {
 		why := err.Error()
 		switch {
 		case errors.Is(err, syscall.ENOENT):
-			why = "no such socket: is the edge running, with this --control?"
+			why = "no such socket: is the edge running, with this control socket?"
 		case errors.Is(err, syscall.ECONNREFUSED):
 			why = "nobody answers (a socket left by an edge that stopped): is the edge running?"
 		case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):

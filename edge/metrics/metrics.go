@@ -55,7 +55,7 @@ func Registry(status func() control.Status) *prometheus.Registry {
 // it. The Go runtime's (go_) and process's (process_) are not included.
 func Names() []string { return slices.Sorted(slices.Values(names)) }
 
-// Ready reports whether the edge carries flows, and why not (edge.Edge.Ready).
+// Ready reports whether the edge carries flows, and why not (edge.Near.Ready, edge.Far.Ready, edge.Hub.Ready).
 type Ready func() (ready bool, reason string)
 
 // Serve serves reg's metrics on http://addr/metrics until ctx ends or
