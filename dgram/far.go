@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wanopt/wanopt/dgram/packet"
 	"github.com/wanopt/wanopt/dgram/passthru"
 )
 
@@ -89,7 +90,7 @@ type Far struct {
 	icmp map[icmpKey]*farFlow
 }
 
-type senderBox struct{ s Sender }
+type senderBox struct{ s packet.Sender }
 
 type udpKey struct{ client, server netip.AddrPort }
 
@@ -127,7 +128,7 @@ func NewFar(cfg FarConfig) *Far {
 
 // SetTunnel sets the tunnel answers go through; nil while none is up
 // (answers are then dropped, counted as NoTunnel).
-func (f *Far) SetTunnel(s Sender) {
+func (f *Far) SetTunnel(s packet.Sender) {
 	if s == nil {
 		f.sender.Store(nil)
 		return
@@ -146,10 +147,10 @@ func (f *Far) Stats() Stats {
 
 // PassedFlows lists the passed TCP flows this far side sends on (learnt
 // from their packets), not yet forgotten, in no particular order.
-func (f *Far) PassedFlows() []PassedFlow { return f.pt.PassedFlows() }
+func (f *Far) PassedFlows() []passthru.PassedFlow { return f.pt.PassedFlows() }
 
 // tunnel is the tunnel of the moment, nil while none is up.
-func (f *Far) tunnel() Sender {
+func (f *Far) tunnel() packet.Sender {
 	if box := f.sender.Load(); box != nil {
 		return box.s
 	}
@@ -222,11 +223,11 @@ func (f *Far) run() {
 
 // handle sends one client packet on (worker).
 func (f *Far) handle(b []byte) {
-	if proto, ok := Protocol(b); ok && proto == ProtoTCP {
+	if proto, ok := packet.Protocol(b); ok && proto == packet.ProtoTCP {
 		f.pt.HandleTCP(b)
 		return
 	}
-	p, err := Parse(b)
+	p, err := packet.Parse(b)
 	if err != nil {
 		f.ctr.parseError(err)
 		return

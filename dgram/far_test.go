@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/dgram/internal/pkttest"
+	"github.com/wanopt/wanopt/dgram/packet"
 	"golang.org/x/net/icmp"
 )
 
@@ -49,14 +50,14 @@ type fakeClock struct{ ns atomic.Int64 }
 func (c *fakeClock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
 func (c *fakeClock) add(d time.Duration) { c.ns.Add(int64(d)) }
 
-func recvReply(t *testing.T, out chanSender) Packet {
+func recvReply(t *testing.T, out chanSender) packet.Packet {
 	t.Helper()
 	select {
 	case b := <-out:
-		if b[0] != KindDown {
+		if b[0] != packet.KindDown {
 			t.Fatalf("datagram of kind %d", b[0])
 		}
-		p, err := Parse(b[1:])
+		p, err := packet.Parse(b[1:])
 		if err != nil {
 			t.Fatalf("reply: %v", err)
 		}
@@ -64,7 +65,7 @@ func recvReply(t *testing.T, out chanSender) Packet {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no reply within 5 s")
 	}
-	return Packet{}
+	return packet.Packet{}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -163,7 +164,7 @@ func TestFarPing(t *testing.T) {
 	f.SetTunnel(out)
 	pkt := append(make([]byte, 28), "ping data"...)
 	client, server := netip.MustParseAddr("198.18.1.2"), netip.MustParseAddr("127.0.0.1")
-	if err := PutEcho(pkt, client, server, ICMPEchoRequest, 0xbeef, 3); err != nil {
+	if err := packet.PutEcho(pkt, client, server, packet.ICMPEchoRequest, 0xbeef, 3); err != nil {
 		t.Fatal(err)
 	}
 	f.Deliver(pkt)

@@ -17,7 +17,7 @@ import (
 func FuzzNear(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s := &fakeSender{max: 1400}
-		n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return s }, Write: func([]byte) error { return nil }})
+		n := NewNear(NearConfig{Route: func(netip.Addr) packet.Sender { return s }, Write: func([]byte) error { return nil }})
 		n.Divert(b)
 		n.Deliver(b)
 		Demux(b, n, nil)
@@ -26,22 +26,22 @@ func FuzzNear(f *testing.F) {
 		// IPv4 header checksum.
 		small := &fakeSender{max: 69}
 		var answers [][]byte
-		n2 := NewNear(NearConfig{Route: func(netip.Addr) Sender { return small },
+		n2 := NewNear(NearConfig{Route: func(netip.Addr) packet.Sender { return small },
 			Write: func(p []byte) error { answers = append(answers, bytes.Clone(p)); return nil }})
 		n2.Divert(b)
 		for _, a := range answers {
 			if len(a) > packet.MaxErrorV6 || len(a) < packet.IPv4HeaderLen+packet.L4HeaderLen {
 				t.Fatalf("answer of %d bytes", len(a))
 			}
-			if a[0] == 0x45 && (checksum.Checksum(a[:packet.IPv4HeaderLen], 0) != 0xffff || a[9] != ProtoICMP || a[packet.IPv4HeaderLen] != ICMPDestUnreachable) {
+			if a[0] == 0x45 && (checksum.Checksum(a[:packet.IPv4HeaderLen], 0) != 0xffff || a[9] != packet.ProtoICMP || a[packet.IPv4HeaderLen] != packet.ICMPDestUnreachable) {
 				t.Fatalf("bad IPv4 answer % x", a)
 			}
 		}
 		for _, d := range s.sent {
-			if d[0] != KindUp {
+			if d[0] != packet.KindUp {
 				t.Fatalf("sent kind %d", d[0])
 			}
-			if _, err := Parse(d[1:]); err != nil {
+			if _, err := packet.Parse(d[1:]); err != nil {
 				t.Fatalf("sent a packet Parse refuses: %v", err)
 			}
 		}
@@ -59,10 +59,10 @@ func FuzzFar(f *testing.F) {
 	const maxFlows = 16
 	tr := NewFar(FarConfig{Check: func(netip.AddrPort) string { return "" }, MaxFlows: maxFlows,
 		WritePacket: func(p []byte) error {
-			if proto, _ := Protocol(p); proto == ProtoTCP {
+			if proto, _ := packet.Protocol(p); proto == packet.ProtoTCP {
 				return nil
 			}
-			if _, err := Parse(p); err != nil {
+			if _, err := packet.Parse(p); err != nil {
 				panic("wrote out a packet Parse refuses: " + err.Error())
 			}
 			return nil

@@ -17,7 +17,7 @@ import (
 type NearConfig struct {
 	// Route returns the tunnel that carries packets toward dst, or nil
 	// when none is up. Required.
-	Route func(dst netip.Addr) Sender
+	Route func(dst netip.Addr) packet.Sender
 	// Write writes one IP packet to the TUN, toward the client; pkt is
 	// only valid during the call. Required.
 	Write func(pkt []byte) error
@@ -26,7 +26,7 @@ type NearConfig struct {
 	// Rules are the near edge's policy (ingress.Rules; SetRules changes
 	// them); nil: TCP is optimised (left to the stack) and the rest
 	// passed.
-	Rules Rules
+	Rules passthru.Rules
 	// PassIdleTimeout and MaxPassFlows bound the table of passed TCP
 	// flows (DefaultPassIdleTimeout, DefaultMaxPassFlows when 0).
 	PassIdleTimeout time.Duration
@@ -84,14 +84,14 @@ func NewNear(cfg NearConfig) *Near {
 // start from now on: passed TCP flows already in the table stay passed,
 // and flows already terminated stay with the stack. rs must not change
 // afterwards.
-func (n *Near) SetRules(rs Rules) { n.pass.SetRules(rs) }
+func (n *Near) SetRules(rs passthru.Rules) { n.pass.SetRules(rs) }
 
 // Rules returns the rules in force.
-func (n *Near) Rules() Rules { return n.pass.Rules() }
+func (n *Near) Rules() passthru.Rules { return n.pass.Rules() }
 
 // PassedFlows lists the TCP flows a pass rule sent as datagrams, not yet
 // forgotten (idle), in no particular order.
-func (n *Near) PassedFlows() []PassedFlow { return n.pass.PassedFlows() }
+func (n *Near) PassedFlows() []passthru.PassedFlow { return n.pass.PassedFlows() }
 
 // Stats returns the near side's counters.
 func (n *Near) Stats() Stats {
@@ -110,7 +110,7 @@ func (n *Near) Divert(pkt []byte) bool {
 	if !divertable(pkt) {
 		return false
 	}
-	p, err := Parse(pkt)
+	p, err := packet.Parse(pkt)
 	if err != nil {
 		n.ctr.parseError(err)
 		return true
@@ -142,7 +142,7 @@ func (n *Near) Divert(pkt []byte) bool {
 		return true
 	}
 	bp := n.bufs.Get().(*[]byte)
-	b := append(append((*bp)[:0], KindUp), pkt[:p.Len]...)
+	b := append(append((*bp)[:0], packet.KindUp), pkt[:p.Len]...)
 	err = s.SendDatagram(b)
 	*bp = b
 	n.bufs.Put(bp)
@@ -160,7 +160,7 @@ func (n *Near) Divert(pkt []byte) bool {
 // token bucket allows. An IPv4 packet without DF is only dropped (a
 // router would fragment it; the tunnel carries no fragments), and so is
 // one from a source no answer can go to.
-func (n *Near) answerTooBig(pkt []byte, p *Packet, mtu int) {
+func (n *Near) answerTooBig(pkt []byte, p *packet.Packet, mtu int) {
 	if p.Src.Is4() && binary.BigEndian.Uint16(pkt[6:])&0x4000 == 0 {
 		return
 	}
@@ -173,7 +173,7 @@ func (n *Near) answerTooBig(pkt []byte, p *Packet, mtu int) {
 	}
 	bp := n.bufs.Get().(*[]byte)
 	defer n.bufs.Put(bp)
-	b, err := AppendTooBig((*bp)[:0], pkt, p, mtu)
+	b, err := packet.AppendTooBig((*bp)[:0], pkt, p, mtu)
 	*bp = b
 	if err != nil {
 		n.log.Debug("cannot build a packet-too-big answer", "src", p.Src, "dst", p.Dst, "mtu", mtu, "err", err)
@@ -208,14 +208,14 @@ func (n *Near) allowTooBig() bool {
 // after the first, IPv6 fragment headers). Malformed packets of those
 // protocols are taken too (and dropped); anything else is the netstack's.
 func divertable(pkt []byte) bool {
-	proto, ok := Protocol(pkt)
+	proto, ok := packet.Protocol(pkt)
 	if !ok {
 		return false
 	}
 	switch proto {
-	case ProtoUDP:
+	case packet.ProtoUDP:
 		return true
-	case ProtoICMP:
+	case packet.ProtoICMP:
 		if pkt[0]>>4 != 4 {
 			return false
 		}
@@ -223,9 +223,9 @@ func divertable(pkt []byte) bool {
 		if len(pkt) > 7 && (pkt[6]&0x1f != 0 || pkt[7] != 0) {
 			return true // a fragment after the first: its type is unknown
 		}
-		return len(pkt) <= ihl || pkt[ihl] == ICMPEchoRequest
-	case ProtoICMPv6:
-		return len(pkt) <= packet.IPv6HeaderLen || pkt[packet.IPv6HeaderLen] == ICMPv6EchoRequest
+		return len(pkt) <= ihl || pkt[ihl] == packet.ICMPEchoRequest
+	case packet.ProtoICMPv6:
+		return len(pkt) <= packet.IPv6HeaderLen || pkt[packet.IPv6HeaderLen] == packet.ICMPv6EchoRequest
 	case ipv6FragmentHeader:
 		return pkt[0]>>4 == 6
 	}
@@ -246,7 +246,7 @@ func (n *Near) Deliver(pkt []byte) {
 	if n.pass.Deliver(pkt) {
 		return
 	}
-	p, err := Parse(pkt)
+	p, err := packet.Parse(pkt)
 	if err != nil {
 		n.ctr.parseError(err)
 		return
@@ -294,13 +294,13 @@ func Demux(p []byte, near *Near, far *Far) {
 		return
 	}
 	switch p[0] {
-	case KindUp:
+	case packet.KindUp:
 		if far != nil {
 			far.Deliver(p[1:])
 			return
 		}
 		ctr.unsupported.Add(1)
-	case KindDown:
+	case packet.KindDown:
 		if near != nil {
 			near.Deliver(p[1:])
 			return

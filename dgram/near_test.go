@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/wanopt/wanopt/dgram/internal/pkttest"
+	"github.com/wanopt/wanopt/dgram/packet"
 	"github.com/wanopt/wanopt/dgram/passthru"
 	"github.com/wanopt/wanopt/ingress"
 	"github.com/wanopt/wanopt/tunnel"
@@ -31,7 +32,7 @@ func (s *fakeSender) MaxDatagramBytes() int { return s.max }
 
 func echo4(t testing.TB, src, dst string, typ uint8, data string) []byte {
 	pkt := append(make([]byte, 28), data...)
-	if err := PutEcho(pkt, netip.MustParseAddr(src), netip.MustParseAddr(dst), typ, 99, 1); err != nil {
+	if err := packet.PutEcho(pkt, netip.MustParseAddr(src), netip.MustParseAddr(dst), typ, 99, 1); err != nil {
 		t.Fatal(err)
 	}
 	return pkt
@@ -39,17 +40,17 @@ func echo4(t testing.TB, src, dst string, typ uint8, data string) []byte {
 
 func TestNearDivert(t *testing.T) {
 	s := &fakeSender{max: 1400}
-	var route Sender = s
+	var route packet.Sender = s
 	var written [][]byte
 	var writeErr error
 	n := NewNear(NearConfig{
-		Route: func(netip.Addr) Sender { return route },
+		Route: func(netip.Addr) packet.Sender { return route },
 		Write: func(p []byte) error { written = append(written, bytes.Clone(p)); return writeErr },
 	})
 	udp := pkttest.UDP(t, "198.18.1.2:5000", "198.18.2.2:53", []byte("query"))
-	ping := echo4(t, "198.18.1.2", "198.18.2.2", ICMPEchoRequest, "abcdefgh")
+	ping := echo4(t, "198.18.1.2", "198.18.2.2", packet.ICMPEchoRequest, "abcdefgh")
 	tcp := bytes.Clone(udp)
-	tcp[9] = ProtoTCP
+	tcp[9] = packet.ProtoTCP
 	unreach := echo4(t, "198.18.1.2", "198.18.2.2", 3, "x")
 
 	for _, c := range []struct {
@@ -61,7 +62,7 @@ func TestNearDivert(t *testing.T) {
 			t.Errorf("Divert(%s) = %v, want %v", c.name, got, c.take)
 		}
 	}
-	if len(s.sent) != 2 || s.sent[0][0] != KindUp || !bytes.Equal(s.sent[0][1:], udp) || !bytes.Equal(s.sent[1][1:], ping) {
+	if len(s.sent) != 2 || s.sent[0][0] != packet.KindUp || !bytes.Equal(s.sent[0][1:], udp) || !bytes.Equal(s.sent[1][1:], ping) {
 		t.Fatalf("sent %d datagrams: % x", len(s.sent), s.sent)
 	}
 	st := n.Stats()
@@ -92,13 +93,13 @@ func TestNearDivert(t *testing.T) {
 	route = nil
 	drop("no tunnel", udp, func(d Drops) uint64 { return d.NoTunnel })
 
-	if len(written) != 1 || written[0][9] != ProtoICMP || n.Stats().TooBigAnswered != 1 {
+	if len(written) != 1 || written[0][9] != packet.ProtoICMP || n.Stats().TooBigAnswered != 1 {
 		t.Errorf("the packet too big: %d packets written, stats %+v; want one ICMP answer", len(written), n.Stats())
 	}
 	written = nil
 
 	// The way back: replies are written, anything else is not.
-	reply := echo4(t, "198.18.2.2", "198.18.1.2", ICMPEchoReply, "abcdefgh")
+	reply := echo4(t, "198.18.2.2", "198.18.1.2", packet.ICMPEchoReply, "abcdefgh")
 	n.Deliver(reply)
 	n.Deliver(pkttest.UDP(t, "198.18.2.2:53", "198.18.1.2:5000", []byte("answer")))
 	n.Deliver(ping) // a request has no business coming down
@@ -116,12 +117,12 @@ func TestNearDivert(t *testing.T) {
 
 func TestDemux(t *testing.T) {
 	var written int
-	n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return nil }, Write: func([]byte) error { written++; return nil }})
-	reply := append([]byte{KindDown}, pkttest.UDP(t, "198.18.2.2:53", "198.18.1.2:5000", []byte("a"))...)
+	n := NewNear(NearConfig{Route: func(netip.Addr) packet.Sender { return nil }, Write: func([]byte) error { written++; return nil }})
+	reply := append([]byte{packet.KindDown}, pkttest.UDP(t, "198.18.2.2:53", "198.18.1.2:5000", []byte("a"))...)
 	Demux(reply, n, nil)
 	Demux([]byte{7, 1, 2}, n, nil)
 	Demux(nil, n, nil)
-	Demux(append([]byte{KindUp}, reply[1:]...), n, nil)
+	Demux(append([]byte{packet.KindUp}, reply[1:]...), n, nil)
 	st := n.Stats()
 	if written != 1 || st.Drops.Malformed != 2 || st.Drops.Unsupported != 1 {
 		t.Errorf("written %d, stats %+v", written, st)
@@ -137,10 +138,10 @@ func TestNearDropRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return s }, Write: func([]byte) error { return nil }, Rules: rs})
+	n := NewNear(NearConfig{Route: func(netip.Addr) packet.Sender { return s }, Write: func([]byte) error { return nil }, Rules: rs})
 	netbios := pkttest.UDP(t, "198.18.1.2:137", "198.18.2.255:138", []byte("x"))
 	dns := pkttest.UDP(t, "198.18.1.2:5000", "198.18.2.2:53", []byte("q"))
-	ping := echo4(t, "198.18.1.2", "198.18.3.3", ICMPEchoRequest, "abcd")
+	ping := echo4(t, "198.18.1.2", "198.18.3.3", packet.ICMPEchoRequest, "abcd")
 	for _, p := range [][]byte{netbios, dns, ping} {
 		if !n.Divert(p) {
 			t.Fatal("Divert left a UDP or ping packet to the stack")
@@ -157,7 +158,7 @@ func TestNearDropRules(t *testing.T) {
 	if len(s.sent) != 2 || n.Stats().Drops.Policy != 2 {
 		t.Errorf("after SetRules(nil): sent %d, %+v", len(s.sent), n.Stats().Drops)
 	}
-	if got := n.Rules().Match(ProtoUDP, netip.MustParseAddrPort("198.18.2.255:138")); got != passthru.Pass {
+	if got := n.Rules().Match(packet.ProtoUDP, netip.MustParseAddrPort("198.18.2.255:138")); got != passthru.Pass {
 		t.Errorf("the default rules: %v for UDP", got)
 	}
 }

@@ -30,7 +30,7 @@ type farFlow struct {
 // open makes a flow for p's client and server if the policy allows the
 // server and the table has room, and starts its reader; nil if not (the
 // drop is counted).
-func (f *Far) open(p *Packet) *farFlow {
+func (f *Far) open(p *packet.Packet) *farFlow {
 	dst := netip.AddrPortFrom(p.Dst.Unmap(), p.DstPort)
 	if why := f.cfg.Check(dst); why != "" {
 		f.ctr.notAllowed.Add(1)
@@ -112,9 +112,9 @@ func (f *Far) expire() {
 func (f *Far) read(fl *farFlow) {
 	defer f.wg.Done()
 	buf := make([]byte, readBufBytes)
-	hl := HeaderLen(fl.server.Addr())
+	hl := packet.HeaderLen(fl.server.Addr())
 	off := 1 + hl // the payload's place: after the kind byte and headers
-	buf[0] = KindDown
+	buf[0] = packet.KindDown
 	for {
 		var (
 			n   int
@@ -148,15 +148,15 @@ func (f *Far) read(fl *farFlow) {
 		}
 		pkt := buf[1 : off+n]
 		if fl.udp != nil {
-			err = PutUDP(pkt, fl.server, fl.client)
+			err = packet.PutUDP(pkt, fl.server, fl.client)
 		} else {
 			icmpHdr := buf[off-packet.L4HeaderLen : off]
 			typ := icmpHdr[0]
-			if typ != ICMPEchoReply && typ != ICMPv6EchoReply {
+			if typ != packet.ICMPEchoReply && typ != packet.ICMPv6EchoReply {
 				continue // not an answer to the echo (none is expected)
 			}
 			seq := binary.BigEndian.Uint16(icmpHdr[6:])
-			err = PutEcho(pkt, fl.server.Addr(), fl.client.Addr(), typ, fl.id, seq)
+			err = packet.PutEcho(pkt, fl.server.Addr(), fl.client.Addr(), typ, fl.id, seq)
 		}
 		if err != nil {
 			f.ctr.malformed.Add(1)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"github.com/wanopt/wanopt/dgram/packet"
 	"github.com/wanopt/wanopt/dgram/passthru"
 )
 
@@ -113,9 +114,9 @@ type protoCounters struct{ pktUp, bytesUp, pktDown, bytesDown atomic.Uint64 }
 
 func (c *Counters) proto(p uint8) *protoCounters {
 	switch p {
-	case ProtoUDP:
+	case packet.ProtoUDP:
 		return &c.udp
-	case ProtoTCP:
+	case packet.ProtoTCP:
 		return &c.tcp
 	}
 	return &c.icmp
@@ -135,7 +136,7 @@ func (c *Counters) down(proto uint8, n int) {
 
 // parseError counts a Parse error.
 func (c *Counters) parseError(err error) {
-	if errors.Is(err, ErrUnsupported) {
+	if errors.Is(err, packet.ErrUnsupported) {
 		c.unsupported.Add(1)
 	} else {
 		c.malformed.Add(1)

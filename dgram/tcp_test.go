@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/dgram/internal/pkttest"
+	"github.com/wanopt/wanopt/dgram/packet"
+	"github.com/wanopt/wanopt/dgram/passthru"
 	"github.com/wanopt/wanopt/ingress"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
@@ -23,7 +25,7 @@ func nearPass(t *testing.T, max int) (*Near, *fakeSender, *[][]byte, *time.Time)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return s },
+	n := NewNear(NearConfig{Route: func(netip.Addr) packet.Sender { return s },
 		Write: func(p []byte) error { written = append(written, bytes.Clone(p)); return nil },
 		Rules: rs, MaxPassFlows: 2, now: func() time.Time { return now }})
 	return n, s, &written, &now
@@ -47,7 +49,7 @@ func TestNearPassTCP(t *testing.T) {
 			t.Errorf("DivertTCP(%s) = %v, want %v", c.name, got, c.take)
 		}
 	}
-	if len(s.sent) != 2 || s.sent[0][0] != KindUp || s.sent[1][0] != KindUp {
+	if len(s.sent) != 2 || s.sent[0][0] != packet.KindUp || s.sent[1][0] != packet.KindUp {
 		t.Fatalf("sent %d datagrams, want the SYN and the data", len(s.sent))
 	}
 	if got := pkttest.MSSOf(s.sent[0][1:]); got != 1430-41 {
@@ -64,8 +66,8 @@ func TestNearPassTCP(t *testing.T) {
 	// The answer comes back through Deliver; a TCP packet of a flow not
 	// passed here is dropped.
 	synAck := pkttest.TCP(t, "198.18.2.2:22", "198.18.1.2:40000", header.TCPFlagSyn|header.TCPFlagAck, pkttest.SynOpts, "")
-	Demux(append([]byte{KindDown}, synAck...), n, nil)
-	Demux(append([]byte{KindDown}, pkttest.TCP(t, "198.18.2.2:80", "198.18.1.2:40001", header.TCPFlagAck, nil, "x")...), n, nil)
+	Demux(append([]byte{packet.KindDown}, synAck...), n, nil)
+	Demux(append([]byte{packet.KindDown}, pkttest.TCP(t, "198.18.2.2:80", "198.18.1.2:40001", header.TCPFlagAck, nil, "x")...), n, nil)
 	if len(*written) != 1 || !bytes.Equal((*written)[0], synAck) {
 		t.Fatalf("wrote %d packets to the TUN, want the SYN-ACK", len(*written))
 	}
@@ -89,14 +91,14 @@ func TestNearPassTCP(t *testing.T) {
 	// after DefaultPassIdleTimeout; then the table is empty and TCP left
 	// to the stack.
 	n.DivertTCP(pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagRst|header.TCPFlagAck, nil, ""))
-	*now = now.Add(PassClosingTimeout + time.Second)
+	*now = now.Add(passthru.PassClosingTimeout + time.Second)
 	if !n.DivertTCP(pkttest.TCP(t, "198.18.1.2:40012", "198.18.2.2:22", header.TCPFlagSyn, pkttest.SynOpts, "")) {
 		t.Fatal("a passed SYN was left to the stack")
 	}
 	if st := n.Stats(); st.TCPFlows != 2 || st.Drops.FlowLimit != 1 {
 		t.Errorf("after the closed flow expired: %+v", st)
 	}
-	*now = now.Add(DefaultPassIdleTimeout + time.Second)
+	*now = now.Add(passthru.DefaultPassIdleTimeout + time.Second)
 	if fl := n.PassedFlows(); len(fl) != 0 {
 		t.Errorf("idle flows listed: %+v", fl)
 	}
@@ -120,7 +122,7 @@ func TestNearPassTCP(t *testing.T) {
 	if !n.DivertTCP(late) {
 		t.Error("a passed flow's packet was left to the stack after the rules changed")
 	}
-	*now = now.Add(DefaultPassIdleTimeout + time.Second)
+	*now = now.Add(passthru.DefaultPassIdleTimeout + time.Second)
 	if n.DivertTCP(late) || n.Stats().TCPFlows != 0 {
 		t.Errorf("an idle flow's packet: still passed, or %d flows left", n.Stats().TCPFlows)
 	}
@@ -146,7 +148,7 @@ func TestNearPassSegments(t *testing.T) {
 	seq := uint32(1000)
 	segs := s.sent[1:]
 	for i, d := range segs {
-		if len(d) > 200 || d[0] != KindUp || !pkttest.TCPChecksumOK(d[1:]) || header.IPv4(d[1:]).IsChecksumValid() == false {
+		if len(d) > 200 || d[0] != packet.KindUp || !pkttest.TCPChecksumOK(d[1:]) || header.IPv4(d[1:]).IsChecksumValid() == false {
 			t.Fatalf("segment %d: %d bytes, kind %d, checksums bad", i, len(d), d[0])
 		}
 		th := header.TCP(d[1+20:])
@@ -176,7 +178,7 @@ func TestNearPassSegments(t *testing.T) {
 	if !n2.DivertTCP(pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, longOpts, "")) {
 		t.Fatal("a passed SYN was left to the stack")
 	}
-	if len(s2.sent) != 0 || len(*written2) != 1 || (*written2)[0][20] != ICMPDestUnreachable ||
+	if len(s2.sent) != 0 || len(*written2) != 1 || (*written2)[0][20] != packet.ICMPDestUnreachable ||
 		binary.BigEndian.Uint16((*written2)[0][26:]) != 68 {
 		t.Fatalf("sent %d, answered %d", len(s2.sent), len(*written2))
 	}
@@ -238,7 +240,7 @@ func TestFarPassTCP(t *testing.T) {
 	if far.DivertTCP(pkttest.TCP(t, "198.18.2.2:80", "198.18.1.2:40001", header.TCPFlagRst, nil, "")) {
 		t.Error("an answer of the refused flow was taken")
 	}
-	if s.count() != 1 || s.sent[0][0] != KindDown || pkttest.MSSOf(s.sent[0][1:]) != 1389 || !pkttest.TCPChecksumOK(s.sent[0][1:]) {
+	if s.count() != 1 || s.sent[0][0] != packet.KindDown || pkttest.MSSOf(s.sent[0][1:]) != 1389 || !pkttest.TCPChecksumOK(s.sent[0][1:]) {
 		t.Fatalf("sent %d datagrams, want the SYN-ACK with its MSS clamped to 1389", s.count())
 	}
 	if st := far.Stats(); st.TCP.PacketsDown != 1 || st.TCPFlows != 1 {

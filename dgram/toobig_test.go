@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/dgram/internal/pkttest"
+	"github.com/wanopt/wanopt/dgram/packet"
 )
 
 // TestTooBig: a packet longer than the tunnel's datagram is answered
@@ -20,7 +21,7 @@ func TestTooBig(t *testing.T) {
 	const max = 1400 // the tunnel's datagram: the IP packet may have 1399 bytes
 	s := &fakeSender{max: max}
 	var written [][]byte
-	n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return s },
+	n := NewNear(NearConfig{Route: func(netip.Addr) packet.Sender { return s },
 		Write: func(p []byte) error { written = append(written, bytes.Clone(p)); return nil }})
 	client, server := netip.MustParseAddrPort("198.18.1.2:5000"), netip.MustParseAddrPort("198.18.2.2:4433")
 	client6, server6 := netip.MustParseAddrPort("[2001:db8:1::2]:5000"), netip.MustParseAddrPort("[2001:db8:2::2]:4433")
@@ -30,12 +31,12 @@ func TestTooBig(t *testing.T) {
 	for i := range big[28:] {
 		big[28+i] = byte(i)
 	}
-	PutUDP(big, client, server)
+	packet.PutUDP(big, client, server)
 	if !n.Divert(big) || len(s.sent) != 0 || len(written) != 1 {
 		t.Fatalf("IPv4 too big: %d sent, %d written", len(s.sent), len(written))
 	}
 	a := written[0]
-	if len(a) != 576 || a[0] != 0x45 || binary.BigEndian.Uint16(a[2:]) != 576 || a[9] != ProtoICMP || pkttest.OnesSum(a[:20]) != 0xffff {
+	if len(a) != 576 || a[0] != 0x45 || binary.BigEndian.Uint16(a[2:]) != 576 || a[9] != packet.ProtoICMP || pkttest.OnesSum(a[:20]) != 0xffff {
 		t.Fatalf("IPv4 answer header: % x", a[:20])
 	}
 	if !bytes.Equal(a[12:16], server.Addr().AsSlice()) || !bytes.Equal(a[16:20], client.Addr().AsSlice()) {
@@ -63,7 +64,7 @@ func TestTooBig(t *testing.T) {
 		t.Fatalf("IPv6 too big: %d written", len(written))
 	}
 	a = written[1]
-	if len(a) != 1280 || a[0]>>4 != 6 || binary.BigEndian.Uint16(a[4:]) != 1240 || a[6] != ProtoICMPv6 || a[7] == 0 {
+	if len(a) != 1280 || a[0]>>4 != 6 || binary.BigEndian.Uint16(a[4:]) != 1240 || a[6] != packet.ProtoICMPv6 || a[7] == 0 {
 		t.Fatalf("IPv6 answer header: % x", a[:40])
 	}
 	if !bytes.Equal(a[8:24], server6.Addr().AsSlice()) || !bytes.Equal(a[24:40], client6.Addr().AsSlice()) {
@@ -71,7 +72,7 @@ func TestTooBig(t *testing.T) {
 	}
 	icmp = a[40:]
 	if icmp[0] != 2 || icmp[1] != 0 || binary.BigEndian.Uint32(icmp[4:]) != max-1 ||
-		pkttest.OnesSum(pkttest.Pseudo(server6.Addr(), client6.Addr(), ProtoICMPv6, len(icmp)), icmp) != 0xffff {
+		pkttest.OnesSum(pkttest.Pseudo(server6.Addr(), client6.Addr(), packet.ProtoICMPv6, len(icmp)), icmp) != 0xffff {
 		t.Errorf("ICMPv6 header % x: want type 2 code 0, MTU %d, checksum right", icmp[:8], max-1)
 	}
 	if !bytes.Equal(icmp[8:], big6[:1280-48]) {
@@ -80,7 +81,7 @@ func TestTooBig(t *testing.T) {
 
 	// A short packet is quoted whole.
 	small := &fakeSender{max: 100}
-	n2 := NewNear(NearConfig{Route: func(netip.Addr) Sender { return small },
+	n2 := NewNear(NearConfig{Route: func(netip.Addr) packet.Sender { return small },
 		Write: func(p []byte) error { written = append(written, bytes.Clone(p)); return nil }})
 	pkt := pkttest.UDP(t, client.String(), server.String(), make([]byte, 100))
 	n2.Divert(pkt)
@@ -99,7 +100,7 @@ func TestTooBig(t *testing.T) {
 func TestTooBigRate(t *testing.T) {
 	var clock atomic.Int64
 	var answers int
-	n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return &fakeSender{max: 1000} },
+	n := NewNear(NearConfig{Route: func(netip.Addr) packet.Sender { return &fakeSender{max: 1000} },
 		Write: func([]byte) error { answers++; return nil },
 		now:   func() time.Time { return time.Unix(0, clock.Load()) }})
 	big := pkttest.UDP(t, "198.18.1.2:5000", "198.18.2.2:53", make([]byte, 1200))

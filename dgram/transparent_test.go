@@ -70,7 +70,7 @@ func TestFarTransparent(t *testing.T) {
 	// refuses.
 	udp := pkttest.UDP(t, client, server, []byte("query"))
 	udp6 := pkttest.UDP(t, client6, server6, []byte("query6"))
-	ping := pkttest.Echo(t, "198.18.1.2", "198.18.2.2", ICMPEchoRequest, 0xbeef, "ping")
+	ping := pkttest.Echo(t, "198.18.1.2", "198.18.2.2", packet.ICMPEchoRequest, 0xbeef, "ping")
 	for _, p := range [][]byte{udp, udp6, ping, pkttest.UDP(t, client, refused.String(), []byte("x"))} {
 		f.Deliver(p)
 	}
@@ -84,7 +84,7 @@ func TestFarTransparent(t *testing.T) {
 	}
 	for i, p := range out {
 		// The client's own address, TTL and (valid) checksums.
-		if pp, err := Parse(p); err != nil || pp.HopLimit != 64 /* as the client built it */ || !l4ChecksumOK(&pp) {
+		if pp, err := packet.Parse(p); err != nil || pp.HopLimit != 64 /* as the client built it */ || !l4ChecksumOK(&pp) {
 			t.Errorf("packet %d out: %+v, %v", i, pp, err)
 		}
 	}
@@ -100,8 +100,8 @@ func TestFarTransparent(t *testing.T) {
 	// Down: answers to the flows are taken and sent whole.
 	reply := pkttest.UDP(t, server, client, []byte("answer"))
 	reply6 := pkttest.UDP(t, server6, client6, []byte("answer6"))
-	pong := pkttest.Echo(t, "198.18.2.2", "198.18.1.2", ICMPEchoReply, 0xbeef, "ping")
-	unreach := pkttest.ICMPError(t, "198.18.2.2", udp, ICMPDestUnreachable, 3)            // port unreachable
+	pong := pkttest.Echo(t, "198.18.2.2", "198.18.1.2", packet.ICMPEchoReply, 0xbeef, "ping")
+	unreach := pkttest.ICMPError(t, "198.18.2.2", udp, packet.ICMPDestUnreachable, 3)     // port unreachable
 	unreach6 := pkttest.ICMPError(t, "2001:2:0:2::1", udp6, pkttest.ICMPv6DestUnreach, 4) // port unreachable, from a router
 	hop := pkttest.ICMPError(t, "198.18.2.1", ping, pkttest.ICMPTimeExceeded, 0)          // traceroute's answer
 	want := [][]byte{reply, reply6, pong, unreach, unreach6, hop}
@@ -114,7 +114,7 @@ func TestFarTransparent(t *testing.T) {
 		t.Fatalf("sent %d datagrams, want the %d answers", s.count(), len(want))
 	}
 	for i, d := range s.sent {
-		if d[0] != KindDown || !bytes.Equal(d[1:], want[i]) {
+		if d[0] != packet.KindDown || !bytes.Equal(d[1:], want[i]) {
 			t.Errorf("datagram %d: kind %d, % x; want the answer as it came", i, d[0], d[1:])
 		}
 	}
@@ -127,8 +127,8 @@ func TestFarTransparent(t *testing.T) {
 	// port, another echo identifier, an error about another flow.
 	for _, p := range [][]byte{
 		pkttest.UDP(t, server, "198.18.1.2:40001", []byte("stray")),
-		pkttest.Echo(t, "198.18.2.2", "198.18.1.2", ICMPEchoReply, 0xbef0, "ping"),
-		pkttest.ICMPError(t, "198.18.2.2", pkttest.UDP(t, "198.18.1.2:40001", server, nil), ICMPDestUnreachable, 3),
+		pkttest.Echo(t, "198.18.2.2", "198.18.1.2", packet.ICMPEchoReply, 0xbef0, "ping"),
+		pkttest.ICMPError(t, "198.18.2.2", pkttest.UDP(t, "198.18.1.2:40001", server, nil), packet.ICMPDestUnreachable, 3),
 	} {
 		if !f.Divert(p) {
 			t.Error("an answer of no flow was left to the stack")
@@ -138,8 +138,8 @@ func TestFarTransparent(t *testing.T) {
 	// error about a TCP segment of no passed flow (the stack's own
 	// connection), other ICMP, not IP.
 	for _, p := range [][]byte{
-		pkttest.Echo(t, "198.18.2.2", "198.18.1.2", ICMPEchoRequest, 1, "ping"),
-		pkttest.ICMPError(t, "198.18.2.2", pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:80", header.TCPFlagSyn, nil, ""), ICMPDestUnreachable, 3),
+		pkttest.Echo(t, "198.18.2.2", "198.18.1.2", packet.ICMPEchoRequest, 1, "ping"),
+		pkttest.ICMPError(t, "198.18.2.2", pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:80", header.TCPFlagSyn, nil, ""), packet.ICMPDestUnreachable, 3),
 		pkttest.Echo(t, "198.18.2.2", "198.18.1.2", 13, 1, "timestamp"),
 		{0x45, 0, 0},
 	} {
@@ -186,9 +186,9 @@ func TestFarTransparent(t *testing.T) {
 }
 
 // l4ChecksumOK verifies a parsed packet's UDP or ICMP checksum.
-func l4ChecksumOK(p *Packet) bool {
+func l4ChecksumOK(p *packet.Packet) bool {
 	var initial uint16
-	if p.Proto != ProtoICMP {
+	if p.Proto != packet.ProtoICMP {
 		initial = packet.PseudoHeaderSum(p.Src, p.Dst, p.Proto, len(p.L4))
 	}
 	return checksum.Checksum(p.L4, initial) == 0xffff
@@ -206,7 +206,7 @@ func TestFarTransparentPassedTCPError(t *testing.T) {
 	syn := pkttest.TCP(t, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagSyn, pkttest.SynOpts, "")
 	f.Deliver(syn)
 	waitFor(t, "the SYN out", func() bool { return len(w.packets()) == 1 })
-	tooBig := pkttest.ICMPError(t, "198.18.2.1", syn, ICMPDestUnreachable, ICMPFragNeeded)
+	tooBig := pkttest.ICMPError(t, "198.18.2.1", syn, packet.ICMPDestUnreachable, packet.ICMPFragNeeded)
 	if !f.Divert(tooBig) || s.count() != 1 {
 		t.Fatalf("the error about a passed flow was not sent (sent %d)", s.count())
 	}
@@ -216,8 +216,8 @@ func TestFarTransparentPassedTCPError(t *testing.T) {
 		t.Fatal("the near side did not pass the SYN")
 	}
 	Demux(s.sent[0], n, nil)
-	other := pkttest.ICMPError(t, "198.18.2.1", pkttest.TCP(t, "198.18.1.2:40001", "198.18.2.2:80", header.TCPFlagSyn, nil, ""), ICMPDestUnreachable, 1)
-	Demux(append([]byte{KindDown}, other...), n, nil)
+	other := pkttest.ICMPError(t, "198.18.2.1", pkttest.TCP(t, "198.18.1.2:40001", "198.18.2.2:80", header.TCPFlagSyn, nil, ""), packet.ICMPDestUnreachable, 1)
+	Demux(append([]byte{packet.KindDown}, other...), n, nil)
 	if len(*written) != 1 || !bytes.Equal((*written)[0], tooBig) {
 		t.Fatalf("wrote %d packets to the TUN, want the error about the passed flow", len(*written))
 	}
@@ -230,18 +230,18 @@ func TestFarTransparentPassedTCPError(t *testing.T) {
 // clients' datagrams to the TUN, and counts malformed ones.
 func TestNearDeliverICMPError(t *testing.T) {
 	var written [][]byte
-	n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return nil },
+	n := NewNear(NearConfig{Route: func(netip.Addr) packet.Sender { return nil },
 		Write: func(p []byte) error { written = append(written, bytes.Clone(p)); return nil }})
 	udp6 := pkttest.UDP(t, "[2001:2:0:1::2]:40000", "[2001:2:0:2::2]:53", []byte("q"))
 	good := [][]byte{
-		pkttest.ICMPError(t, "198.18.2.2", pkttest.UDP(t, "198.18.1.2:40000", "198.18.2.2:53", []byte("q")), ICMPDestUnreachable, 3),
+		pkttest.ICMPError(t, "198.18.2.2", pkttest.UDP(t, "198.18.1.2:40000", "198.18.2.2:53", []byte("q")), packet.ICMPDestUnreachable, 3),
 		pkttest.ICMPError(t, "2001:2:0:2::2", udp6, pkttest.ICMPv6DestUnreach, 4),
-		pkttest.ICMPError(t, "2001:2:0:2::1", pkttest.Echo(t, "2001:2:0:1::2", "2001:2:0:2::2", ICMPv6EchoRequest, 5, "x"), pkttest.ICMPv6TimeExceeded, 0),
+		pkttest.ICMPError(t, "2001:2:0:2::1", pkttest.Echo(t, "2001:2:0:1::2", "2001:2:0:2::2", packet.ICMPv6EchoRequest, 5, "x"), pkttest.ICMPv6TimeExceeded, 0),
 	}
 	for _, p := range good {
 		n.Deliver(p)
 	}
-	bad := pkttest.ICMPError(t, "198.18.2.2", pkttest.UDP(t, "198.18.1.2:40000", "198.18.2.2:53", nil), ICMPDestUnreachable, 3)
+	bad := pkttest.ICMPError(t, "198.18.2.2", pkttest.UDP(t, "198.18.1.2:40000", "198.18.2.2:53", nil), packet.ICMPDestUnreachable, 3)
 	n.Deliver(bad[:packet.IPv4HeaderLen+packet.L4HeaderLen+10]) // cut inside the quoted header (lengths no longer agree)
 	if len(written) != len(good) {
 		t.Fatalf("wrote %d of %d errors", len(written), len(good))
@@ -295,7 +295,7 @@ func TestFarDivertAllocs(t *testing.T) {
 	f.Deliver(pkttest.UDP(t, "198.18.1.2:40000", "198.18.2.2:53", []byte("q")))
 	waitFor(t, "the flow", func() bool { return f.Stats().Flows == 1 })
 	reply := pkttest.UDP(t, "198.18.2.2:53", "198.18.1.2:40000", []byte("answer"))
-	unreach := pkttest.ICMPError(t, "198.18.2.2", pkttest.UDP(t, "198.18.1.2:40000", "198.18.2.2:53", []byte("q")), ICMPDestUnreachable, 3)
+	unreach := pkttest.ICMPError(t, "198.18.2.2", pkttest.UDP(t, "198.18.1.2:40000", "198.18.2.2:53", []byte("q")), packet.ICMPDestUnreachable, 3)
 	if n := testing.AllocsPerRun(100, func() { f.Divert(reply); f.Divert(unreach) }); n != 0 {
 		t.Errorf("%.1f allocations per two answers", n)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/dgram/internal/pkttest"
+	"github.com/wanopt/wanopt/dgram/packet"
 	"github.com/wanopt/wanopt/tunnel"
 	"github.com/wanopt/wanopt/tunnel/bind/bindtest"
 	"github.com/wanopt/wanopt/tunnel/crypt"
@@ -32,7 +33,7 @@ func TestThroughTunnel(t *testing.T) {
 			OnDatagram: func(p []byte) { Demux(p, near, nil) }},
 		driver.Config{Tunnel: tunnel.Config{PrivateKey: sk, PeerPublicKey: ck.PublicKey()}, Bind: b,
 			OnDatagram: func(p []byte) { Demux(p, nil, far) }})
-	near = NewNear(NearConfig{Route: func(netip.Addr) Sender { return nt }, Write: func(p []byte) error { written <- bytes.Clone(p); return nil }})
+	near = NewNear(NearConfig{Route: func(netip.Addr) packet.Sender { return nt }, Write: func(p []byte) error { written <- bytes.Clone(p); return nil }})
 	far.SetTunnel(ft)
 
 	client := netip.MustParseAddrPort("198.18.1.2:33333")
@@ -43,7 +44,7 @@ func TestThroughTunnel(t *testing.T) {
 		}
 		select {
 		case w := <-written:
-			p, err := Parse(w)
+			p, err := packet.Parse(w)
 			if err != nil || p.SrcAddrPort() != srv || p.DstAddrPort() != client || !bytes.Equal(p.Payload, msg) {
 				t.Fatalf("answer %d: %+v, %v", i, p, err)
 			}

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/wanopt/wanopt/dgram"
+	"github.com/wanopt/wanopt/dgram/packet"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/tunnel/driver"
 )
@@ -19,7 +20,7 @@ import (
 
 // newNear is the near side of an edge intercepting on its TUN; route
 // picks the tunnel toward a destination.
-func (p *endpoint) newNear(route func(dst netip.Addr) dgram.Sender) *dgram.Near {
+func (p *endpoint) newNear(route func(dst netip.Addr) packet.Sender) *dgram.Near {
 	return dgram.NewNear(dgram.NearConfig{
 		Route:  route,
 		Write:  p.writeTUN,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/dgram"
+	"github.com/wanopt/wanopt/dgram/packet"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/internal/leaktest"
 )
@@ -63,8 +64,8 @@ func udpEcho(t *testing.T, addr string) netip.AddrPort {
 // udpPacket is an IPv4 UDP packet from src to dst.
 func udpPacket(t *testing.T, src, dst netip.AddrPort, payload string) []byte {
 	t.Helper()
-	pkt := append(make([]byte, dgram.HeaderLen(src.Addr())), payload...)
-	if err := dgram.PutUDP(pkt, src, dst); err != nil {
+	pkt := append(make([]byte, packet.HeaderLen(src.Addr())), payload...)
+	if err := packet.PutUDP(pkt, src, dst); err != nil {
 		t.Fatal(err)
 	}
 	return pkt
@@ -80,7 +81,7 @@ func udpExchange(t *testing.T, n *Near, answers <-chan []byte, src, dst netip.Ad
 	}
 	select {
 	case a := <-answers:
-		p, err := dgram.Parse(a)
+		p, err := packet.Parse(a)
 		if err != nil {
 			return "", fmt.Errorf("the answer does not parse: %w", err)
 		}

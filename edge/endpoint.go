@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wanopt/wanopt/dgram"
+	"github.com/wanopt/wanopt/dgram/packet"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/edge/metrics"
 	"github.com/wanopt/wanopt/egress"
@@ -172,7 +173,7 @@ func (l *peerLink) srtt() time.Duration {
 }
 
 // sender is the tunnel carrying datagrams to the peer (nil while down).
-func (l *peerLink) sender() dgram.Sender {
+func (l *peerLink) sender() packet.Sender {
 	if t := l.br.Tunnel(); t != nil {
 		return t
 	}

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/wanopt/wanopt/dgram"
+	"github.com/wanopt/wanopt/dgram/packet"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
@@ -39,7 +39,7 @@ func NewFar(cfg FarConfig) (*Far, error) {
 	f.init(cfg.Shared, func(m MemoryPlan) string { return f.config().summary(m) })
 	f.peer = peerLink{key: cfg.PeerKey, name: cfg.PeerName, br: ingress.New(nil, cfg.Logger.With("sub", "bridge")), link: newLink(false, "", time.Now())}
 	if cfg.intercepts() {
-		f.near = f.newNear(func(netip.Addr) dgram.Sender { return f.peer.sender() })
+		f.near = f.newNear(func(netip.Addr) packet.Sender { return f.peer.sender() })
 	}
 	return f, nil
 }

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/wanopt/wanopt/dgram"
+	"github.com/wanopt/wanopt/dgram/packet"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
@@ -32,7 +32,7 @@ type nearPeers interface {
 	dialer() flow.Dialer
 	// route is the tunnel carrying datagrams toward dst (nil while it is
 	// down or when no route holds dst).
-	route(dst netip.Addr) dgram.Sender
+	route(dst netip.Addr) packet.Sender
 	// keepUp keeps the tunnels up until ctx ends, eg serving the flows
 	// the peers open.
 	keepUp(ctx context.Context, eg *egress.Egress)
@@ -171,7 +171,7 @@ func newOnePeer(n *Near, cfg NearConfig) *onePeer {
 }
 
 func (p *onePeer) dialer() flow.Dialer             { return p.br }
-func (p *onePeer) route(netip.Addr) dgram.Sender   { return p.sender() }
+func (p *onePeer) route(netip.Addr) packet.Sender  { return p.sender() }
 func (p *onePeer) fill(r *control.Status)          { p.peerLink.fill(r, p.host) }
 func (p *onePeer) peerFor(netip.Addr) string       { return "" }
 func (p *onePeer) bridged() ingress.Stats          { return p.br.Stats() }

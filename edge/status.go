@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/wanopt/wanopt/dgram"
+	"github.com/wanopt/wanopt/dgram/passthru"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/stack"
@@ -30,8 +30,8 @@ func stackFlows(out []control.Flow, st *stack.Stack, peerFor func(netip.Addr) st
 
 // passedFlows appends the flows a datagram side passes unterminated,
 // oldest first.
-func passedFlows(out []control.Flow, side string, fl []dgram.PassedFlow, peerFor func(netip.Addr) string, srtt time.Duration) []control.Flow {
-	slices.SortFunc(fl, func(a, b dgram.PassedFlow) int { return cmp.Compare(b.Age, a.Age) }) // oldest first
+func passedFlows(out []control.Flow, side string, fl []passthru.PassedFlow, peerFor func(netip.Addr) string, srtt time.Duration) []control.Flow {
+	slices.SortFunc(fl, func(a, b passthru.PassedFlow) int { return cmp.Compare(b.Age, a.Age) }) // oldest first
 	for _, f := range fl {
 		state := "passing"
 		if f.Closing {

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/wanopt/wanopt/dgram"
+	"github.com/wanopt/wanopt/dgram/packet"
 	"github.com/wanopt/wanopt/edge/control"
 	"github.com/wanopt/wanopt/egress"
 	"github.com/wanopt/wanopt/flow"
@@ -154,7 +154,7 @@ func (s *upstreams) dialer() flow.Dialer { return &s.router }
 
 // route is the tunnel of the upstream whose route holds dst (the longest
 // prefix, as for TCP flows).
-func (s *upstreams) route(dst netip.Addr) dgram.Sender {
+func (s *upstreams) route(dst netip.Addr) packet.Sender {
 	u := s.router.route(dst.Unmap())
 	if u == nil {
 		return nil

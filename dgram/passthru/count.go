@@ -4,12 +4,6 @@ import "github.com/wanopt/wanopt/dgram/packet"
 
 const protoTCP = packet.ProtoTCP
 
-// Sender is a tunnel that carries datagrams (a *driver.Tunnel).
-type Sender interface {
-	SendDatagram(p []byte) error
-	MaxDatagramBytes() int
-}
-
 // Reason is why a packet was dropped, as the side's counters name it
 // (dgram.Drops).
 type Reason uint8

@@ -21,7 +21,7 @@ type FarConfig struct {
 	WritePacket func(pkt []byte) error
 	// Sender returns the tunnel answers go through, nil while none is up.
 	// Required.
-	Sender func() Sender
+	Sender func() packet.Sender
 	// Count counts what crosses and what is dropped. Required.
 	Count Counter
 	// MaxFlows and IdleTimeout bound the table of transparent UDP and

@@ -17,7 +17,7 @@ const bufBytes = 2048
 type NearConfig struct {
 	// Route returns the tunnel that carries packets toward dst, or nil
 	// when none is up. Required.
-	Route func(dst netip.Addr) Sender
+	Route func(dst netip.Addr) packet.Sender
 	// Write writes one IP packet to the TUN, toward the client; pkt is
 	// only valid during the call. Required.
 	Write func(pkt []byte) error
@@ -137,7 +137,7 @@ func (n *Near) DivertTCP(pkt []byte) bool {
 // sendWhole sends the TCP packet pkt (parsed as p) as one datagram of
 // kind, a SYN's MSS clamped to what a datagram of limit bytes toward
 // peer's family holds.
-func sendWhole(bufs *sync.Pool, c Counter, s Sender, pkt []byte, p *tcpPacket, kind byte, peer netip.Addr, limit int) {
+func sendWhole(bufs *sync.Pool, c Counter, s packet.Sender, pkt []byte, p *tcpPacket, kind byte, peer netip.Addr, limit int) {
 	bp := bufs.Get().(*[]byte)
 	b := append(append((*bp)[:0], kind), pkt[:p.len]...)
 	if p.flags&tcpSYN != 0 {
@@ -161,7 +161,7 @@ func sendWhole(bufs *sync.Pool, c Counter, s Sender, pkt []byte, p *tcpPacket, k
 // sendSegments sends a passed TCP packet too long for a datagram (an
 // aggregate of segments from the TUN's offload) as segments that fit; one
 // whose headers alone do not fit is answered as a router would.
-func (n *Near) sendSegments(s Sender, pkt []byte, p *tcpPacket, limit int) {
+func (n *Near) sendSegments(s packet.Sender, pkt []byte, p *tcpPacket, limit int) {
 	if !sendCut(&n.bufs, n.cfg.Count, s, pkt, p, packet.KindUp, limit) {
 		n.cfg.Count.Dropped(DropTooBig)
 		n.cfg.TooBig(pkt, &packet.Packet{Src: p.src.Addr(), Dst: p.dst.Addr(), Len: p.len}, limit-1)
@@ -171,7 +171,7 @@ func (n *Near) sendSegments(s Sender, pkt []byte, p *tcpPacket, limit int) {
 // sendCut sends the TCP packet pkt (parsed as p), longer than a datagram
 // of limit bytes, as datagrams of kind holding the segments it is cut
 // into (segmentTCP); false if it cannot be cut, with nothing sent.
-func sendCut(bufs *sync.Pool, c Counter, s Sender, pkt []byte, p *tcpPacket, kind byte, limit int) bool {
+func sendCut(bufs *sync.Pool, c Counter, s packet.Sender, pkt []byte, p *tcpPacket, kind byte, limit int) bool {
 	bp := bufs.Get().(*[]byte)
 	defer bufs.Put(bp)
 	b, ok := segmentTCP((*bp)[:0], pkt, p, kind, limit-1, func(d []byte) {

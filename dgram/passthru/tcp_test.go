@@ -93,7 +93,7 @@ func FuzzTCP(f *testing.F) {
 	f.Add(pkttest.TCP(f, "198.18.1.2:40000", "198.18.2.2:22", header.TCPFlagAck, nil, "data"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s := &fakeSender{max: 1430}
-		n := NewNear(NearConfig{Route: func(netip.Addr) Sender { return s }, Write: func([]byte) error { return nil },
+		n := NewNear(NearConfig{Route: func(netip.Addr) packet.Sender { return s }, Write: func([]byte) error { return nil },
 			Count: nopCounter{}, TooBig: func([]byte, *packet.Packet, int) {}, Rules: passAll{}})
 		n.DivertTCP(b)
 		n.Deliver(b)
@@ -113,7 +113,7 @@ func FuzzTCP(f *testing.F) {
 			}
 		}
 		far := NewFar(FarConfig{Check: func(netip.AddrPort) string { return "" }, WritePacket: func([]byte) error { return nil },
-			Sender: func() Sender { return s }, Count: nopCounter{}, MaxFlows: 16, IdleTimeout: time.Minute})
+			Sender: func() packet.Sender { return s }, Count: nopCounter{}, MaxFlows: 16, IdleTimeout: time.Minute})
 		far.HandleTCP(b)
 		far.DivertTCP(b)
 	})
