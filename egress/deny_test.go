@@ -67,8 +67,8 @@ func TestPolicyRefusesSpecialAddresses(t *testing.T) {
 		})
 	}
 	p, _ := ParsePolicy([]string{"198.51.100.0/24"}, "198.51.100.9/32:22")
-	if why := p.Check(netip.MustParseAddrPort("198.51.100.9:22"), nil); !strings.Contains(why, "--deny") {
-		t.Errorf("--deny rule: %q; want it denied by the rule", why)
+	if why := p.Check(netip.MustParseAddrPort("198.51.100.9:22"), nil); !strings.Contains(why, "deny rule 198.51.100.9/32:22") {
+		t.Errorf("a deny rule: %q; want it denied by the rule", why)
 	}
 	if why := p.Check(netip.MustParseAddrPort("198.51.100.9:80"), nil); why != "" {
 		t.Errorf("--deny rule on port 22 refuses port 80: %q", why)

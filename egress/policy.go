@@ -90,7 +90,7 @@ func (p Policy) Check(dst netip.AddrPort, isLocal func(netip.Addr) bool) string 
 func (p Policy) check(a netip.Addr, port uint16, isLocal func(netip.Addr) bool) string {
 	for _, r := range p.Deny {
 		if r.matches(a, port) {
-			return "denied by --deny " + r.String()
+			return "denied by the deny rule " + r.String()
 		}
 	}
 	class := SpecialClass(a, isLocal)

@@ -53,11 +53,11 @@ func (r RefusalReason) String() string {
 func (r RefusalReason) hint() string {
 	switch r {
 	case RefusedBadMAC:
-		return "the initiator does not have this edge's public key: check the --peer-key it was given ('wanopt pubkey < this edge's key')"
+		return "the initiator does not have this edge's public key: check the peer key it was given ('wanopt pubkey < this edge's key' prints the right one)"
 	case RefusedUnauthenticated:
 		return "message 1 did not decrypt: corrupted or forged"
 	case RefusedUnknownKey:
-		return "the initiator's key is not configured here: if it should connect, give this key as --peer-key (or --branch NAME:KEY)"
+		return "the initiator's key is not configured here: if it should connect, make this key the peer key (or a branch's key)"
 	case RefusedReplay:
 		return "an initiation not newer than one accepted before: a replay, or the initiator's clock went back"
 	}
