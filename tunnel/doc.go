@@ -8,7 +8,7 @@
 // goroutine or clock. A driver feeds it datagrams (HandleDatagram) and the
 // time (HandleTimeout), pulls datagrams to send (PollTransmit) and events
 // (PollEvent), and arms one timer at NextTimeout. The same code runs under
-// the UDP driver (package driver) and the simulator bench/netsim the tests
+// the UDP driver (package driver) and the simulator internal/netsim the tests
 // use.
 //
 // # Handshake and packets
