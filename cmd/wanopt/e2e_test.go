@@ -119,14 +119,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		defer c.Close()
 		start := time.Now()
-		werr := make(chan error, 1)
-		go func() {
-			_, err := c.Write(data)
-			if err == nil {
-				err = c.(*net.TCPConn).CloseWrite()
-			}
-			werr <- err
-		}()
+		werr := writeAndClose(c, data)
 		h := sha256.New()
 		c.SetReadDeadline(time.Now().Add(90 * time.Second))
 		n, err := io.CopyN(h, c, 1<<20)
@@ -190,16 +183,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("closed port gets RST", func(t *testing.T) {
-		start := time.Now()
-		c, err := dialIn(ctx, l.Client.NS, closedPort, 5*time.Second)
-		el := time.Since(start)
-		if err == nil {
-			c.Close()
-			t.Fatalf("connection to closed port %d succeeded", closedPort)
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) {
-			t.Fatalf("closed port: %v after %v; want connection refused", err, el)
-		}
+		el := wantRefused(t, ctx, l.Client.NS, closedPort, "closed port")
 		// one RTT to the far edge and back, plus the far edge's connect
 		if el > rtt+time.Second {
 			t.Errorf("closed port refused after %v; want within about one RTT (%v)", el, rtt)
@@ -208,16 +192,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("destination outside the policy is refused", func(t *testing.T) {
-		start := time.Now()
-		c, err := dialIn(ctx, l.Client.NS, forbiddenPort, 5*time.Second)
-		el := time.Since(start)
-		if err == nil {
-			c.Close()
-			t.Fatalf("connection to port %d, outside the egress policy, succeeded", forbiddenPort)
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) {
-			t.Fatalf("port outside the policy: %v; want connection refused", err)
-		}
+		el := wantRefused(t, ctx, l.Client.NS, forbiddenPort, "port outside the policy")
 		if n := forbiddenAccepts.Load() - directAccepts; n != 0 {
 			t.Errorf("the server accepted %d connections on the forbidden port", n)
 		}
@@ -436,6 +411,38 @@ func whoami(t *testing.T, ctx context.Context, ns string) (seen, local string) {
 }
 
 // dialIn connects from the client namespace to 198.18.2.2:port.
+// wantRefused dials port from ns through the edges and fails t unless
+// the connection is refused; it returns how long the refusal took.
+func wantRefused(t *testing.T, ctx context.Context, ns string, port int, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	c, err := dialIn(ctx, ns, port, 5*time.Second)
+	el := time.Since(start)
+	if err == nil {
+		c.Close()
+		t.Fatalf("%s: connection to port %d succeeded", what, port)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("%s: %v after %v; want connection refused", what, err, el)
+	}
+	return el
+}
+
+// writeAndClose writes data to c and closes c's sending side, in a
+// goroutine, so the caller can read the echo meanwhile; the channel gets
+// the outcome.
+func writeAndClose(c net.Conn, data []byte) <-chan error {
+	werr := make(chan error, 1)
+	go func() {
+		_, err := c.Write(data)
+		if err == nil {
+			err = c.(*net.TCPConn).CloseWrite()
+		}
+		werr <- err
+	}()
+	return werr
+}
+
 func dialIn(ctx context.Context, ns string, port int, timeout time.Duration) (net.Conn, error) {
 	return dialTo(ctx, ns, netip.AddrPortFrom(netip.MustParseAddr("198.18.2.2"), uint16(port)), timeout)
 }
@@ -534,14 +541,7 @@ func echoCheckTo(ctx context.Context, ns string, dst netip.AddrPort, size int, s
 		return 0, fmt.Errorf("connect to the echo server through wanopt: %w", err)
 	}
 	defer c.Close()
-	werr := make(chan error, 1)
-	go func() {
-		_, err := c.Write(data)
-		if err == nil {
-			err = c.(*net.TCPConn).CloseWrite()
-		}
-		werr <- err
-	}()
+	werr := writeAndClose(c, data)
 	c.SetDeadline(time.Now().Add(timeout))
 	h := sha256.New()
 	n, err := io.Copy(h, c)

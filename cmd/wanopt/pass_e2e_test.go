@@ -245,14 +245,7 @@ func exchangeTCPView(ctx context.Context, ns string, port int, during func()) (t
 	}
 	data := make([]byte, viewEchoBytes)
 	mrand.NewChaCha8([32]byte{byte(port)}).Read(data)
-	werr := make(chan error, 1)
-	go func() {
-		_, err := c.Write(data)
-		if err == nil {
-			err = c.(*net.TCPConn).CloseWrite()
-		}
-		werr <- err
-	}()
+	werr := writeAndClose(c, data)
 	got, err := io.ReadAll(c)
 	if err != nil {
 		return v, fmt.Errorf("read the echo (%d of %d bytes): %w", len(got), len(data), err)
