@@ -210,12 +210,17 @@ func (h *Hub) serve(ctx context.Context, dialer flow.Dialer) error {
 	hub := driver.NewHub(bc, cfg.PrivateKey, driver.HubOptions{Logger: h.log.With("sub", "hub"), Refusals: h.refusals})
 	defer hub.Close()
 	r := &hubRun{ctx: ctx, hub: hub, dialer: dialer}
+	// Under reloadMu, so that a reload sees every branch started or none,
+	// and the branches started are those of the configuration in force.
+	h.reloadMu.Lock()
 	h.mu.Lock()
 	h.hub, h.run = hub, r
 	h.mu.Unlock()
+	cfg = h.config()
 	for _, b := range cfg.Branches {
 		h.startBranch(cfg, b)
 	}
+	h.reloadMu.Unlock()
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()

@@ -220,12 +220,15 @@ func (s *upstreams) fill(r *control.Status) {
 
 // keepUp keeps a tunnel up to every upstream until ctx ends.
 func (s *upstreams) keepUp(ctx context.Context, eg *egress.Egress) {
+	// Under reloadMu, so that a reload sees every loop started or none.
+	s.n.reloadMu.Lock()
 	s.n.mu.Lock()
 	s.ctx, s.eg = ctx, eg
 	s.n.mu.Unlock()
 	for _, u := range s.router.list() {
 		s.start(u)
 	}
+	s.n.reloadMu.Unlock()
 	<-ctx.Done()
 	s.wg.Wait()
 }
