@@ -115,7 +115,7 @@ func (b *base) serveControl(ctx context.Context, src control.Source, ready metri
 	if b.sh.Control != "" {
 		stop, err := control.Serve(b.sh.Control, src, b.log.With("sub", "control"))
 		if err != nil {
-			return &FieldError{Field: "Control", Text: "{Control}: " + err.Error(), Err: err}
+			return failed("Control", err, "{Control}")
 		}
 		b.stops = append(b.stops, stop)
 	}
